@@ -1,0 +1,33 @@
+# gapless — developer commands. `make install` first; every target uses .venv.
+PY ?= .venv/bin/python
+DURATION ?= 90
+INVOICES ?= 1200
+WORKERS ?= 3
+SEED ?= 7
+FAULTS ?= default
+
+.PHONY: install test lint typecheck bench chaos demo clean-test-dbs
+
+install:
+	python3 -m venv .venv
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e ".[dev]"
+
+## The test command (README, CI): every tier, the chaos short profile included.
+test:
+	$(PY) -m pytest
+
+lint:
+	$(PY) -m ruff check gapless worker recovery tests bench
+	$(PY) -m mypy
+
+bench:
+	$(PY) bench/run_all.py
+
+chaos:
+	GAPLESS_CHAOS_DURATION=$(DURATION) GAPLESS_CHAOS_INVOICES=$(INVOICES) \
+	GAPLESS_CHAOS_WORKERS=$(WORKERS) GAPLESS_CHAOS_SEED=$(SEED) GAPLESS_CHAOS_FAULTS=$(FAULTS) \
+	$(PY) -m pytest tests/chaos -m chaos -p no:cacheprovider -s
+
+demo:
+	.venv/bin/gapless demo

@@ -1,0 +1,3 @@
+from gapless.cli import main
+
+main()

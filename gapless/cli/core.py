@@ -1,0 +1,158 @@
+"""``gapless migrate``, ``gapless series …`` and ``gapless id …``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gapless.cli.common import ClusterIdOption, DatabaseUrlOption, run, settings_from
+from gapless.errors import SeriesError
+from gapless.ids import decode_id, encode_id
+
+series_app = typer.Typer(help="Define and inspect numbering series.", no_args_is_help=True)
+id_app = typer.Typer(help="Cluster-encoded ids: cluster_id << 48 | local.", no_args_is_help=True)
+
+
+def migrate(database_url: str | None = DatabaseUrlOption,
+            cluster_id: int | None = ClusterIdOption) -> None:
+    """Create the database if missing and bring the schema up to date (idempotent)."""
+    from gapless.migrations import migrate as do_migrate
+
+    settings = settings_from(database_url=database_url, cluster_id=cluster_id)
+    result = do_migrate(settings.database_url, settings.cluster_id)
+    parts = []
+    if result.created_database:
+        parts.append("created database")
+    if result.from_revision != result.to_revision:
+        parts.append(f"schema {result.from_revision or 'empty'} -> {result.to_revision}")
+    else:
+        parts.append(f"schema at {result.to_revision}, nothing to do")
+    typer.echo(f"migrate: {', '.join(parts)}; cluster id {result.cluster_id}")
+
+
+@series_app.command("add")
+def series_add(
+    tenant: str = typer.Argument(..., help="Tenant (company) the series numbers for."),
+    code: str = typer.Argument(..., help="Series code, e.g. ABC."),
+    prefix: str | None = typer.Option(None, "--prefix",
+                                      help="Printed prefix (default: the code, upper-case)."),
+    reset: str = typer.Option("yearly", "--reset", help="never | yearly | monthly | daily"),
+    tz: str = typer.Option("Europe/Istanbul", "--tz", help="Time zone of period boundaries."),
+    width: int | None = typer.Option(None, "--width",
+                                     help="Digits of the sequence (default 9; 7 monthly; 5 daily)."),
+    fmt: str | None = typer.Option(
+        None, "--format",
+        help="Layout with {prefix} {yyyy} {yy} {mm} {dd} {seq} (default: GİB, 16 characters)."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """Define a series (idempotent when the definition is identical)."""
+    from gapless.numbering import build_series_spec
+
+    try:
+        spec = build_series_spec(tenant, code, prefix=prefix, reset=reset, tz=tz, width=width,
+                                 fmt=fmt)
+    except SeriesError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    settings = settings_from(database_url=database_url)
+    created = run(_add_series(settings.database_url, spec))
+    verb = "added" if created else "exists (identical)"
+    typer.echo(f"series {spec.tenant}/{spec.code} {verb}: prefix {spec.prefix}, reset "
+               f"{spec.reset.value}, tz {spec.tz}, format {spec.format}, width {spec.width}")
+
+
+async def _add_series(database_url: str, spec: object) -> bool:
+    from gapless.db import make_engine
+    from gapless.numbering import SeriesSpec, add_series
+
+    assert isinstance(spec, SeriesSpec)
+    engine = make_engine(database_url, actor="operator", pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            return await add_series(conn, spec)
+    finally:
+        await engine.dispose()
+
+
+@series_app.command("list")
+def series_list(
+    tenant: str | None = typer.Option(None, "--tenant"),
+    code: str | None = typer.Option(None, "--series"),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """Every series with the last number of each period."""
+    settings = settings_from(database_url=database_url)
+    rows = run(_list_series(settings.database_url, tenant, code))
+    table = Table(title="series")
+    for column in ("tenant", "series", "prefix", "reset", "tz", "period", "last no", "last number"):
+        table.add_column(column, justify="right" if column == "last no" else "left")
+    for row in rows:
+        table.add_row(row.tenant, row.code, row.prefix, row.reset, row.tz,
+                      row.period_key or "-", str(row.last_no) if row.last_no else "0",
+                      row.last_number or "-")
+    Console(width=120).print(table)
+
+
+async def _list_series(database_url: str, tenant: str | None, code: str | None) -> list[object]:
+    from gapless.db import make_engine
+    from gapless.queries import numbering as q
+
+    engine = make_engine(database_url, actor="operator", pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            return list((await conn.execute(q.LIST_SERIES,
+                                            {"tenant": tenant, "code": code})).all())
+    finally:
+        await engine.dispose()
+
+
+@series_app.command("next")
+def series_next(
+    tenant: str = typer.Argument(...),
+    code: str = typer.Argument(...),
+    at: datetime | None = typer.Option(None, "--at", help="Preview for this moment (ISO 8601)."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """Show the next number without consuming it."""
+    settings = settings_from(database_url=database_url)
+    preview = run(_preview(settings.database_url, tenant, code, at))
+    typer.echo(f"{preview.number}  (period {preview.period_key}, no {preview.next_no})")
+
+
+async def _preview(database_url: str, tenant: str, code: str, at: datetime | None) -> object:
+    from gapless.db import make_engine
+    from gapless.numbering import preview_next
+
+    engine = make_engine(database_url, actor="operator", pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            return await preview_next(conn, tenant, code, at)
+    finally:
+        await engine.dispose()
+
+
+@id_app.command("decode")
+def id_decode(value: str = typer.Argument(..., help="A 64-bit gapless id.")) -> None:
+    """Print the cluster and the local part of an id."""
+    try:
+        decoded = decode_id(int(value))
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r} is not a gapless id ({exc})") from None
+    typer.echo(f"id {int(value)}: cluster {decoded.cluster_id}, local {decoded.local}")
+
+
+@id_app.command("encode")
+def id_encode(cluster_id: int = typer.Argument(...), local: int = typer.Argument(...)) -> None:
+    """Compose an id from a cluster id and a local part."""
+    try:
+        typer.echo(str(encode_id(cluster_id, local)))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("migrate")(migrate)
+    app.add_typer(series_app, name="series")
+    app.add_typer(id_app, name="id")

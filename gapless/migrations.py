@@ -1,0 +1,129 @@
+"""``gapless migrate``: create the database if missing, bring the schema up to date, record the
+cluster id. Safe to run twice and from several processes at once (an advisory lock serialises it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from psycopg import sql
+from sqlalchemy import Connection, create_engine, make_url, pool, text
+
+from gapless.db import sqlalchemy_url
+from gapless.errors import ClusterMismatchError, ConfigurationError
+
+# Any constant works; it only has to be the same for every `gapless migrate`.
+MIGRATE_LOCK_KEY = 0x6761706C657373  # "gapless"
+
+
+def schema_dir() -> Path:
+    """Where the migrations live: ``GAPLESS_SCHEMA_DIR`` or ``schema/`` beside the package."""
+    configured = os.environ.get("GAPLESS_SCHEMA_DIR")
+    path = Path(configured) if configured else Path(__file__).resolve().parent.parent / "schema"
+    if not (path / "env.py").is_file():
+        raise ConfigurationError(f"no migrations found in {path}; set GAPLESS_SCHEMA_DIR")
+    return path
+
+
+def run_sql_file(bind: Connection, name: str) -> None:
+    """Run one file of ``schema/sql`` as it is (no parameter substitution, several statements)."""
+    source = (schema_dir() / "sql" / name).read_text(encoding="utf-8")
+    dbapi = bind.connection.dbapi_connection
+    assert dbapi is not None
+    with dbapi.cursor() as cursor:
+        cursor.execute(source)
+
+
+def alembic_config(database_url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(schema_dir()))
+    cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    cfg.attributes["database_url"] = database_url
+    return cfg
+
+
+def _conninfo(database_url: str, dbname: str | None = None) -> str:
+    url = make_url(database_url)
+    if dbname is not None:
+        url = url.set(database=dbname)
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def ensure_database(database_url: str) -> bool:
+    """Create the database named in the URL when it does not exist. True when it was created."""
+    name = make_url(database_url).database
+    if not name:
+        raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
+    with psycopg.connect(_conninfo(database_url, "postgres"), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            return False
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.DuplicateDatabase:
+            return False  # another `gapless migrate` won the race
+        return True
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    created_database: bool
+    from_revision: str | None
+    to_revision: str | None
+    cluster_id: int
+
+    @property
+    def changed(self) -> bool:
+        return self.created_database or self.from_revision != self.to_revision
+
+
+def current_revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision(database_url: str) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
+
+
+def migrate(database_url: str, cluster_id: int) -> MigrateResult:
+    """Bring the database to the newest schema and pin its cluster id (refusing a different one)."""
+    created = ensure_database(database_url)
+    cfg = alembic_config(database_url)
+    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATE_LOCK_KEY})
+            conn.commit()
+            try:
+                before = current_revision(conn)
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+                conn.commit()
+                after = current_revision(conn)
+                conn.execute(
+                    text("INSERT INTO gapless_config (cluster_id) VALUES (:cluster_id) "
+                         "ON CONFLICT (singleton) DO NOTHING"),
+                    {"cluster_id": cluster_id},
+                )
+                stored = conn.execute(text("SELECT cluster_id FROM gapless_config")).scalar_one()
+                conn.commit()
+            finally:
+                conn.rollback()
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATE_LOCK_KEY})
+                conn.commit()
+    finally:
+        engine.dispose()
+    if stored != cluster_id:
+        raise ClusterMismatchError(cluster_id, stored)
+    return MigrateResult(created, before, after, stored)
+
+
+def downgrade(database_url: str, revision: str = "base") -> None:
+    """Step the schema down (development and the round-trip test only; drops data)."""
+    command.downgrade(alembic_config(database_url), revision)

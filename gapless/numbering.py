@@ -1,0 +1,203 @@
+"""Numbering: series definitions and the just-in-time reservation.
+
+Where is the number reserved? Here, in :func:`reserve_number` — a thin call of the SQL function of
+the same name in ``schema/sql``, which producers in any framework can call directly. The counter
+row of the invoice's (tenant, series, period) is advanced by one ``INSERT … ON CONFLICT DO UPDATE
+… RETURNING`` inside the caller's transaction and stays locked until that transaction ends, so:
+
+* a rolled-back transaction consumes nothing (the next reservation gets the same number);
+* two transactions on one series serialise on the counter row: the second waits for the first's
+  commit and then reads its value (READ COMMITTED re-check on the updated row);
+* the first use of a new period by many connections at once creates one row, without errors
+  (``ON CONFLICT`` waits for the inserting transaction and then updates).
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gapless.constants import ResetPeriod
+from gapless.db import is_lock_timeout
+from gapless.errors import ReservationLockTimeout, SeriesError, UnknownSeriesError
+from gapless.queries import numbering as q
+
+TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+PREFIX_RE = re.compile(r"^[A-Z0-9]{1,16}$")
+FORMAT_TOKENS = ("{prefix}", "{yyyy}", "{yy}", "{mm}", "{dd}", "{seq}")
+_TOKEN_RE = re.compile(r"\{[^{}]*\}")
+
+#: Default number layout per reset period: 3-char prefix + 16 characters in all (GİB e-invoice).
+DEFAULT_FORMATS: dict[ResetPeriod, tuple[str, int]] = {
+    ResetPeriod.NEVER: ("{prefix}{yyyy}{seq}", 9),
+    ResetPeriod.YEARLY: ("{prefix}{yyyy}{seq}", 9),
+    ResetPeriod.MONTHLY: ("{prefix}{yyyy}{mm}{seq}", 7),
+    ResetPeriod.DAILY: ("{prefix}{yyyy}{mm}{dd}{seq}", 5),
+}
+#: Date parts a format must carry so that numbers of different periods never print alike.
+REQUIRED_TOKENS: dict[ResetPeriod, tuple[str, ...]] = {
+    ResetPeriod.NEVER: (),
+    ResetPeriod.YEARLY: ("{yyyy}",),
+    ResetPeriod.MONTHLY: ("{yyyy}", "{mm}"),
+    ResetPeriod.DAILY: ("{yyyy}", "{mm}", "{dd}"),
+}
+
+
+@dataclass(frozen=True)
+class SeriesSpec:
+    """A validated series definition."""
+
+    tenant: str
+    code: str
+    prefix: str
+    reset: ResetPeriod
+    tz: str
+    width: int
+    format: str
+
+
+def build_series_spec(tenant: str, code: str, *, prefix: str | None = None,
+                      reset: str = "yearly", tz: str = "Europe/Istanbul",
+                      width: int | None = None, fmt: str | None = None) -> SeriesSpec:
+    """Validate a series definition; raises SeriesError with a message fit for a person."""
+    if not TENANT_RE.match(tenant):
+        raise SeriesError(f"invalid tenant {tenant!r}: use 1-64 letters, digits, '.', '_' or '-', "
+                          "starting with a letter or digit")
+    if not CODE_RE.match(code):
+        raise SeriesError(f"invalid series code {code!r}: use 1-32 letters, digits, '_' or '-', "
+                          "starting with a letter or digit")
+    prefix = code.upper() if prefix is None else prefix
+    if not PREFIX_RE.match(prefix):
+        raise SeriesError(f"invalid prefix {prefix!r}: use 1-16 upper-case letters A-Z or digits "
+                          "(the GİB e-invoice number takes 3, e.g. ABC)")
+    try:
+        period = ResetPeriod(reset)
+    except ValueError:
+        raise SeriesError(f"invalid reset {reset!r}: choose never, yearly, monthly or daily") from None
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise SeriesError(f"unknown time zone {tz!r} (use an IANA name such as "
+                          "Europe/Istanbul)") from None
+    default_fmt, default_width = DEFAULT_FORMATS[period]
+    fmt = default_fmt if fmt is None else fmt
+    width = default_width if width is None else width
+    if not 1 <= width <= 18:
+        raise SeriesError(f"invalid width {width}: the sequence takes 1 to 18 digits")
+    validate_format(fmt, period)
+    return SeriesSpec(tenant, code, prefix, period, tz, width, fmt)
+
+
+def validate_format(fmt: str, period: ResetPeriod) -> None:
+    """A format must print every number of the tenant differently, for ever."""
+    unknown = [token for token in _TOKEN_RE.findall(fmt) if token not in FORMAT_TOKENS]
+    if unknown:
+        raise SeriesError(f"invalid format {fmt!r}: unknown token {unknown[0]}; "
+                          f"use {', '.join(FORMAT_TOKENS)}")
+    if fmt.count("{seq}") != 1:
+        raise SeriesError(f"invalid format {fmt!r}: it must contain {{seq}} exactly once")
+    if "{prefix}" not in fmt:
+        raise SeriesError(f"invalid format {fmt!r}: it must contain {{prefix}} so that the "
+                          "series of one tenant never print the same number")
+    missing = [token for token in REQUIRED_TOKENS[period] if token not in fmt]
+    if missing:
+        raise SeriesError(f"invalid format {fmt!r} for a {period.value} reset: it must contain "
+                          f"{', '.join(missing)}, or numbers of two periods would print alike")
+
+
+def render_number(spec: SeriesSpec, local: datetime, no: int) -> str:
+    """The Python twin of ``gapless_render`` (used for display and tests)."""
+    return (spec.format.replace("{prefix}", spec.prefix)
+            .replace("{yyyy}", f"{local.year:04d}").replace("{yy}", f"{local.year % 100:02d}")
+            .replace("{mm}", f"{local.month:02d}").replace("{dd}", f"{local.day:02d}")
+            .replace("{seq}", str(no).zfill(spec.width)))
+
+
+async def add_series(conn: AsyncConnection, spec: SeriesSpec) -> bool:
+    """Define a series. True when created, False when an identical one exists already.
+
+    Raises SeriesError when the code or the prefix is taken by a different definition.
+    """
+    tz_known = (await conn.execute(q.CHECK_TIME_ZONE, {"tz": spec.tz})).scalar_one()
+    if not tz_known:
+        raise SeriesError(f"PostgreSQL does not know time zone {spec.tz!r}")
+    params = {"tenant": spec.tenant, "code": spec.code, "prefix": spec.prefix,
+              "reset": spec.reset.value, "tz": spec.tz, "width": spec.width, "format": spec.format}
+    if (await conn.execute(q.INSERT_SERIES, params)).first() is not None:
+        return True
+    existing = (await conn.execute(q.GET_SERIES, params)).first()
+    if existing is not None:
+        same = (existing.prefix, existing.reset, existing.tz, existing.width, existing.format) == (
+            spec.prefix, spec.reset.value, spec.tz, spec.width, spec.format)
+        if same:
+            return False
+        raise SeriesError(f"series {spec.code!r} of tenant {spec.tenant!r} exists with another "
+                          "definition; a series is never redefined (add a new one)")
+    other = (await conn.execute(q.GET_SERIES_BY_PREFIX, params)).scalar_one_or_none()
+    raise SeriesError(f"prefix {spec.prefix!r} is already used by series {other!r} of tenant "
+                      f"{spec.tenant!r}; numbers of one tenant must never print alike")
+
+
+async def get_series(conn: AsyncConnection, tenant: str, code: str) -> SeriesSpec:
+    row = (await conn.execute(q.GET_SERIES, {"tenant": tenant, "code": code})).first()
+    if row is None:
+        raise UnknownSeriesError(tenant, code)
+    return SeriesSpec(row.tenant, row.code, row.prefix, ResetPeriod(row.reset), row.tz, row.width,
+                      row.format)
+
+
+@dataclass(frozen=True)
+class Preview:
+    period_key: str
+    next_no: int
+    number: str
+
+
+async def preview_next(conn: AsyncConnection, tenant: str, code: str,
+                       at: datetime | None = None) -> Preview:
+    """The number the next reservation would take now (or at ``at``); consumes nothing."""
+    row = (await conn.execute(q.PREVIEW_NUMBER,
+                              {"tenant": tenant, "code": code, "at": at or datetime.now().astimezone()})).first()
+    if row is None:
+        raise UnknownSeriesError(tenant, code)
+    return Preview(row.period_key, row.next_no, row.number)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The number pinned on an invoice. ``fresh`` is False when it already had one."""
+
+    invoice_pk: int
+    reserved_no: int
+    number: str
+    period_key: str
+    fresh: bool
+
+
+async def reserve_number(conn: AsyncConnection, invoice_id: str, *, at: datetime | None = None,
+                         lock_timeout_ms: int | None = None) -> Reservation:
+    """Pin a gap-free number on the invoice, inside the caller's transaction.
+
+    Locks the invoice row, and — only if it has no number yet — advances its counter and pins
+    ``reserved_no``, ``number`` and ``period_key``, dated ``at`` (default: the transaction's start)
+    in the series' time zone. Both locks are held until the caller commits or rolls back: commit
+    at once, and never hold the transaction across I/O. Raises ReservationLockTimeout when a lock
+    is not granted within ``lock_timeout_ms`` (the transaction is then unusable; roll it back).
+    """
+    try:
+        row = (await conn.execute(q.RESERVE_NUMBER, {
+            "invoice_id": invoice_id, "at": at, "lock_timeout_ms": lock_timeout_ms,
+        })).one()
+    except DBAPIError as exc:
+        if is_lock_timeout(exc):
+            raise ReservationLockTimeout(
+                f"invoice {invoice_id!r}: lock not granted within {lock_timeout_ms} ms"
+            ) from exc
+        raise
+    return Reservation(row.invoice_pk, row.reserved_no, row.number, row.period_key, row.fresh)

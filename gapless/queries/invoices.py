@@ -1,0 +1,126 @@
+"""The issuing lifecycle: draft, claim for sending, outcome, recovery claims, operator actions.
+
+Every state change fires the history trigger (an ``invoice_events`` row, commit-ordered).
+"""
+
+from sqlalchemy import text
+
+#: Create the draft for a producer key; a duplicate key inserts nothing (no lock on conflict).
+INSERT_DRAFT = text("""
+    INSERT INTO invoices (invoice_id, tenant, series, priority, payload)
+    VALUES (:invoice_id, :tenant, :series, :priority, CAST(:payload AS jsonb))
+    ON CONFLICT (invoice_id) DO NOTHING
+    RETURNING id, status
+""")
+
+#: One invoice by producer key (no lock).
+GET_INVOICE = text("""
+    SELECT id, invoice_id, tenant, series, status, priority, period_key, reserved_no, number,
+           reserved_at, payload, attempts, sending_since, next_attempt_at, last_error,
+           integrator_ref, created_at, updated_at, issued_at
+      FROM invoices WHERE invoice_id = :invoice_id
+""")
+
+#: Lock one invoice row for a state decision; the lease is fresh while sending_since is recent.
+LOCK_INVOICE = text("""
+    SELECT id, status, reserved_no, number, attempts,
+           (sending_since > now() - make_interval(secs => :lease_s)) AS lease_fresh
+      FROM invoices WHERE invoice_id = :invoice_id
+       FOR UPDATE
+""")
+
+#: Take the sending lease (row already locked by LOCK_INVOICE or a recovery claim).
+START_SENDING = text("""
+    UPDATE invoices
+       SET status = 'SENDING', sending_since = now(), attempts = attempts + 1,
+           next_attempt_at = NULL
+     WHERE id = :pk
+    RETURNING id, invoice_id, tenant, series, number, reserved_no, payload, attempts
+""")
+
+#: Outcome: accepted. Unfenced on purpose — acceptance is the integrator's truth whoever saw it.
+MARK_ISSUED = text("""
+    UPDATE invoices
+       SET status = 'ISSUED', integrator_ref = :ref, issued_at = now(), last_error = NULL,
+           next_attempt_at = NULL, sending_since = NULL
+     WHERE id = :pk AND status IN ('SENDING', 'ERROR')
+    RETURNING id
+""")
+
+#: Outcome: transient failure, retry at :retry_at (NULL parks it for an operator). Fenced by the
+#: attempt that sent it, so a stale sender never overwrites a newer attempt's state.
+MARK_ERROR = text("""
+    UPDATE invoices
+       SET status = 'ERROR', last_error = :error, next_attempt_at = :retry_at,
+           sending_since = NULL
+     WHERE id = :pk AND status = 'SENDING' AND attempts = :attempt
+    RETURNING id
+""")
+
+#: Outcome: permanent rejection; the number stays pinned. Fenced like MARK_ERROR.
+MARK_REJECTED = text("""
+    UPDATE invoices
+       SET status = 'REJECTED', last_error = :reason, next_attempt_at = NULL, sending_since = NULL
+     WHERE id = :pk AND status = 'SENDING' AND attempts = :attempt
+    RETURNING id
+""")
+
+#: Recovery: claim stuck SENDING invoices and ERROR invoices that are due, skipping rows another
+#: process holds, and take their lease in the same statement. Two partial indexes keep it cheap.
+CLAIM_ORPHANS = text("""
+    WITH stuck AS (
+        SELECT id FROM invoices
+         WHERE status = 'SENDING' AND sending_since < now() - make_interval(secs => :stuck_after_s)
+         ORDER BY sending_since
+         LIMIT :batch
+         FOR UPDATE SKIP LOCKED
+    ), due AS (
+        SELECT id FROM invoices
+         WHERE status = 'ERROR' AND next_attempt_at <= now()
+         ORDER BY next_attempt_at
+         LIMIT :batch
+         FOR UPDATE SKIP LOCKED
+    ), picked AS (
+        SELECT id, 'SENDING' AS was FROM stuck
+        UNION ALL
+        SELECT id, 'ERROR' AS was FROM due
+    )
+    UPDATE invoices i
+       SET status = 'SENDING', sending_since = now(), attempts = i.attempts + 1,
+           next_attempt_at = NULL
+      FROM picked
+     WHERE i.id = picked.id
+    RETURNING i.id, i.invoice_id, i.tenant, i.series, i.number, i.reserved_no, i.payload,
+              i.attempts, picked.was
+""")
+
+#: Operator: cancel before a number is reserved.
+CANCEL = text("""
+    UPDATE invoices SET status = 'CANCELLED', last_error = :reason
+     WHERE invoice_id = :invoice_id AND status = 'RECEIVED' AND reserved_no IS NULL
+    RETURNING id
+""")
+
+#: Operator: void an ERROR/REJECTED invoice; its number stays accounted for.
+VOID = text("""
+    UPDATE invoices SET status = 'VOIDED', last_error = :reason, next_attempt_at = NULL
+     WHERE invoice_id = :invoice_id AND status IN ('ERROR', 'REJECTED')
+    RETURNING id
+""")
+
+#: Operator: take an ERROR/REJECTED invoice back to SENDING for a resend under the same number,
+#: optionally with a corrected payload. The caller then sends it (recovery does if the caller dies).
+RETRY = text("""
+    UPDATE invoices
+       SET status = 'SENDING', sending_since = now(), attempts = attempts + 1,
+           next_attempt_at = NULL, payload = coalesce(CAST(:payload AS jsonb), payload)
+     WHERE invoice_id = :invoice_id AND status IN ('ERROR', 'REJECTED')
+    RETURNING id, invoice_id, tenant, series, number, reserved_no, payload, attempts
+""")
+
+#: History of one invoice, oldest first (events without sequence_id are uncommitted elsewhere).
+INVOICE_EVENTS = text("""
+    SELECT sequence_id, kind, from_status, to_status, number, attempts, detail, actor, created_at
+      FROM invoice_events WHERE invoice_pk = :pk
+     ORDER BY sequence_id
+""")

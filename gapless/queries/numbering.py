@@ -1,0 +1,49 @@
+"""Series, counters and the reservation."""
+
+from sqlalchemy import text
+
+#: Define a series. Fails on (tenant, code) or (tenant, prefix) conflicts; caller checks first.
+INSERT_SERIES = text("""
+    INSERT INTO series (tenant, code, prefix, reset, tz, width, format)
+    VALUES (:tenant, :code, :prefix, :reset, :tz, :width, :format)
+    ON CONFLICT DO NOTHING
+    RETURNING tenant
+""")
+
+#: One series by key (no lock).
+GET_SERIES = text("""
+    SELECT tenant, code, prefix, reset, tz, width, format, created_at
+      FROM series WHERE tenant = :tenant AND code = :code
+""")
+
+#: The series of a tenant that already uses a prefix (no lock).
+GET_SERIES_BY_PREFIX = text("SELECT code FROM series WHERE tenant = :tenant AND prefix = :prefix")
+
+#: Every series with every counter period (no lock); series without counters have NULL periods.
+LIST_SERIES = text("""
+    SELECT s.tenant, s.code, s.prefix, s.reset, s.tz, s.width, s.format,
+           c.period_key, c.last_no, c.updated_at,
+           CASE WHEN c.last_no IS NOT NULL THEN
+               (SELECT i.number FROM invoices i
+                 WHERE i.tenant = s.tenant AND i.series = s.code
+                   AND i.period_key = c.period_key AND i.reserved_no = c.last_no)
+           END AS last_number
+      FROM series s
+      LEFT JOIN number_counters c ON c.tenant = s.tenant AND c.series = s.code
+     WHERE (CAST(:tenant AS text) IS NULL OR s.tenant = :tenant)
+       AND (CAST(:code AS text) IS NULL OR s.code = :code)
+     ORDER BY s.tenant, s.code, c.period_key
+""")
+
+#: What the next reservation at :at would print. Reads the counter without locking or consuming.
+PREVIEW_NUMBER = text("SELECT period_key, next_no, number FROM preview_number(:tenant, :code, :at)")
+
+#: Does PostgreSQL know this time zone name?
+CHECK_TIME_ZONE = text("SELECT count(*) FROM pg_timezone_names WHERE name = :tz")
+
+#: Pin a number on the invoice, just in time (see reserve_number in schema/sql). Locks the invoice
+#: row and, for a fresh reservation, the counter row, until the caller's transaction ends.
+RESERVE_NUMBER = text("""
+    SELECT invoice_pk, reserved_no, number, period_key, fresh
+      FROM reserve_number(:invoice_id, coalesce(CAST(:at AS timestamptz), now()), :lock_timeout_ms)
+""")

@@ -1,0 +1,65 @@
+"""The one settings object: ``GAPLESS_*`` environment variables, overridden by CLI flags."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gapless.ids import MAX_CLUSTER_ID
+
+
+class Settings(BaseSettings):
+    """Every knob of every gapless process. Names and defaults of the first five are contract."""
+
+    model_config = SettingsConfigDict(env_prefix="GAPLESS_", extra="ignore", frozen=True)
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/gapless"
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    queue: str = "invoices"
+    integrator_url: str = "http://127.0.0.1:8085"
+    cluster_id: int = 0
+
+    # Database behaviour.
+    lock_timeout_ms: int = Field(5000, ge=1, description="Counter/invoice lock wait limit")
+    db_pool_size: int = Field(10, ge=1)
+
+    # Integrator access.
+    integrator_adapter: str = "gapless.integrator.http:HttpIntegrator"
+    integrator_timeout_s: float = Field(10.0, gt=0)
+    breaker_fail_max: int = Field(5, ge=1)
+    breaker_reset_timeout_s: float = Field(10.0, gt=0)
+
+    # Logging.
+    log_format: Literal["console", "json"] = "console"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    # HTTP API.
+    api_token: str = Field("", repr=False)
+
+    @field_validator("cluster_id")
+    @classmethod
+    def _cluster_in_range(cls, value: int) -> int:
+        if not 0 <= value <= MAX_CLUSTER_ID:
+            raise ValueError(f"cluster id must be between 0 and {MAX_CLUSTER_ID}, got {value}")
+        return value
+
+    @field_validator("queue")
+    @classmethod
+    def _queue_name(cls, value: str) -> str:
+        if not value or len(value) > 200 or value.startswith("amq."):
+            raise ValueError("queue prefix must be 1..200 characters and not start with 'amq.'")
+        return value
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A copy with the given fields replaced; ``None`` values (flags not given) are ignored."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        if not given:
+            return self
+        return type(self).model_validate({**self.model_dump(), **given})
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment, then apply CLI overrides."""
+    return Settings().with_overrides(**overrides)

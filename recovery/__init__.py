@@ -1,0 +1,1 @@
+"""The orphan-recovery loop."""

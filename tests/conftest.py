@@ -1,0 +1,168 @@
+"""Fixtures: a fresh database per test (cloned from a template migrated once per session), a
+unique queue prefix per test, and settings pointing at both.
+
+PostgreSQL and RabbitMQ are the real servers named by GAPLESS_DATABASE_URL / GAPLESS_AMQP_URL
+(defaults: the contract's loopback URLs). Nothing is mocked but the integrator, which runs as the
+real ``gapless mock-integrator`` over HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.db import make_engine
+from gapless.settings import Settings
+from tests.helpers import GaplessProcess, free_port, wait_for_port
+from tests.mock_client import MockIntegratorClient
+
+RUN_ID = uuid.uuid4().hex[:10]
+BASE_URL = os.environ.get("GAPLESS_DATABASE_URL", Settings().database_url)
+
+
+def database_url(name: str) -> str:
+    return make_url(BASE_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def admin_conninfo() -> str:
+    return make_url(BASE_URL).set(drivername="postgresql", database="postgres").render_as_string(
+        hide_password=False)
+
+
+def create_database(name: str, template: str | None = None) -> None:
+    with psycopg.connect(admin_conninfo(), autocommit=True) as conn:
+        statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template))
+        conn.execute(statement)
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(admin_conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def template_db() -> Iterator[str]:
+    """A database migrated from schema/ once per test session; every test clones it."""
+    from gapless.migrations import migrate
+
+    name = f"gapless_tpl_{RUN_ID}"
+    migrate(database_url(name), 0)
+    yield name
+    drop_database(name)
+
+
+@pytest.fixture
+def db_name(template_db: str) -> Iterator[str]:
+    name = f"gapless_t_{RUN_ID}_{uuid.uuid4().hex[:8]}"
+    create_database(name, template=template_db)
+    yield name
+    drop_database(name)
+
+
+@pytest.fixture
+def db_url(db_name: str) -> str:
+    return database_url(db_name)
+
+
+@pytest.fixture
+def queue_prefix() -> Iterator[str]:
+    prefix = f"gapless_test_{RUN_ID}_{uuid.uuid4().hex[:8]}"
+    yield prefix
+    _delete_queues(prefix)
+
+
+def _delete_queues(prefix: str) -> None:
+    """Remove every queue/exchange the test declared under its prefix (best effort)."""
+    import asyncio
+
+    import aio_pika
+
+    from gapless.constants import dead_exchange_name, dead_queue_name
+
+    async def delete() -> None:
+        try:
+            connection = await aio_pika.connect(Settings().amqp_url, timeout=5)
+        except Exception:  # broker gone: nothing to clean
+            return
+        async with connection:
+            for queue in (prefix, dead_queue_name(prefix)):
+                channel = await connection.channel()
+                try:
+                    await channel.queue_delete(queue)
+                except Exception:  # noqa: S110 - absent queue
+                    pass
+            channel = await connection.channel()
+            try:
+                await channel.exchange_delete(dead_exchange_name(prefix))
+            except Exception:  # noqa: S110 - absent exchange
+                pass
+
+    asyncio.run(delete())
+
+
+@pytest.fixture
+def settings(db_url: str, queue_prefix: str) -> Settings:
+    return Settings(database_url=db_url, queue=queue_prefix)
+
+
+@pytest.fixture
+def gapless_env(settings: Settings) -> dict[str, str]:
+    """Environment for gapless subprocesses of this test."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
+    env.update({
+        "GAPLESS_DATABASE_URL": settings.database_url,
+        "GAPLESS_AMQP_URL": settings.amqp_url,
+        "GAPLESS_QUEUE": settings.queue,
+        "GAPLESS_CLUSTER_ID": str(settings.cluster_id),
+        "GAPLESS_LOG_FORMAT": "json",
+    })
+    return env
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    eng = make_engine(db_url, actor="test", pool_size=25)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "logs"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def mock_integrator(log_dir: Path) -> Iterator[MockIntegratorClient]:
+    """``gapless mock-integrator`` on a free port, no faults, seeded; stopped after the test."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
+    proc = GaplessProcess(["mock-integrator", "--port", str(port), "--seed", "1"], env, log_dir,
+                          "mock-integrator")
+    try:
+        wait_for_port(port)
+        client = MockIntegratorClient(f"http://127.0.0.1:{port}")
+        yield client
+        client.close()
+    finally:
+        proc.close()
+
+
+@pytest.fixture
+def integrated_env(gapless_env: dict[str, str],
+                   mock_integrator: MockIntegratorClient) -> dict[str, str]:
+    """``gapless_env`` pointed at this test's mock integrator."""
+    return {**gapless_env, "GAPLESS_INTEGRATOR_URL": mock_integrator.url}

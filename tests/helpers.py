@@ -1,0 +1,110 @@
+"""Test helpers: conditions with deadlines, free ports, gapless processes in subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import IO, Any
+
+GAPLESS = [sys.executable, "-m", "gapless"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, *, interval: float = 0.05,
+               message: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes (then fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+async def await_until(predicate: Callable[[], Awaitable[Any]], timeout: float, *,
+                      interval: float = 0.05, message: str = "condition") -> Any:
+    """Async twin of :func:`wait_until`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        await asyncio.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    def is_open() -> bool:
+        with socket.socket() as sock:
+            sock.settimeout(0.2)
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_until(is_open, timeout, message=f"port {port} to accept connections")
+
+
+class GaplessProcess:
+    """A ``gapless`` sub-command running in a subprocess, its output kept in a log file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_dir: Path, name: str) -> None:
+        self.args = args
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log: IO[bytes] = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [*GAPLESS, *args], env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill9(self) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def run_gapless(args: list[str], env: dict[str, str], *, timeout: float = 120.0,
+                input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a ``gapless`` command to completion and capture its output."""
+    return subprocess.run([*GAPLESS, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, input=input_text, check=False)

@@ -1,0 +1,1 @@
+"""The RabbitMQ consumer and the just-in-time issuing flow."""
