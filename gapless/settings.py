@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     breaker_fail_max: int = Field(5, ge=1)
     breaker_reset_timeout_s: float = Field(10.0, gt=0)
 
+    # Worker.
+    lease_s: float = Field(300.0, gt=0, description="A SENDING lease older than this is stale "
+                           "and may be taken over (by redelivery or recovery)")
+
     # Logging.
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
