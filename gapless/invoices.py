@@ -7,17 +7,23 @@ transaction across a call to the integrator (I5): each opens, decides, writes an
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gapless.constants import Status
-from gapless.db import set_lock_timeout, sqlstate
-from gapless.errors import InvalidTransition, InvoiceNotFound, UnknownSeriesError
+from gapless.db import is_lock_timeout, set_lock_timeout, sqlstate
+from gapless.errors import (
+    InvalidTransition,
+    InvoiceNotFound,
+    ReservationLockTimeout,
+    UnknownSeriesError,
+)
 from gapless.integrator.base import Document, Receipt
 from gapless.numbering import reserve_number
 from gapless.queries import invoices as q
@@ -104,34 +110,54 @@ def _sending(row: Any) -> Sending:
 
 
 async def claim_for_sending(engine: AsyncEngine, invoice_id: str, *, lease_s: float,
-                            lock_timeout_ms: int, at: datetime | None = None) -> Claim:
+                            lock_timeout_ms: int, at: datetime | None = None,
+                            before_commit: Callable[[], Awaitable[None]] | None = None) -> Claim:
     """Step 2: lock the invoice, reserve its number if it has none, take the sending lease, commit.
 
     Locks: the invoice row and (for a fresh reservation) its counter row, for this transaction
     only — a few milliseconds, never across I/O. A SENDING invoice under a fresh lease is left to
     its owner (BUSY); a stale lease is taken over with the same number.
     Raises ReservationLockTimeout when a lock is not granted in time (nothing consumed).
+    ``before_commit`` (tests and fault injection only) is awaited on the SEND path just before
+    the transaction commits, with both locks held.
     """
-    async with engine.begin() as conn:
-        await set_lock_timeout(conn, lock_timeout_ms)
-        row = (await conn.execute(q.LOCK_INVOICE,
-                                  {"invoice_id": invoice_id, "lease_s": lease_s})).first()
-        if row is None:
-            raise InvoiceNotFound(invoice_id)
-        status = Status(row.status)
-        if status in (Status.ISSUED, Status.CANCELLED, Status.VOIDED):
-            return Claim(ClaimKind.FINAL, status)
-        if status in (Status.ERROR, Status.REJECTED):
-            return Claim(ClaimKind.PARKED, status)
-        if status is Status.SENDING and row.lease_fresh:
-            return Claim(ClaimKind.BUSY, status)
-        fresh = False
-        if row.reserved_no is None:
-            reservation = await reserve_number(conn, invoice_id, at=at,
-                                               lock_timeout_ms=lock_timeout_ms)
-            fresh = reservation.fresh
-        started = (await conn.execute(q.START_SENDING, {"pk": row.id})).one()
-        return Claim(ClaimKind.SEND, Status.SENDING, _sending(started), fresh_number=fresh)
+    try:
+        async with engine.begin() as conn:
+            await set_lock_timeout(conn, lock_timeout_ms)
+            return await _claim(conn, invoice_id, lease_s=lease_s, lock_timeout_ms=lock_timeout_ms,
+                                at=at, before_commit=before_commit)
+    except DBAPIError as exc:
+        # The invoice row lock, or the event commit lock taken at COMMIT, was not granted in time;
+        # the transaction rolled back, so nothing was consumed.
+        if is_lock_timeout(exc):
+            raise ReservationLockTimeout(
+                f"invoice {invoice_id!r}: lock not granted within {lock_timeout_ms} ms") from exc
+        raise
+
+
+async def _claim(conn: AsyncConnection, invoice_id: str, *, lease_s: float, lock_timeout_ms: int,
+                 at: datetime | None,
+                 before_commit: Callable[[], Awaitable[None]] | None) -> Claim:
+    row = (await conn.execute(q.LOCK_INVOICE,
+                              {"invoice_id": invoice_id, "lease_s": lease_s})).first()
+    if row is None:
+        raise InvoiceNotFound(invoice_id)
+    status = Status(row.status)
+    if status in (Status.ISSUED, Status.CANCELLED, Status.VOIDED):
+        return Claim(ClaimKind.FINAL, status)
+    if status in (Status.ERROR, Status.REJECTED):
+        return Claim(ClaimKind.PARKED, status)
+    if status is Status.SENDING and row.lease_fresh:
+        return Claim(ClaimKind.BUSY, status)
+    fresh = False
+    if row.reserved_no is None:
+        reservation = await reserve_number(conn, invoice_id, at=at,
+                                           lock_timeout_ms=lock_timeout_ms)
+        fresh = reservation.fresh
+    started = (await conn.execute(q.START_SENDING, {"pk": row.id})).one()
+    if before_commit is not None:
+        await before_commit()
+    return Claim(ClaimKind.SEND, Status.SENDING, _sending(started), fresh_number=fresh)
 
 
 async def mark_issued(engine: AsyncEngine, pk: int, receipt: Receipt) -> bool:
