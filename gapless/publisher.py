@@ -1,0 +1,325 @@
+"""The queue topology and publishing: what producers, the worker's dead-lettering and
+``gapless publish`` share.
+
+Topology (contract), all durable and declared idempotently by whoever starts first:
+
+* queue ``<prefix>`` with ``x-max-priority: 4`` and ``x-dead-letter-exchange: <prefix>.dlx``;
+* fanout exchange ``<prefix>.dlx`` bound to queue ``<prefix>.dead``.
+
+Publishing guarantee: :meth:`Publisher.publish` returns only after the broker confirmed the
+message (persistent, routed to the queue); a nack or an unroutable message raises
+:class:`PublishRefused`; a lost connection or a confirm timeout raises
+:class:`PublishUnconfirmed` (the outcome is unknown, and republishing is safe: the worker maps a
+repeated ``invoice_id`` onto the same invoice).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+import aio_pika
+import aiormq
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractQueue,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+)
+from pamqp.common import FieldValue
+
+from gapless.constants import (
+    CONTENT_TYPE_JSON,
+    HEADER_DEAD_AT,
+    HEADER_DEAD_REASON,
+    HEADER_DEAD_WORKER,
+    MAX_PRIORITY,
+    PRIORITIES,
+    dead_exchange_name,
+    dead_queue_name,
+)
+from gapless.errors import ConfigurationError, GaplessError
+from gapless.logging import get_logger
+from gapless.message import InvoiceMessage, validate_message
+from gapless.settings import Settings, load_settings
+
+log = get_logger(__name__)
+
+#: AMQP shortstr limit: a longer invoice_id is not copied into ``message_id``.
+_MAX_SHORTSTR = 255
+DEFAULT_CONFIRM_TIMEOUT_S = 30.0
+
+
+class PublishRefused(GaplessError):
+    """The broker refused the message (nack, or unroutable with ``mandatory``): it is not queued.
+
+    Check that the queue exists (``gapless worker`` or ``gapless publish`` declare it) and that
+    the broker has room (memory/disk alarms); then publish again.
+    """
+
+
+class PublishUnconfirmed(GaplessError):
+    """No confirm arrived (connection lost or timeout): the message may or may not be queued.
+
+    Publishing it again is safe — the same ``invoice_id`` maps onto the same invoice.
+    """
+
+
+class BrokerUnavailable(GaplessError):
+    """RabbitMQ cannot be reached at GAPLESS_AMQP_URL; start it or fix the URL."""
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def main_queue_arguments(prefix: str) -> dict[str, FieldValue]:
+    """The arguments of queue ``<prefix>``; every declarer must use exactly these."""
+    return {"x-max-priority": MAX_PRIORITY, "x-dead-letter-exchange": dead_exchange_name(prefix)}
+
+
+async def declare_topology(channel: AbstractChannel, prefix: str) -> AbstractQueue:
+    """Declare the queue ``<prefix>``, exchange ``<prefix>.dlx`` and queue ``<prefix>.dead``.
+
+    Idempotent: the worker, ``gapless publish`` and the API all call it with the same arguments.
+    Raises ConfigurationError when ``<prefix>`` exists with other arguments (the broker refuses
+    to change them; the channel is closed by the broker in that case).
+    """
+    try:
+        dead_exchange = await channel.declare_exchange(
+            dead_exchange_name(prefix), aio_pika.ExchangeType.FANOUT, durable=True)
+        dead_queue = await channel.declare_queue(dead_queue_name(prefix), durable=True)
+        await dead_queue.bind(dead_exchange, routing_key="")
+        return await channel.declare_queue(prefix, durable=True,
+                                           arguments=main_queue_arguments(prefix))
+    except aiormq.exceptions.ChannelPreconditionFailed as exc:
+        raise ConfigurationError(
+            f"queue or exchange of prefix {prefix!r} exists with different settings "
+            f"({exc}); delete it or choose another GAPLESS_QUEUE") from exc
+
+
+def amqp_priority(priority: str | int | None, default: int | None) -> int | None:
+    """``"user"`` → 4, ``"batch"`` → 1, an int as given (0..255), None → ``default``."""
+    if priority is None:
+        return default
+    if isinstance(priority, str):
+        if priority not in PRIORITIES:
+            raise ValueError(f"priority must be 'user' or 'batch', got {priority!r}")
+        return PRIORITIES[priority]
+    if not 0 <= priority <= 255:
+        raise ValueError(f"an AMQP priority is 0..255, got {priority}")
+    return priority
+
+
+def _message_id(invoice_id: str | None) -> str | None:
+    if invoice_id is None or len(invoice_id.encode()) > _MAX_SHORTSTR:
+        return None
+    return invoice_id
+
+
+async def _publish_confirmed(channel: AbstractChannel, message: aio_pika.Message,
+                             routing_key: str, confirm_timeout: float) -> None:
+    """Publish on the default exchange with ``mandatory`` and wait for the broker's confirm."""
+    try:
+        await channel.default_exchange.publish(message, routing_key=routing_key, mandatory=True,
+                                               timeout=confirm_timeout)
+    except aiormq.exceptions.PublishError as exc:  # Basic.Return: no queue took it
+        raise PublishRefused(f"unroutable: no queue {routing_key!r} ({exc})") from exc
+    except aiormq.exceptions.DeliveryError as exc:  # Basic.Nack
+        raise PublishRefused(f"the broker refused the message for {routing_key!r}") from exc
+    except (TimeoutError, aiormq.exceptions.AMQPError, ConnectionError,
+            RuntimeError) as exc:
+        raise PublishUnconfirmed(
+            f"no confirm for a message to {routing_key!r} ({type(exc).__name__}); the outcome "
+            "is unknown and publishing it again is safe") from exc
+
+
+async def dead_letter(channel: AbstractChannel, prefix: str, body: bytes, *, reason: str,
+                      headers: dict[str, FieldValue] | None = None,
+                      content_type: str | None = None, message_id: str | None = None,
+                      priority: int | None = None, worker: str | None = None,
+                      confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT_S) -> None:
+    """Copy a message into ``<prefix>.dead`` with the reason, and wait for the broker's confirm.
+
+    For the worker: call it with its own consuming channel (aio-pika opens channels with
+    publisher confirms by default, which this needs), and ack the original only after it
+    returns — the bad message then leaves the main queue exactly once, never looping through
+    redelivery. The copy keeps the body, content type, message id and headers, and adds
+    ``x-gapless-reason`` (one line, no payload), ``x-gapless-dead-at`` (UTC ISO time) and
+    ``x-gapless-worker`` when given. Raises PublishRefused / PublishUnconfirmed like
+    :meth:`Publisher.publish`.
+    """
+    all_headers: dict[str, FieldValue] = dict(headers or {})
+    all_headers[HEADER_DEAD_REASON] = reason
+    all_headers[HEADER_DEAD_AT] = datetime.now(UTC).isoformat()
+    if worker is not None:
+        all_headers[HEADER_DEAD_WORKER] = worker
+    message = aio_pika.Message(
+        body, headers=all_headers, content_type=content_type, message_id=message_id,
+        priority=priority, delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        timestamp=datetime.now(UTC))
+    await _publish_confirmed(channel, message, dead_queue_name(prefix), confirm_timeout)
+    log.info("message_dead_lettered", queue=dead_queue_name(prefix), message_id=message_id,
+             reason=reason)
+
+
+async def connect(settings: Settings) -> AbstractRobustConnection:
+    """A robust connection (reconnects by itself and restores declared topology)."""
+    try:
+        return await aio_pika.connect_robust(settings.amqp_url, timeout=10)
+    except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
+        raise BrokerUnavailable(
+            f"cannot connect to RabbitMQ at {redact_url(settings.amqp_url)} "
+            f"({type(exc).__name__}: {exc})") from exc
+
+
+class Publisher:
+    """Publishes to ``<GAPLESS_QUEUE>`` with persistent delivery and publisher confirms.
+
+    ``async with Publisher(settings) as publisher: await publisher.publish(message)``. Opening it
+    connects (``connect_robust``), opens a channel with publisher confirms and declares the
+    topology. Many ``publish`` calls may run concurrently on one Publisher: confirms are
+    pipelined on the channel.
+    """
+
+    def __init__(self, settings: Settings, *,
+                 confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT_S) -> None:
+        self.settings = settings
+        self.confirm_timeout = confirm_timeout
+        self._connection: AbstractRobustConnection | None = None
+        self._channel: AbstractRobustChannel | None = None
+
+    @property
+    def channel(self) -> AbstractRobustChannel:
+        if self._channel is None:
+            raise RuntimeError("Publisher is not started; use `async with Publisher(...)`")
+        return self._channel
+
+    async def start(self) -> None:
+        self._connection = await connect(self.settings)
+        try:
+            self._channel = await self._connection.channel(publisher_confirms=True)
+            await declare_topology(self._channel, self.settings.queue)
+        except BaseException:
+            await self._connection.close()
+            self._connection = self._channel = None
+            raise
+        log.debug("publisher_started", queue=self.settings.queue)
+
+    async def close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None:
+            await connection.close()
+
+    async def __aenter__(self) -> Publisher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def publish(self, message: InvoiceMessage | dict[str, Any] | bytes, *,
+                      priority: str | int | None = None,
+                      headers: dict[str, FieldValue] | None = None,
+                      content_type: str = CONTENT_TYPE_JSON,
+                      message_id: str | None = None) -> None:
+        """Publish one message and wait for the broker's confirm.
+
+        A model or dict is validated first (InvalidMessage, nothing sent); its AMQP priority is
+        ``priority`` if given, else the message's own (user 4, batch 1, absent → batch) and its
+        ``message_id`` is the ``invoice_id``. Raw ``bytes`` are sent as they are — no
+        validation, no priority property unless ``priority`` is given — which is how tests and
+        tools put malformed messages on the queue. Raises PublishRefused or PublishUnconfirmed.
+        """
+        if isinstance(message, bytes):
+            body, default_priority = message, None
+        else:
+            model = validate_message(message)
+            body, default_priority = model.body(), model.priority_value
+            message_id = message_id or _message_id(model.invoice_id)
+        amqp_message = aio_pika.Message(
+            body, headers=headers, content_type=content_type, message_id=message_id,
+            priority=amqp_priority(priority, default_priority),
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT, timestamp=datetime.now(UTC),
+            app_id="gapless")
+        await _publish_confirmed(self.channel, amqp_message, self.settings.queue,
+                                 self.confirm_timeout)
+        log.debug("message_published", queue=self.settings.queue, message_id=message_id,
+                  priority=amqp_message.priority)
+
+    async def dead_letter(self, body: bytes, *, reason: str,
+                          headers: dict[str, FieldValue] | None = None,
+                          content_type: str | None = None, message_id: str | None = None,
+                          priority: int | None = None, worker: str | None = None) -> None:
+        """:func:`dead_letter` on this publisher's channel and queue prefix."""
+        await dead_letter(self.channel, self.settings.queue, body, reason=reason,
+                          headers=headers, content_type=content_type, message_id=message_id,
+                          priority=priority, worker=worker,
+                          confirm_timeout=self.confirm_timeout)
+
+
+async def publish_invoice(message: dict[str, Any] | InvoiceMessage, *,
+                          settings: Settings | None = None, priority: str | None = None) -> None:
+    """Publish one invoice for issuing: the producer API for other Python projects.
+
+    Validates first (raises :class:`gapless.message.InvalidMessage` with a one-line reason and
+    sends nothing), then publishes to ``<GAPLESS_QUEUE>`` — persistent, confirmed, with the
+    priority given here or in the message (user 4, batch 1) — and returns once the broker has
+    the message. Raises PublishRefused / PublishUnconfirmed / BrokerUnavailable otherwise.
+    Settings default to the ``GAPLESS_*`` environment. Each call opens and closes a connection;
+    to publish many, use :class:`Publisher` directly.
+    """
+    model = validate_message(message)
+    if priority is not None:
+        amqp_priority(priority, None)  # refuse a bad value before connecting
+    async with Publisher(settings or load_settings()) as publisher:
+        await publisher.publish(model, priority=priority)
+
+
+async def queue_depths(settings: Settings) -> dict[str, int]:
+    """Ready-message counts of ``<prefix>`` and ``<prefix>.dead`` (0 for a missing queue).
+
+    Passive declarations: nothing is created. Each uses its own channel, because the broker
+    closes a channel whose passive declare finds no queue.
+    """
+    names = (settings.queue, dead_queue_name(settings.queue))
+    try:
+        connection = await aio_pika.connect(settings.amqp_url, timeout=10)
+    except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
+        raise BrokerUnavailable(f"cannot connect to RabbitMQ at "
+                                f"{redact_url(settings.amqp_url)}: {exc}") from exc
+    depths: dict[str, int] = {}
+    async with connection:
+        for name in names:
+            channel = await connection.channel()
+            try:
+                queue = await channel.declare_queue(name, passive=True)
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                depths[name] = 0
+                continue
+            depths[name] = queue.declaration_result.message_count or 0
+            await channel.close()
+    return depths
+
+
+__all__ = [
+    "BrokerUnavailable",
+    "PublishRefused",
+    "PublishUnconfirmed",
+    "Publisher",
+    "amqp_priority",
+    "dead_letter",
+    "declare_topology",
+    "main_queue_arguments",
+    "publish_invoice",
+    "queue_depths",
+]
