@@ -27,6 +27,7 @@ UsageError: type[Exception] = next(
 #: Command modules; each has ``register(app)``.
 COMMAND_MODULES = (
     "gapless.cli.core",
+    "gapless.cli.publish",
 )
 
 
