@@ -56,3 +56,10 @@ class InvoiceNotFound(GaplessError):
 
 class InvalidTransition(GaplessError):
     """The requested operation does not apply to the invoice's current status."""
+
+
+class InvalidFeedRequest(GaplessError):
+    """A feed request's cursor or limit is not usable (not an integer, negative, or too large).
+
+    Fix the request; the message says which parameter and the accepted range.
+    """
