@@ -37,8 +37,11 @@ def run_sql_file(bind: Connection, name: str) -> None:
     source = (schema_dir() / "sql" / name).read_text(encoding="utf-8")
     dbapi = bind.connection.dbapi_connection
     assert dbapi is not None
-    with dbapi.cursor() as cursor:
+    cursor = dbapi.cursor()
+    try:
         cursor.execute(source)
+    finally:
+        cursor.close()
 
 
 def alembic_config(database_url: str) -> Config:

@@ -79,7 +79,8 @@ def build_series_spec(tenant: str, code: str, *, prefix: str | None = None,
     try:
         period = ResetPeriod(reset)
     except ValueError:
-        raise SeriesError(f"invalid reset {reset!r}: choose never, yearly, monthly or daily") from None
+        raise SeriesError(
+            f"invalid reset {reset!r}: choose never, yearly, monthly or daily") from None
     try:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
@@ -162,8 +163,8 @@ class Preview:
 async def preview_next(conn: AsyncConnection, tenant: str, code: str,
                        at: datetime | None = None) -> Preview:
     """The number the next reservation would take now (or at ``at``); consumes nothing."""
-    row = (await conn.execute(q.PREVIEW_NUMBER,
-                              {"tenant": tenant, "code": code, "at": at or datetime.now().astimezone()})).first()
+    params = {"tenant": tenant, "code": code, "at": at or datetime.now().astimezone()}
+    row = (await conn.execute(q.PREVIEW_NUMBER, params)).first()
     if row is None:
         raise UnknownSeriesError(tenant, code)
     return Preview(row.period_key, row.next_no, row.number)

@@ -8,6 +8,7 @@ real ``gapless mock-integrator`` over HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -99,15 +100,11 @@ def _delete_queues(prefix: str) -> None:
         async with connection:
             for queue in (prefix, dead_queue_name(prefix)):
                 channel = await connection.channel()
-                try:
+                with contextlib.suppress(Exception):  # absent queue
                     await channel.queue_delete(queue)
-                except Exception:  # noqa: S110 - absent queue
-                    pass
             channel = await connection.channel()
-            try:
+            with contextlib.suppress(Exception):  # absent exchange
                 await channel.exchange_delete(dead_exchange_name(prefix))
-            except Exception:  # noqa: S110 - absent exchange
-                pass
 
     asyncio.run(delete())
 

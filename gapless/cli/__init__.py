@@ -27,6 +27,7 @@ UsageError: type[Exception] = next(
 #: Command modules; each has ``register(app)``.
 COMMAND_MODULES = (
     "gapless.cli.core",
+    "gapless.cli.mock",
     "gapless.cli.publish",
 )
 
@@ -43,6 +44,21 @@ def fail_usage(message: str) -> None:
     """Print a one-line usage error and exit 2 (bad flag or argument)."""
     print(f"gapless: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """A one-line message for a service that cannot be reached, or None for other errors."""
+    from sqlalchemy.exc import OperationalError
+
+    if isinstance(exc, OperationalError):
+        first = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        return f"cannot reach the database: {first}"
+    module = type(exc).__module__
+    if module.startswith(("aiormq", "aio_pika")) or isinstance(exc, ConnectionError):
+        return f"cannot reach the broker: {exc}".splitlines()[0]
+    if isinstance(exc, OSError):
+        return f"{exc}".splitlines()[0]
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,6 +81,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(130) from None
     except GaplessError as exc:
         print(f"gapless: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except Exception as exc:
+        reason = _unreachable(exc)
+        if reason is None:
+            raise
+        print(f"gapless: {reason}", file=sys.stderr)
         raise SystemExit(1) from None
     if isinstance(result, int):
         raise SystemExit(result)

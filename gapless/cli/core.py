@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -41,8 +42,8 @@ def series_add(
                                       help="Printed prefix (default: the code, upper-case)."),
     reset: str = typer.Option("yearly", "--reset", help="never | yearly | monthly | daily"),
     tz: str = typer.Option("Europe/Istanbul", "--tz", help="Time zone of period boundaries."),
-    width: int | None = typer.Option(None, "--width",
-                                     help="Digits of the sequence (default 9; 7 monthly; 5 daily)."),
+    width: int | None = typer.Option(
+        None, "--width", help="Digits of the sequence (default 9; 7 monthly; 5 daily)."),
     fmt: str | None = typer.Option(
         None, "--format",
         help="Layout with {prefix} {yyyy} {yy} {mm} {dd} {seq} (default: GİB, 16 characters)."),
@@ -95,7 +96,7 @@ def series_list(
     Console(width=120).print(table)
 
 
-async def _list_series(database_url: str, tenant: str | None, code: str | None) -> list[object]:
+async def _list_series(database_url: str, tenant: str | None, code: str | None) -> list[Any]:
     from gapless.db import make_engine
     from gapless.queries import numbering as q
 
@@ -121,7 +122,7 @@ def series_next(
     typer.echo(f"{preview.number}  (period {preview.period_key}, no {preview.next_no})")
 
 
-async def _preview(database_url: str, tenant: str, code: str, at: datetime | None) -> object:
+async def _preview(database_url: str, tenant: str, code: str, at: datetime | None) -> Any:
     from gapless.db import make_engine
     from gapless.numbering import preview_next
 

@@ -18,7 +18,8 @@ from tests.helpers import await_until
 IST = ZoneInfo("Europe/Istanbul")
 
 
-async def define(engine: AsyncEngine, tenant: str = "acme", code: str = "ABC", **kw: object) -> None:
+async def define(engine: AsyncEngine, tenant: str = "acme", code: str = "ABC",
+                 **kw: object) -> None:
     async with engine.begin() as conn:
         await add_series(conn, build_series_spec(tenant, code, **kw))  # type: ignore[arg-type]
 
@@ -61,7 +62,8 @@ async def test_400_reservations_from_20_connections_are_exactly_1_to_400(
     assert await numbers(engine) == list(range(1, 401))
     async with engine.connect() as conn:
         assert (await conn.execute(text("SELECT last_no FROM number_counters"))).scalar_one() == 400
-        distinct = (await conn.execute(text("SELECT count(DISTINCT number) FROM invoices"))).scalar()
+        distinct = (await conn.execute(
+            text("SELECT count(DISTINCT number) FROM invoices"))).scalar()
         assert distinct == 400
 
 
@@ -251,7 +253,7 @@ async def test_a_reserved_number_can_never_change_or_be_deleted(engine: AsyncEng
     for statement in ("UPDATE invoices SET reserved_no = 7",
                       "UPDATE invoices SET number = 'X'",
                       "DELETE FROM invoices"):
-        with pytest.raises(Exception, match="never changed|cannot be deleted"):
+        with pytest.raises(Exception, match=r"never changed|cannot be deleted"):
             async with engine.begin() as conn:
                 await conn.execute(text(statement))
     assert await numbers(engine) == [1]

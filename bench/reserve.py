@@ -1,0 +1,122 @@
+"""Benchmark: reservations per second through gapless's reservation path vs the raw counter upsert.
+
+    .venv/bin/python bench/reserve.py [--seconds 5] [--connections 1,4,16]
+
+Both run in the same process, over the same driver (SQLAlchemy async + psycopg 3), on one
+series, in the same throw-away database:
+
+* raw      — BEGIN; INSERT … ON CONFLICT DO UPDATE SET last_no = last_no + 1 RETURNING; COMMIT
+* gapless  — BEGIN; SELECT reserve_number(invoice) (lock invoice, advance counter, pin the number
+             on the invoice, history event with its commit-ordered feed position); COMMIT
+* claim    — the worker's whole step 2 (`claim_for_sending`: lock, reserve, SENDING lease)
+
+Counter-lock hold time is measured from the moment the reservation statement is sent to the
+moment its COMMIT is acknowledged (an upper bound: the lock is taken inside that statement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bench.common import bench_database, conninfo, machine, median, percentile, print_table
+from gapless.db import make_engine
+from gapless.invoices import claim_for_sending
+from gapless.numbering import add_series, build_series_spec, reserve_number
+
+RAW_UPSERT = text("""
+    INSERT INTO number_counters AS c (tenant, series, period_key, last_no)
+    VALUES ('bench', 'RAW', '2026', 1)
+    ON CONFLICT (tenant, series, period_key) DO UPDATE SET last_no = c.last_no + 1
+    RETURNING c.last_no
+""")
+
+
+def make_drafts(url: str, series: str, count: int) -> None:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO invoices (invoice_id, tenant, series, payload) "
+            "SELECT %s || '-' || g, 'bench', %s, '{}'::jsonb FROM generate_series(1, %s) g",
+            (series, series, count))
+
+
+async def run_path(engine: AsyncEngine, path: str, connections: int, seconds: float,
+                   series: str) -> tuple[float, list[float]]:
+    """Run one path for `seconds` on `connections` connections; (tx/s, hold times in ms)."""
+    counter = iter(range(1, 10**9))
+    holds: list[float] = []
+    done = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def one_connection() -> None:
+        nonlocal done
+        while time.perf_counter() < stop_at:
+            invoice_id = f"{series}-{next(counter)}"
+            if path == "claim":
+                start = time.perf_counter()
+                await claim_for_sending(engine, invoice_id, lease_s=300, lock_timeout_ms=10_000)
+                holds.append((time.perf_counter() - start) * 1000)
+            else:
+                async with engine.connect() as conn:
+                    await conn.begin()
+                    start = time.perf_counter()
+                    if path == "raw":
+                        await conn.execute(RAW_UPSERT)
+                    else:
+                        await reserve_number(conn, invoice_id, lock_timeout_ms=10_000)
+                    await conn.commit()
+                    holds.append((time.perf_counter() - start) * 1000)
+            done += 1
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one_connection() for _ in range(connections)))
+    return done / (time.perf_counter() - began), holds
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", default="1,4,16")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.connections.split(",")]
+
+    with bench_database("reserve") as url:
+        engine = make_engine(url, actor="bench", pool_size=max(levels) + 2)
+        async with engine.begin() as conn:
+            for code in ("RAW", "JIT", "CLM"):
+                await add_series(conn, build_series_spec("bench", code, prefix=code))
+        # Enough drafts for the fastest plausible rate.
+        for code in ("JIT", "CLM"):
+            make_drafts(url, code, int(6000 * args.seconds * len(levels)))
+        async with engine.connect() as conn:  # warm the pool and the plans
+            for _ in range(3):
+                await conn.execute(text("SELECT 1"))
+
+        rows = []
+        for n in levels:
+            raw_rate, raw_holds = await run_path(engine, "raw", n, args.seconds, "RAW")
+            jit_rate, jit_holds = await run_path(engine, "gapless", n, args.seconds, "JIT")
+            clm_rate, _ = await run_path(engine, "claim", n, args.seconds, "CLM")
+            rows.append([n, f"{raw_rate:,.0f}", f"{jit_rate:,.0f}",
+                         f"{jit_rate / raw_rate:.2f}", f"{clm_rate:,.0f}",
+                         f"{median(jit_holds):.2f} / {percentile(jit_holds, 0.99):.2f}",
+                         f"{median(raw_holds):.2f} / {percentile(raw_holds, 0.99):.2f}"])
+        await engine.dispose()
+
+    print(f"machine: {machine()}; {args.seconds:g} s per cell; one series per path")
+    print_table("Reservations per second (higher is better) and counter-lock hold time (ms)",
+                ["connections", "raw upsert/s", "gapless reserve/s", "ratio",
+                 "worker claim/s", "gapless hold median / p99", "raw hold median / p99"], rows)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
