@@ -186,8 +186,8 @@ def _decimal_rule(*, minimum: Decimal, inclusive: bool, maximum: Decimal | None,
         bound = f"between {minimum} and {maximum}"
 
     def check(value: Any) -> str:
-        if isinstance(value, bool) or not isinstance(value, str):
-            if isinstance(value, int | float):
+        if not isinstance(value, str):
+            if isinstance(value, int | float) and not isinstance(value, bool):
                 raise _error("must be a decimal string such as \"10.00\", not a JSON number "
                              "(money and quantities travel as strings)")
             raise _error(f"must be a decimal string, not {_json_type(value)}")
@@ -376,6 +376,8 @@ def _check_json_value(value: Any, path: str, depth: int) -> None:
         else:
             for index, item in enumerate(value):
                 _check_json_value(item, _path(path, index), depth + 1)
+    elif isinstance(value, Decimal):
+        raise _error(f"{where}must be a decimal string such as \"10.00\", not a Python Decimal")
     else:
         raise _error(f"{where}{type(value).__name__} is not a JSON value")
 
