@@ -1,0 +1,185 @@
+"""Fuzzing the parser: whatever arrives, the result is a valid message or InvalidMessage.
+
+A valid result must round-trip (its body parses to the same message) and fit the size limit; a
+refusal must carry a one-line, bounded reason. Any other exception fails the test — that is the
+worker's guarantee that a bad message never crashes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gapless.message import (
+    MAX_BODY_BYTES,
+    MAX_REASON,
+    InvalidMessage,
+    InvoiceMessage,
+    parse_message,
+    validate_message,
+)
+
+CT = "application/json"
+TAX_ID = "9876543210"
+
+FUZZ = settings(max_examples=250, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def valid() -> dict[str, Any]:
+    return {"invoice_id": "shop-42-000981", "tenant": "acme", "series": "ABC", "priority": "user",
+            "issue_date": "2026-11-22", "currency": "TRY",
+            "customer": {"tax_id": TAX_ID, "name": "Example Ltd"},
+            "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
+                       "vat_rate": "20"},
+                      {"description": "Shipping", "quantity": "1", "unit_price": "45.50",
+                       "vat_rate": "10"}]}
+
+
+def outcome(body: bytes, content_type: str | None = CT) -> InvoiceMessage | InvalidMessage:
+    """Parse, and check the promises of whichever outcome it is."""
+    try:
+        message = parse_message(body, content_type)
+    except InvalidMessage as exc:
+        refusal = exc
+    else:
+        refusal = None
+    if refusal is not None:
+        assert refusal.reason
+        assert "\n" not in refusal.reason
+        assert len(refusal.reason) <= MAX_REASON
+        return refusal
+    again = message.body()
+    assert len(again) <= MAX_BODY_BYTES
+    assert parse_message(again, CT) == message
+    assert json.loads(again) == message.payload()
+    return message
+
+
+json_scalars = (st.none() | st.booleans() | st.integers() | st.floats()
+                | st.text(max_size=30) | st.sampled_from(["", "0", "-1", "1e3", "NaN", TAX_ID,
+                                                           "user", "2026-11-22", "TRY"]))
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner,
+                                                                max_size=5),
+    max_leaves=30)
+
+
+@FUZZ
+@given(st.binary(max_size=4096))
+def test_arbitrary_bytes(body: bytes) -> None:
+    assert isinstance(outcome(body), InvalidMessage)  # random bytes are never a valid invoice
+
+
+@FUZZ
+@given(json_values)
+def test_arbitrary_json_values(value: Any) -> None:
+    outcome(json.dumps(value).encode())
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(sorted(valid())) | st.text(max_size=8), json_values,
+                       max_size=12))
+def test_objects_with_contract_field_names_and_arbitrary_values(value: dict[str, Any]) -> None:
+    outcome(json.dumps(value).encode())
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _paths(item, (*prefix, index))
+    return found
+
+
+@st.composite
+def mutated_messages(draw: st.DrawFn) -> Any:
+    """A valid message with 1..3 edits: a value replaced, a key removed or a key added."""
+    data: Any = valid()
+    for _ in range(draw(st.integers(1, 3))):
+        paths = _paths(data)
+        path = draw(st.sampled_from(paths))
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        if not path:
+            if action == "replace":
+                data = draw(json_values)
+            continue
+        parent = data
+        try:
+            for step in path[:-1]:
+                parent = parent[step]
+        except (KeyError, IndexError, TypeError):
+            continue
+        key = path[-1]
+        if action == "replace":
+            parent[key] = draw(json_values)
+        elif action == "delete":
+            del parent[key]
+        elif isinstance(parent, dict):
+            parent[draw(st.text(max_size=12))] = draw(json_values)
+        else:
+            parent.append(draw(json_values))
+    return data
+
+
+@FUZZ
+@given(mutated_messages())
+def test_mutated_valid_messages(data: Any) -> None:
+    result = outcome(json.dumps(data).encode())
+    if isinstance(result, InvalidMessage):
+        assert TAX_ID not in result.reason  # mutations change values, never print the tax id
+    # the same data through the Python producer path agrees with the body path
+    try:
+        direct: InvoiceMessage | None = validate_message(copy.deepcopy(data))
+    except InvalidMessage:
+        direct = None
+    assert direct == (result if isinstance(result, InvoiceMessage) else None)
+
+
+@FUZZ
+@given(st.data())
+def test_byte_level_corruption_of_a_valid_body(data: st.DataObject) -> None:
+    body = bytearray(json.dumps(valid(), ensure_ascii=False).encode())
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, len(body) - 1))
+        action = data.draw(st.sampled_from(["flip", "insert", "delete"]))
+        if action == "flip":
+            body[position] = data.draw(st.integers(0, 255))
+        elif action == "insert":
+            body[position:position] = data.draw(st.binary(min_size=1, max_size=8))
+        else:
+            del body[position]
+    outcome(bytes(body))
+
+
+@FUZZ
+@given(st.one_of(st.none(), st.text(max_size=60),
+                 st.sampled_from(["application/json", "application/json; charset=utf-16"])))
+def test_arbitrary_content_types(content_type: str | None) -> None:
+    result = outcome(json.dumps(valid()).encode(), content_type)
+    if isinstance(result, InvoiceMessage):
+        assert content_type is not None
+        assert content_type.split(";")[0].strip().lower() == "application/json"
+
+
+@FUZZ
+@given(st.decimals(allow_nan=False, allow_infinity=False, places=None, min_value=-10**14,
+                   max_value=10**14))
+def test_quantity_acceptance_matches_the_rule(number: Decimal) -> None:
+    text = format(number, "f")
+    data = valid()
+    data["lines"][0]["quantity"] = text
+    whole, _, fraction = text.lstrip("-").partition(".")
+    expected = (not text.startswith("-") and number > 0 and len(whole.lstrip("0")) <= 12
+                and len(fraction) <= 6)
+    result = outcome(json.dumps(data).encode())
+    assert isinstance(result, InvoiceMessage) == expected, (text, result)
