@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "gapless.cli.core",
     "gapless.cli.mock",
     "gapless.cli.publish",
+    "gapless.cli.worker",
 )
 
 

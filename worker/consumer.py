@@ -1,0 +1,325 @@
+"""The RabbitMQ consumer: deliveries in, the issuing flow, explicit ack/nack out.
+
+Guarantees and why:
+
+* **Ack after the outcome.** A delivery is acked only once its outcome has committed (or the
+  database said there is nothing to do). Acks and nacks are explicit: ``message.process()`` with
+  its defaults rejects *without requeue* on any exception, ``CancelledError`` included, so a
+  shutdown would dead-letter good invoices.
+* **Redelivery is harmless.** Delivery tags die with their channel; after a reconnect the broker
+  redelivers whatever was unacked, and the database decides (the invoice is found ISSUED, busy,
+  or taken over with the same number).
+* **Priorities work.** ``prefetch_count`` equals ``--concurrency``, so the broker hands out at
+  most that many unacked messages and always picks the highest priority for the next free slot.
+* **No numbers during an outage.** Before claiming, the flow asks the circuit breaker; while it
+  is open, deliveries are requeued unconsumed, the consumer is cancelled, and a lookup probe
+  (which consumes no number) tests the integrator once the breaker is ready to half-open. The
+  consumer resumes by itself when the probe is answered.
+* **Graceful stop.** SIGTERM/SIGINT: stop consuming, let in-flight deliveries finish up to the
+  shutdown timeout, cancel the rest (left unacked, so they are redelivered), close, return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+import structlog
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.db import check_cluster, make_engine
+from gapless.integrator.base import Integrator, TransientIntegratorError, load_integrator
+from gapless.integrator.guard import GuardedIntegrator
+from gapless.logging import get_logger
+from gapless.publisher import connect, dead_letter, declare_topology
+from gapless.settings import Settings
+from worker import metrics
+from worker.errors import is_database_unavailable
+from worker.faults import Faults
+from worker.flow import Action, Delivery, IssuingFlow, Verdict
+
+log = get_logger("gapless.worker")
+
+#: A lookup of this number answers "not found" at any sane integrator; it tests reachability
+#: without consuming a number.
+PROBE_TENANT = "gapless-probe"
+PROBE_NUMBER = "PROBE0000000000"
+#: How often a paused consumer looks at the breaker (local state only; no network).
+PAUSE_POLL_S = 0.25
+#: Backoff before requeueing a delivery that met database trouble or an unexpected error.
+TROUBLE_BACKOFF_S = 1.0
+#: Written into the x-gapless-worker header of dead-lettered copies.
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    """One worker process: a consumer with up to ``concurrency`` deliveries in flight."""
+
+    def __init__(self, settings: Settings, *, concurrency: int = 8,
+                 shutdown_timeout: float = 30.0, metrics_port: int | None = None,
+                 faults: Faults | None = None) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.settings = settings
+        self.concurrency = concurrency
+        self.shutdown_timeout = shutdown_timeout
+        self.metrics_port = metrics_port
+        self.faults = faults if faults is not None else Faults.from_env()
+        self._stop = asyncio.Event()
+        #: Set once the consumer has started (for callers that run the worker in-process).
+        self.started = asyncio.Event()
+        self._pause = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._queue: AbstractQueue | None = None
+        self._consumer_tag: str | None = None
+        self._channel: AbstractChannel | None = None
+        self._guard: GuardedIntegrator | None = None
+        self._flow: IssuingFlow | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Begin a graceful stop (what SIGTERM and SIGINT do)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def consuming(self) -> bool:
+        """False while paused for the breaker, and once stopping."""
+        return self._consumer_tag is not None
+
+    async def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Consume until a stop is requested; raises ConfigurationError before consuming when
+        the database is unmigrated or belongs to another cluster."""
+        settings = self.settings
+        engine = make_engine(settings.database_url, actor="worker",
+                             pool_size=min(self.concurrency, settings.db_pool_size))
+        try:
+            await check_cluster(engine, settings.cluster_id)
+            integrator = load_integrator(settings)
+            try:
+                await self._run(engine, integrator, install_signal_handlers)
+            finally:
+                await integrator.aclose()
+        finally:
+            await engine.dispose()
+
+    async def _run(self, engine: AsyncEngine, integrator: Integrator,
+                   install_signal_handlers: bool) -> None:
+        settings = self.settings
+        self._guard = GuardedIntegrator(integrator, settings, name="worker")
+        self._flow = IssuingFlow(engine, self._guard, settings, faults=self.faults,
+                                 stopping=lambda: self.stopping)
+        if install_signal_handlers:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.request_stop)
+        if self.metrics_port is not None:
+            metrics.serve(self.metrics_port)
+        if self.faults.active:
+            log.warning("fault_injection_enabled", kill_at=self.faults.kill_step,
+                        kill_nth=self.faults.kill_nth, pause_at=self.faults.pause_step,
+                        pause_s=self.faults.pause_s)
+        connection = await connect(settings)
+        async with connection:
+            # One channel consumes and dead-letters; it has publisher confirms (aio-pika's
+            # default), so a bad message is acked only once its copy is safely in <prefix>.dead.
+            channel = await connection.channel()
+            self._channel = channel
+            await channel.set_qos(prefetch_count=self.concurrency)
+            self._queue = await declare_topology(channel, settings.queue)
+            await self._start_consuming()
+            log.info("worker_started", queue=settings.queue, concurrency=self.concurrency,
+                     pid=os.getpid(), metrics_port=self.metrics_port)
+            self.started.set()
+            await self._supervise()
+            await self._drain(channel)
+
+    async def _supervise(self) -> None:
+        """Wait for a stop; meanwhile pause and resume consuming as the breaker asks."""
+        while not self.stopping:
+            await _first(self._stop.wait(), self._pause.wait())
+            if self.stopping:
+                return
+            await self._stop_consuming()
+            log.warning("consumer_paused", reason="breaker_open", in_flight=len(self._tasks))
+            await self._wait_for_integrator()
+            self._pause.clear()
+            if self.stopping:
+                return
+            await self._start_consuming()
+            log.info("consumer_resumed")
+
+    async def _drain(self, channel: AbstractChannel) -> None:
+        """Stop consuming, finish in-flight work until the deadline, cancel the rest."""
+        log.info("worker_stopping", in_flight=len(self._tasks),
+                 shutdown_timeout=self.shutdown_timeout)
+        await self._stop_consuming()
+        deadline = time.monotonic() + self.shutdown_timeout
+        finished = 0
+        # Deliveries that arrive between basic.cancel and cancel-ok start tasks too; they see
+        # the stop and requeue before reserving anything, so loop until none is left.
+        while self._tasks:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            done, _ = await asyncio.wait(set(self._tasks), timeout=remaining)
+            finished += len(done)
+        abandoned = list(self._tasks)
+        for task in abandoned:
+            task.cancel()
+        if abandoned:
+            await asyncio.gather(*abandoned, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await channel.close()
+        log.info("worker_stopped", finished=finished, abandoned=len(abandoned))
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    async def _start_consuming(self) -> None:
+        assert self._queue is not None
+        self._consumer_tag = await self._queue.consume(self._on_message, no_ack=False)
+        metrics.CONSUMING.set(1)
+
+    async def _stop_consuming(self) -> None:
+        tag, self._consumer_tag = self._consumer_tag, None
+        metrics.CONSUMING.set(0)
+        if tag is None or self._queue is None:
+            return
+        try:
+            await self._queue.cancel(tag)
+        except Exception as exc:  # channel already gone: the broker has stopped delivering
+            log.warning("consumer_cancel_failed", error=type(exc).__name__)
+
+    async def _wait_for_integrator(self) -> None:
+        """Return when the integrator answers a probe (or a stop is requested).
+
+        The probe goes through the guard, so it is the breaker's half-open trial; it waits until
+        the breaker lets calls through again (reset timeout), so the integrator is not hammered.
+        """
+        guard = self._guard
+        assert guard is not None
+        while not self.stopping:
+            ready_at = time.monotonic() + self.settings.breaker_reset_timeout_s
+            while not self.stopping and not guard.accepting() and time.monotonic() < ready_at:
+                await _first(self._stop.wait(), asyncio.sleep(PAUSE_POLL_S))
+            if self.stopping:
+                return
+            try:
+                await guard.lookup(PROBE_TENANT, PROBE_NUMBER)
+            except TransientIntegratorError as exc:
+                log.info("integrator_probe_failed", error=type(exc).__name__)
+                continue
+            except Exception as exc:
+                # Any real answer (even a refusal of the probe itself) means it is reachable.
+                log.info("integrator_probe_answered", error=type(exc).__name__)
+            if guard.accepting():
+                return
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        # Own the task (not aiormq's per-delivery task), so the stop can wait for and cancel it.
+        task = asyncio.create_task(self._handle(message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, message: AbstractIncomingMessage) -> None:
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(delivery_tag=message.delivery_tag)
+        metrics.IN_FLIGHT.inc()
+        try:
+            verdict = await self._decide(message)
+            await self._settle(message, verdict)
+        except asyncio.CancelledError:
+            # Shutdown deadline: leave it unacked; the broker redelivers it, the database makes
+            # that safe. Never reject here (that would dead-letter a good invoice).
+            log.warning("message_abandoned")
+            raise
+        finally:
+            metrics.IN_FLIGHT.dec()
+
+    async def _decide(self, message: AbstractIncomingMessage) -> Verdict:
+        assert self._flow is not None
+        delivery = Delivery(body=message.body, content_type=message.content_type,
+                            priority=message.priority, redelivered=bool(message.redelivered))
+        try:
+            return await self._flow.handle(delivery)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if is_database_unavailable(exc):
+                log.warning("database_unavailable", error=type(exc).__name__)
+                return Verdict(Action.REQUEUE, "requeued", reason="database_unavailable",
+                               backoff_s=TROUBLE_BACKOFF_S)
+            log.exception("message_failed", redelivered=delivery.redelivered)
+            if delivery.redelivered:
+                # Failed before, failed again: park it with the reason rather than loop forever.
+                return Verdict(Action.DEAD_LETTER, "failed",
+                               reason=f"worker failed twice on this message: "
+                                      f"{type(exc).__name__}")
+            return Verdict(Action.REQUEUE, "failed", reason="unexpected_error",
+                           backoff_s=TROUBLE_BACKOFF_S)
+
+    async def _settle(self, message: AbstractIncomingMessage, verdict: Verdict) -> None:
+        if verdict.pause:
+            self._pause.set()
+        if verdict.action is Action.DEAD_LETTER:
+            if await self._dead_letter(message, verdict.reason or "invalid message"):
+                metrics.count(verdict.outcome)
+                await _quietly(message.ack(), "ack")
+            else:
+                metrics.count("requeued")
+                await self._backoff(TROUBLE_BACKOFF_S)
+                await _quietly(message.nack(requeue=True), "nack")
+            return
+        metrics.count(verdict.outcome)
+        if verdict.action is Action.ACK:
+            await _quietly(message.ack(), "ack")
+            return
+        await self._backoff(verdict.backoff_s)
+        await _quietly(message.nack(requeue=True), "nack")
+
+    async def _dead_letter(self, message: AbstractIncomingMessage, reason: str) -> bool:
+        """Copy the message into ``<prefix>.dead`` with the reason (confirmed); False if not."""
+        assert self._channel is not None
+        try:
+            await dead_letter(self._channel, self.settings.queue, message.body, reason=reason,
+                              headers=dict(message.headers or {}),
+                              content_type=message.content_type,
+                              message_id=message.message_id, priority=message.priority,
+                              worker=WORKER_ID)
+        except Exception as exc:
+            log.error("dead_letter_failed", reason=reason, error=type(exc).__name__)
+            return False
+        return True
+
+    async def _backoff(self, seconds: float) -> None:
+        if seconds > 0 and not self.stopping:
+            await _first(self._stop.wait(), asyncio.sleep(seconds))
+
+
+async def _first(*aws: Any) -> None:
+    """Wait until the first of ``aws`` completes; cancel the others."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _quietly(settle: Any, what: str) -> None:
+    """Ack/nack; a failure means the channel is gone and the broker will redeliver (harmless)."""
+    try:
+        await settle
+    except Exception as exc:
+        log.warning("message_settle_failed", action=what, error=type(exc).__name__)

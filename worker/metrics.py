@@ -1,0 +1,41 @@
+"""Prometheus metrics of the worker (served with ``gapless worker --metrics-port P``).
+
+They live in the default registry, next to the integrator guard's own metrics (breaker state
+``gapless_breaker_state{name="worker"}``, per-attempt calls and latency), so one scrape of
+``/metrics`` shows both.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+#: What happened to each delivery. ``issued``, ``error``, ``rejected``, ``alarm`` are invoice
+#: outcomes; the rest say why a message was acked or requeued without one.
+OUTCOMES = ("issued", "error", "rejected", "alarm", "superseded", "dead_lettered",
+            "already_final", "busy", "parked", "requeued", "failed")
+
+MESSAGES = Counter("gapless_worker_messages_total", "Deliveries handled, by outcome",
+                   ["outcome"])
+RESERVATION_SECONDS = Histogram(
+    "gapless_worker_reservation_seconds",
+    "Duration of the claim transaction (invoice row lock, number, lease, commit)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0))
+INTEGRATOR_SECONDS = Histogram(
+    "gapless_worker_integrator_seconds",
+    "Duration of one guarded integrator send (retries included), by result",
+    ["result"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0))
+IN_FLIGHT = Gauge("gapless_worker_in_flight", "Deliveries being processed")
+CONSUMING = Gauge("gapless_worker_consuming", "1 while the worker takes messages, 0 when paused")
+
+for _outcome in OUTCOMES:
+    MESSAGES.labels(outcome=_outcome)  # every series exists from the start (rate() needs it)
+
+
+def count(outcome: str) -> None:
+    MESSAGES.labels(outcome=outcome).inc()
+
+
+def serve(port: int) -> None:
+    """Expose ``/metrics`` on ``port`` (all interfaces), from a daemon thread."""
+    start_http_server(port)
