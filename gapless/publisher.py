@@ -128,9 +128,12 @@ def _message_id(invoice_id: str | None) -> str | None:
 async def _publish_confirmed(channel: AbstractChannel, message: aio_pika.Message,
                              routing_key: str, confirm_timeout: float) -> None:
     """Publish on the default exchange with ``mandatory`` and wait for the broker's confirm."""
+    if not channel.publisher_confirms:
+        raise ConfigurationError("publishing needs a channel with publisher confirms "
+                                 "(aio-pika's default); without them nothing is guaranteed")
     try:
-        await channel.default_exchange.publish(message, routing_key=routing_key, mandatory=True,
-                                               timeout=confirm_timeout)
+        result = await channel.default_exchange.publish(
+            message, routing_key=routing_key, mandatory=True, timeout=confirm_timeout)
     except aiormq.exceptions.PublishError as exc:  # Basic.Return: no queue took it
         raise PublishRefused(f"unroutable: no queue {routing_key!r} ({exc})") from exc
     except aiormq.exceptions.DeliveryError as exc:  # Basic.Nack
@@ -140,6 +143,9 @@ async def _publish_confirmed(channel: AbstractChannel, message: aio_pika.Message
         raise PublishUnconfirmed(
             f"no confirm for a message to {routing_key!r} ({type(exc).__name__}); the outcome "
             "is unknown and publishing it again is safe") from exc
+    if isinstance(result, aiormq.abc.DeliveredMessage):
+        # Basic.Return on a channel opened without on_return_raises.
+        raise PublishRefused(f"unroutable: no queue {routing_key!r}")
 
 
 async def dead_letter(channel: AbstractChannel, prefix: str, body: bytes, *, reason: str,
@@ -206,7 +212,8 @@ class Publisher:
     async def start(self) -> None:
         self._connection = await connect(self.settings)
         try:
-            self._channel = await self._connection.channel(publisher_confirms=True)
+            self._channel = await self._connection.channel(publisher_confirms=True,
+                                                           on_return_raises=True)
             await declare_topology(self._channel, self.settings.queue)
         except BaseException:
             await self._connection.close()
@@ -237,8 +244,9 @@ class Publisher:
         A model or dict is validated first (InvalidMessage, nothing sent); its AMQP priority is
         ``priority`` if given, else the message's own (user 4, batch 1, absent → batch) and its
         ``message_id`` is the ``invoice_id``. Raw ``bytes`` are sent as they are — no
-        validation, no priority property unless ``priority`` is given — which is how tests and
-        tools put malformed messages on the queue. Raises PublishRefused or PublishUnconfirmed.
+        validation, priority 0 unless ``priority`` is given (aio-pika always sends the property)
+        — which is how tests and tools put malformed messages on the queue. Raises
+        PublishRefused or PublishUnconfirmed.
         """
         if isinstance(message, bytes):
             body, default_priority = message, None
