@@ -94,9 +94,12 @@ def _error(message: str) -> PydanticCustomError:
 # --- field rules ----------------------------------------------------------------------------------
 
 
+_BAD_TEXT_RE = re.compile("[\x00\ud800-\udfff]")
+
+
 def _has_bad_text(text: str) -> bool:
     """NUL and lone surrogates cannot be stored in PostgreSQL jsonb (nor encoded as UTF-8)."""
-    return "\x00" in text or any("\ud800" <= char <= "\udfff" for char in text)
+    return _BAD_TEXT_RE.search(text) is not None
 
 
 def _string(value: Any) -> str:
@@ -171,7 +174,8 @@ def _text_rule(limit: int, *, multiline: bool) -> Callable[[Any], str]:
         if len(text) > limit:
             raise _error(f"must be at most {limit} characters")
         allowed = "\n\t" if multiline else ""
-        if any(not char.isprintable() and char not in allowed for char in text):
+        if not text.isprintable() and any(
+                not char.isprintable() and char not in allowed for char in text):
             raise _error("must not contain control characters")
         return text
 
@@ -306,7 +310,7 @@ class InvoiceMessage(BaseModel):
         """
         if not isinstance(data, dict):
             raise _error(f"message must be a JSON object, not {_json_type(data)}")
-        _check_json_value(data, "", 0)
+        _check_json_value(data, (), 0)
         extras = [key for key in data if key not in cls.model_fields]
         if len(extras) > MAX_EXTRA_FIELDS:
             raise _error(f"message has {len(extras)} unknown top-level fields; at most "
@@ -348,38 +352,50 @@ def _path(prefix: str, key: str | int) -> str:
     return f"{prefix}.{part}" if prefix else part
 
 
-def _check_json_value(value: Any, path: str, depth: int) -> None:
+def _format_path(parts: tuple[str | int, ...]) -> str:
+    path = ""
+    for part in parts:
+        path = _path(path, part)
+    return path
+
+
+def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> None:
     """Walk a value: JSON types only, bounded depth, text storable in jsonb.
 
-    Depth is checked before descending, so the recursion itself is bounded by MAX_DEPTH.
+    Depth is checked before descending, so the recursion itself is bounded by MAX_DEPTH. The
+    path is formatted only when there is a reason to give (this runs on every value).
     """
-    where = f"{path}: " if path else ""
     if isinstance(value, str):
         if _has_bad_text(value):
-            raise _error(f"{where}contains a NUL character or invalid unicode")
-    elif isinstance(value, bool) or value is None or isinstance(value, int):
+            raise _located(parts, "contains a NUL character or invalid unicode")
+    elif isinstance(value, dict):
+        if depth >= MAX_DEPTH:
+            raise _located(parts, f"nested more than {MAX_DEPTH} levels deep")
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _located(parts, "object keys must be strings")
+            if _has_bad_text(key):
+                raise _located(parts, "a field name contains a NUL character or invalid unicode")
+            _check_json_value(item, (*parts, key), depth + 1)
+    elif isinstance(value, list | tuple):
+        if depth >= MAX_DEPTH:
+            raise _located(parts, f"nested more than {MAX_DEPTH} levels deep")
+        for index, item in enumerate(value):
+            _check_json_value(item, (*parts, index), depth + 1)
+    elif isinstance(value, bool | int) or value is None:
         return
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise _error(f"{where}NaN and Infinity are not JSON")
-    elif isinstance(value, dict | list | tuple):
-        if depth >= MAX_DEPTH:
-            raise _error(f"{where}nested more than {MAX_DEPTH} levels deep")
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise _error(f"{where}object keys must be strings")
-                if _has_bad_text(key):
-                    raise _error(f"{where}a field name contains a NUL character or invalid "
-                                 "unicode")
-                _check_json_value(item, _path(path, key), depth + 1)
-        else:
-            for index, item in enumerate(value):
-                _check_json_value(item, _path(path, index), depth + 1)
+            raise _located(parts, "NaN and Infinity are not JSON")
     elif isinstance(value, Decimal):
-        raise _error(f"{where}must be a decimal string such as \"10.00\", not a Python Decimal")
+        raise _located(parts, "must be a decimal string such as \"10.00\", not a Python Decimal")
     else:
-        raise _error(f"{where}{type(value).__name__} is not a JSON value")
+        raise _located(parts, f"{type(value).__name__} is not a JSON value")
+
+
+def _located(parts: tuple[str | int, ...], problem: str) -> PydanticCustomError:
+    path = _format_path(parts)
+    return _error(f"{path}: {problem}" if path else problem)
 
 
 # --- parsing and reasons --------------------------------------------------------------------------
@@ -400,9 +416,7 @@ def reason_of(error: ValidationError) -> str:
     if not errors:  # pragma: no cover - pydantic always reports at least one
         return "invalid message"
     first = errors[0]
-    path = ""
-    for part in first["loc"]:
-        path = _path(path, part)
+    path = _format_path(tuple(first["loc"]))
     kind = first["type"]
     if kind in _GENERIC_REASONS:
         problem = _GENERIC_REASONS[kind]
