@@ -195,16 +195,42 @@ async def mark_rejected(engine: AsyncEngine, sending: Sending, reason: str) -> b
     return row is not None
 
 
-async def claim_orphans(engine: AsyncEngine, *, stuck_after_s: float,
-                        batch: int) -> list[tuple[Sending, Status]]:
+@dataclass(frozen=True)
+class Orphan:
+    """A claimed orphan: under the caller's lease, with what it was before the claim."""
+
+    sending: Sending
+    was: Status
+    prev_sending_since: datetime | None
+    prev_next_attempt_at: datetime | None
+
+
+async def claim_orphans(engine: AsyncEngine, *, stuck_after_s: float, batch: int,
+                        max_attempts: int | None = None) -> list[Orphan]:
     """Recovery: claim stuck SENDING and due ERROR invoices (SKIP LOCKED), taking their lease.
 
-    Returns each claimed invoice with the status it had (SENDING or ERROR).
+    ERROR invoices that already had ``max_attempts`` attempts are left alone (None: no limit).
+    Returns each claimed invoice with the status, lease and due time it had before.
     """
     async with engine.begin() as conn:
         rows = (await conn.execute(q.CLAIM_ORPHANS,
-                                   {"stuck_after_s": stuck_after_s, "batch": batch})).all()
-    return [(_sending(row), Status(row.was)) for row in rows]
+                                   {"stuck_after_s": stuck_after_s, "batch": batch,
+                                    "max_attempts": max_attempts})).all()
+    return [Orphan(_sending(row), Status(row.was), row.prev_since, row.prev_due) for row in rows]
+
+
+async def release_orphan(engine: AsyncEngine, orphan: Orphan) -> bool:
+    """Put a claimed orphan back as it was (status, attempts, lease, due time).
+
+    Only for a claim no integrator call was made for (e.g. the circuit breaker is open), so the
+    claim burns no attempt. Fenced by the claim's attempt: False when it has moved on since.
+    """
+    async with engine.begin() as conn:
+        row = (await conn.execute(q.RELEASE_ORPHAN, {
+            "pk": orphan.sending.pk, "attempt": orphan.sending.attempt, "was": orphan.was.value,
+            "prev_since": orphan.prev_sending_since,
+            "prev_due": orphan.prev_next_attempt_at})).first()
+    return row is not None
 
 
 async def get_invoice(conn: AsyncConnection, invoice_id: str) -> Any:

@@ -65,25 +65,28 @@ MARK_REJECTED = text("""
     RETURNING id
 """)
 
-#: Recovery: claim stuck SENDING invoices and ERROR invoices that are due, skipping rows another
-#: process holds, and take their lease in the same statement. Two partial indexes keep it cheap.
+#: Recovery: claim stuck SENDING invoices and ERROR invoices that are due (and below
+#: :max_attempts, NULL: no limit), skipping rows another process holds, and take their lease in
+#: the same statement. Two partial indexes keep it cheap. Returns the pre-claim lease and due time
+#: so that a claim the caller cannot work on can be put back exactly (RELEASE_ORPHAN).
 CLAIM_ORPHANS = text("""
     WITH stuck AS (
-        SELECT id FROM invoices
+        SELECT id, sending_since AS prev_since, next_attempt_at AS prev_due FROM invoices
          WHERE status = 'SENDING' AND sending_since < now() - make_interval(secs => :stuck_after_s)
          ORDER BY sending_since
          LIMIT :batch
          FOR UPDATE SKIP LOCKED
     ), due AS (
-        SELECT id FROM invoices
+        SELECT id, sending_since AS prev_since, next_attempt_at AS prev_due FROM invoices
          WHERE status = 'ERROR' AND next_attempt_at <= now()
+           AND (CAST(:max_attempts AS integer) IS NULL OR attempts < :max_attempts)
          ORDER BY next_attempt_at
          LIMIT :batch
          FOR UPDATE SKIP LOCKED
     ), picked AS (
-        SELECT id, 'SENDING' AS was FROM stuck
+        SELECT id, 'SENDING' AS was, prev_since, prev_due FROM stuck
         UNION ALL
-        SELECT id, 'ERROR' AS was FROM due
+        SELECT id, 'ERROR' AS was, prev_since, prev_due FROM due
     )
     UPDATE invoices i
        SET status = 'SENDING', sending_since = now(), attempts = i.attempts + 1,
@@ -91,7 +94,17 @@ CLAIM_ORPHANS = text("""
       FROM picked
      WHERE i.id = picked.id
     RETURNING i.id, i.invoice_id, i.tenant, i.series, i.number, i.reserved_no, i.payload,
-              i.attempts, picked.was
+              i.attempts, picked.was, picked.prev_since, picked.prev_due
+""")
+
+#: Recovery: put a claimed orphan back exactly as it was before CLAIM_ORPHANS (status, attempts,
+#: lease, due time), when no integrator call was made for it. Fenced by the claim's attempt.
+RELEASE_ORPHAN = text("""
+    UPDATE invoices
+       SET status = :was, attempts = attempts - 1, sending_since = :prev_since,
+           next_attempt_at = :prev_due
+     WHERE id = :pk AND status = 'SENDING' AND attempts = :attempt
+    RETURNING id
 """)
 
 #: Operator: cancel before a number is reserved.

@@ -1,0 +1,367 @@
+"""The audit: is every counter gap-free and every number on exactly one invoice (I1–I3), where did
+each number that is not ISSUED go, and does the integrator agree with the ISSUED set (I7)?
+
+Reads only. The database checks run in one REPEATABLE READ, READ ONLY transaction (one snapshot,
+no row locks). The integrator's side is fetched outside any transaction (I5) and compared in a
+second one; invoices ISSUED after the integrator was read are left out of that comparison, so a
+live system does not report its own progress as a disagreement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.constants import Status
+from gapless.errors import GaplessError
+from gapless.integrator.base import Integrator, TransientIntegratorError
+from gapless.queries import audit as q
+
+#: Kinds of violation, in the order a person should read them.
+VIOLATION_KINDS = (
+    "duplicate_number",             # I1: one counter value on two invoices
+    "duplicate_printed",            # I1: one printed number on two invoices of a tenant
+    "gap",                          # I2: a counter value below the top on no invoice
+    "counter_ahead",                # I2: the counter advanced past its highest pinned number
+    "beyond_counter",               # I2: an invoice holds a value the counter never gave out
+    "number_mismatch",              # I3: the printed number is not what the counter value prints
+    "stuck",                        # I4: pinned and unsettled longer than the horizon
+    "issued_unknown_to_integrator",  # I7
+    "integrator_not_issued",        # I7
+    "invoice_id_mismatch",          # I7
+    "integrator_unknown_number",    # I7
+    "integrator_duplicate",         # I1 at the integrator
+)
+
+LEDGER_ABSENT_STATUSES = (404, 405, 501)
+
+
+class AuditError(GaplessError):
+    """The audit could not be completed (e.g. the integrator cannot be read)."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    tenant: str
+    series: str | None
+    period_key: str | None
+    numbers: str
+    count: int
+    detail: str
+    invoice_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CounterReport:
+    tenant: str
+    series: str
+    period_key: str
+    last_no: int | None
+    numbered: int
+    issued: int
+    sending: int
+    error: int
+    rejected: int
+    voided: int
+    other: int
+    violations: int = 0
+
+
+@dataclass(frozen=True)
+class NotIssued:
+    """A pinned number that is not ISSUED: where it went, and why."""
+
+    tenant: str
+    series: str
+    period_key: str
+    reserved_no: int
+    number: str
+    invoice_id: str
+    status: str
+    attempts: int
+    reason: str
+    age_s: float | None
+    stuck: bool
+    next_attempt_at: str | None
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Accepted by the integrator while the invoice is still SENDING within the horizon."""
+
+    tenant: str
+    number: str
+    invoice_id: str
+
+
+@dataclass
+class IntegratorCheck:
+    source: str                       # "ledger" or "lookup"
+    documents: int                    # accepted documents in the audited scope
+    in_flight: list[InFlight] = field(default_factory=list)
+
+
+@dataclass
+class AuditReport:
+    counters: list[CounterReport]
+    violations: list[Violation]
+    not_issued: list[NotIssued]
+    horizon_s: float
+    integrator: IntegratorCheck | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "horizon_s": self.horizon_s,
+            "counters": [asdict(c) for c in self.counters],
+            "violations": [asdict(v) for v in self.violations],
+            "not_issued": [asdict(n) for n in self.not_issued],
+            "integrator": None if self.integrator is None else asdict(self.integrator),
+        }
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}..{last}"
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _reason(row: Any, horizon_s: float) -> str:
+    status = Status(row.status)
+    age = None if row.age_s is None else float(row.age_s)
+    if status is Status.SENDING:
+        held = f"sending for {_age(age or 0)} (attempt {row.attempts})"
+        return held + (f", beyond the {horizon_s:.0f}s horizon" if row.stuck else
+                       ", within the horizon")
+    if status is Status.RECEIVED:
+        return f"pinned {_age(age or 0)} ago, never sent"
+    reason = row.last_error or "no reason recorded"
+    if status is Status.ERROR:
+        due = ("parked for an operator" if row.next_attempt_at is None
+               else f"retry due {row.next_attempt_at:%Y-%m-%d %H:%M:%S}")
+        return f"{reason} ({due})"
+    return str(reason)
+
+
+async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str | None,
+                         horizon_s: float) -> AuditReport:
+    """I1–I3 (and I4's horizon) over counters and invoices, in one snapshot; no row locks."""
+    params = {"tenant": tenant, "series": series, "horizon_s": horizon_s}
+    async with engine.connect() as conn:
+        await conn.execute(q.SET_SNAPSHOT)
+        counters = (await conn.execute(q.COUNTER_SUMMARY, params)).all()
+        missing = (await conn.execute(q.MISSING_RANGES, params)).all()
+        beyond = (await conn.execute(q.BEYOND_COUNTER, params)).all()
+        duplicates = (await conn.execute(q.DUPLICATE_NUMBERS, params)).all()
+        printed = (await conn.execute(q.DUPLICATE_PRINTED, params)).all()
+        mismatched = (await conn.execute(q.NUMBER_MISMATCH, params)).all()
+        not_issued_rows = (await conn.execute(q.NOT_ISSUED, params)).all()
+        await conn.rollback()
+
+    violations: list[Violation] = []
+    for row in duplicates:
+        violations.append(Violation(
+            "duplicate_number", row.tenant, row.series, row.period_key, str(row.reserved_no), 1,
+            f"no {row.reserved_no} ({row.number}) is pinned on {row.holders} invoices",
+            tuple(row.invoice_ids)))
+    for row in printed:
+        violations.append(Violation(
+            "duplicate_printed", row.tenant, ",".join(row.series), None, row.number, 1,
+            f"number {row.number} is held by {row.holders} invoices", tuple(row.invoice_ids)))
+    for row in missing:
+        count = int(row.last_no - row.first_no + 1)
+        span = _span(row.first_no, row.last_no)
+        if row.kind == "gap":
+            detail = f"{span} reserved by the counter but on no invoice ({count} missing)"
+        else:
+            detail = (f"counter is at {row.last_no} but invoices stop at {row.first_no - 1}; "
+                      f"{span} on no invoice")
+        violations.append(Violation(row.kind, row.tenant, row.series, row.period_key, span,
+                                    count, detail))
+    for row in beyond:
+        where = ("no counter for this period" if row.last_no is None
+                 else f"counter is only at {row.last_no}")
+        violations.append(Violation(
+            "beyond_counter", row.tenant, row.series, row.period_key, str(row.reserved_no), 1,
+            f"{row.invoice_id} ({row.status}) holds no {row.reserved_no}: {where}",
+            (row.invoice_id,)))
+    for row in mismatched:
+        violations.append(Violation(
+            "number_mismatch", row.tenant, row.series, row.period_key, str(row.reserved_no), 1,
+            f"{row.invoice_id} prints {row.number}, counter value {row.reserved_no} prints "
+            f"{row.expected}", (row.invoice_id,)))
+
+    not_issued: list[NotIssued] = []
+    for row in not_issued_rows:
+        reason = _reason(row, horizon_s)
+        item = NotIssued(
+            row.tenant, row.series, row.period_key, row.reserved_no, row.number, row.invoice_id,
+            row.status, row.attempts, reason, None if row.age_s is None else float(row.age_s),
+            bool(row.stuck),
+            None if row.next_attempt_at is None else row.next_attempt_at.isoformat())
+        not_issued.append(item)
+        if item.stuck:
+            violations.append(Violation(
+                "stuck", row.tenant, row.series, row.period_key, str(row.reserved_no), 1,
+                f"{row.invoice_id} {row.status}: {reason}", (row.invoice_id,)))
+
+    per_counter: dict[tuple[str, str, str | None], int] = {}
+    for violation in violations:
+        key = (violation.tenant, violation.series or "", violation.period_key)
+        per_counter[key] = per_counter.get(key, 0) + 1
+    reports = [
+        CounterReport(row.tenant, row.series, row.period_key, row.last_no, row.numbered,
+                      row.issued, row.sending, row.error, row.rejected, row.voided, row.other,
+                      per_counter.get((row.tenant, row.series, row.period_key), 0))
+        for row in counters
+    ]
+    violations.sort(key=lambda v: (VIOLATION_KINDS.index(v.kind), v.tenant, v.series or "",
+                                   v.period_key or ""))
+    return AuditReport(reports, violations, not_issued, horizon_s)
+
+
+# ----------------------------------------------------------------------------- I7: integrator
+
+
+async def fetch_ledger(integrator_url: str, *, timeout_s: float) -> list[dict[str, Any]] | None:
+    """``GET {integrator_url}/ledger`` (the mock's API): every accepted document.
+
+    None when the integrator has no ledger endpoint (a real adapter: fall back to lookups).
+    Raises AuditError when the integrator cannot be read.
+    """
+    try:
+        async with httpx.AsyncClient(base_url=integrator_url.rstrip("/"),
+                                     timeout=timeout_s) as http:
+            response = await http.get("/ledger")
+    except httpx.HTTPError as exc:
+        raise AuditError(f"cannot read the integrator's ledger at {integrator_url}: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    if response.status_code in LEDGER_ABSENT_STATUSES:
+        return None
+    if response.status_code != 200:
+        raise AuditError(f"the integrator's ledger answered {response.status_code}")
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, list):
+        return None
+    return [{"tenant": d["tenant"], "number": d["number"], "invoice_id": d["invoice_id"]}
+            for d in body]
+
+
+async def numbered_invoices(engine: AsyncEngine, *, tenant: str | None,
+                            series: str | None) -> list[Any]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(q.NUMBERED_INVOICES,
+                                        {"tenant": tenant, "series": series})).all())
+
+
+async def ledger_by_lookup(integrator: Integrator, numbers: Sequence[tuple[str, str]], *,
+                           concurrency: int = 16) -> list[dict[str, Any]]:
+    """Ask the integrator about each (tenant, number): the accepted ones, as a ledger.
+
+    Raises AuditError when a number cannot be looked up (the answer would be incomplete).
+    """
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(tenant: str, number: str) -> dict[str, Any] | None:
+        async with gate:
+            try:
+                receipt = await integrator.lookup(tenant, number)
+            except TransientIntegratorError as exc:
+                raise AuditError(f"cannot look up {number} at the integrator: {exc}") from exc
+        if receipt is None:
+            return None
+        return {"tenant": receipt.tenant, "number": receipt.number,
+                "invoice_id": receipt.invoice_id}
+
+    found = await asyncio.gather(*(one(t, n) for t, n in numbers))
+    return [entry for entry in found if entry is not None]
+
+
+async def db_now(engine: AsyncEngine) -> datetime:
+    async with engine.connect() as conn:
+        value = (await conn.execute(q.DB_NOW)).scalar_one()
+    assert isinstance(value, datetime)
+    return value
+
+
+async def compare_with_ledger(engine: AsyncEngine, ledger: Sequence[dict[str, Any]], *,
+                              tenant: str | None, series: str | None, horizon_s: float,
+                              read_at: datetime, source: str) -> tuple[list[Violation],
+                                                                      IntegratorCheck]:
+    """I7: the ledger (read at ``read_at``) against the ISSUED invoices; one snapshot, no locks.
+
+    Invoices ISSUED after ``read_at`` are not judged (their acceptance may postdate the read);
+    a document accepted for an invoice still SENDING within the horizon is in flight, reported
+    but not a violation.
+    """
+    params = {"ledger": json.dumps(list(ledger)), "tenant": tenant, "series": series,
+              "read_at": read_at, "horizon_s": horizon_s}
+    async with engine.connect() as conn:
+        await conn.execute(q.SET_SNAPSHOT)
+        rows = (await conn.execute(q.LEDGER_MISMATCH, params)).all()
+        documents = int((await conn.execute(q.LEDGER_IN_SCOPE, params)).scalar_one())
+        await conn.rollback()
+    check = IntegratorCheck(source, documents)
+    violations: list[Violation] = []
+    for row in rows:
+        ids = tuple(i for i in (row.db_invoice_id, row.integrator_invoice_id) if i)
+        if row.kind == "integrator_not_issued" and row.in_flight:
+            check.in_flight.append(InFlight(row.tenant, row.number, row.db_invoice_id))
+            continue
+        if row.kind == "issued_unknown_to_integrator":
+            detail = f"{row.db_invoice_id} is ISSUED here; the integrator has no {row.number}"
+        elif row.kind == "integrator_not_issued":
+            detail = (f"the integrator accepted {row.number} for {row.db_invoice_id}; "
+                      f"here it is {row.status}")
+        elif row.kind == "invoice_id_mismatch":
+            detail = (f"{row.number} is {row.integrator_invoice_id} at the integrator but "
+                      f"{row.db_invoice_id} ({row.status}) here")
+        elif row.kind == "integrator_unknown_number":
+            detail = (f"the integrator accepted {row.number} for {row.integrator_invoice_id}; "
+                      "no invoice here holds it")
+        else:
+            detail = (f"the integrator accepted {row.number} more than once: "
+                      f"{row.integrator_invoice_id}")
+        violations.append(Violation(row.kind, row.tenant, row.series, None, row.number, 1,
+                                    detail, ids))
+    return violations, check
+
+
+async def check_integrator(engine: AsyncEngine, integrator_url: str,
+                           integrator: Integrator | None, *, tenant: str | None,
+                           series: str | None, horizon_s: float,
+                           timeout_s: float) -> tuple[list[Violation], IntegratorCheck]:
+    """I7 with the integrator's ledger if it has one, else a lookup of every pinned number."""
+    read_at = await db_now(engine)
+    ledger = await fetch_ledger(integrator_url, timeout_s=timeout_s)
+    source = "ledger"
+    if ledger is None:
+        if integrator is None:
+            raise AuditError("the integrator has no ledger and no adapter was given for lookups")
+        source = "lookup"
+        read_at = await db_now(engine)
+        rows = await numbered_invoices(engine, tenant=tenant, series=series)
+        ledger = await ledger_by_lookup(integrator, [(r.tenant, r.number) for r in rows])
+    return await compare_with_ledger(engine, ledger, tenant=tenant, series=series,
+                                     horizon_s=horizon_s, read_at=read_at, source=source)

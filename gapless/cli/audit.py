@@ -1,0 +1,135 @@
+"""``gapless audit``: are the numbers gap-free and unique (I1–I3), where did each number that is
+not ISSUED go, and (``--integrator``) does the integrator agree (I7)? Exit 1 on any violation."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gapless.cli.common import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
+from gapless.settings import Settings
+
+if TYPE_CHECKING:
+    from gapless.audit import AuditReport
+
+
+def audit(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant."),
+    series: str | None = typer.Option(None, "--series", help="Only this series code."),
+    integrator: bool = typer.Option(
+        False, "--integrator",
+        help="Also compare the ISSUED invoices with the integrator (its ledger if it has one, "
+             "else a lookup of every pinned number)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    horizon: float = typer.Option(
+        600.0, "--horizon", min=0,
+        help="Seconds an invoice may stay SENDING before it counts as stuck (I4)."),
+    limit: int = typer.Option(50, "--limit", min=0,
+                              help="Rows of numbers-not-issued shown in the table (--json: all)."),
+    database_url: str | None = DatabaseUrlOption,
+    integrator_url: str | None = IntegratorUrlOption,
+) -> None:
+    """Check I1–I3 for every counter (and I7 with --integrator); exit 1 on any violation."""
+    settings = settings_from(database_url=database_url, integrator_url=integrator_url)
+    report = run(_audit(settings, tenant=tenant, series=series, integrator=integrator,
+                        horizon_s=horizon))
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
+    else:
+        _print(report, limit=limit)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
+                 integrator: bool, horizon_s: float) -> AuditReport:
+    from gapless.audit import check_database, check_integrator
+    from gapless.db import make_engine
+    from gapless.integrator.base import load_integrator
+    from gapless.integrator.guard import GuardedIntegrator
+
+    engine = make_engine(settings.database_url, actor="audit", pool_size=2)
+    try:
+        report = await check_database(engine, tenant=tenant, series=series, horizon_s=horizon_s)
+        if integrator:
+            guard = GuardedIntegrator(load_integrator(settings), settings, name="audit")
+            try:
+                violations, check = await check_integrator(
+                    engine, settings.integrator_url, guard, tenant=tenant, series=series,
+                    horizon_s=horizon_s, timeout_s=max(settings.integrator_timeout_s, 30.0))
+            finally:
+                await guard.aclose()
+            report.violations.extend(violations)
+            report.integrator = check
+        return report
+    finally:
+        await engine.dispose()
+
+
+def _print(report: AuditReport, *, limit: int) -> None:
+    console = Console(highlight=False)
+    numbered = sum(c.numbered for c in report.counters)
+    issued = sum(c.issued for c in report.counters)
+    console.print(f"audit: {len(report.counters)} counter(s), {numbered} pinned number(s), "
+                  f"{issued} issued")
+
+    counters = Table(title="counters", title_justify="left")
+    for name in ("tenant", "series", "period", "last no"):
+        counters.add_column(name, overflow="fold", justify="right" if name == "last no"
+                            else "left")
+    for name in ("issued", "not issued", "problems"):
+        counters.add_column(name, justify="right")
+    for c in report.counters:
+        counters.add_row(c.tenant, c.series, c.period_key or "-",
+                         "-" if c.last_no is None else str(c.last_no), str(c.issued),
+                         str(c.numbered - c.issued), str(c.violations) if c.violations else "")
+    if report.counters:
+        console.print(counters)
+
+    if report.violations:
+        problems = Table(title="violations", title_justify="left")
+        problems.add_column("kind", overflow="fold", max_width=18)
+        problems.add_column("where", overflow="fold", max_width=18)
+        problems.add_column("numbers", overflow="fold", max_width=16)
+        problems.add_column("detail", overflow="fold")
+        for v in report.violations:
+            where = "/".join(part for part in (v.tenant, v.series, v.period_key) if part)
+            problems.add_row(v.kind, where, v.numbers, v.detail)
+        console.print(problems)
+
+    if report.not_issued:
+        shown = report.not_issued[:limit] if limit else []
+        table = Table(title=f"numbers not issued ({len(report.not_issued)})",
+                      title_justify="left")
+        table.add_column("number", overflow="fold", max_width=18)
+        table.add_column("state", max_width=9)
+        table.add_column("invoice", overflow="fold", max_width=16)
+        table.add_column("reason", overflow="fold")
+        for n in shown:
+            table.add_row(n.number, n.status, n.invoice_id, n.reason)
+        if shown:
+            console.print(table)
+        if len(shown) < len(report.not_issued):
+            console.print(f"... {len(report.not_issued) - len(shown)} more (--limit, --json)")
+
+    if report.integrator is not None:
+        check = report.integrator
+        line = (f"integrator ({check.source}): {check.documents} accepted document(s) "
+                "in scope")
+        if check.in_flight:
+            line += f", {len(check.in_flight)} in flight (SENDING within the horizon)"
+        console.print(line)
+
+    if report.ok:
+        console.print("audit: clean")
+    else:
+        kinds = sorted({v.kind for v in report.violations})
+        console.print(f"audit: {len(report.violations)} violation(s): {', '.join(kinds)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit")(audit)

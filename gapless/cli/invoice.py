@@ -1,0 +1,274 @@
+"""``gapless invoice show|retry|void|cancel``: what an operator does with one invoice.
+
+Wrong state or unknown invoice: one line, exit 1. Bad usage (a payload that is not valid JSON or
+not a valid message, an empty reason): one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gapless.cli.common import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
+from gapless.settings import Settings
+
+invoice_app = typer.Typer(help="Inspect and act on one invoice (by its invoice_id).",
+                          no_args_is_help=True)
+
+InvoiceIdArgument = typer.Argument(..., metavar="ID", help="The invoice's invoice_id.")
+
+
+def _engine(settings: Settings) -> Any:
+    from gapless.db import make_engine
+
+    return make_engine(settings.database_url, actor="operator", pool_size=2)
+
+
+# ------------------------------------------------------------------------------------- show
+
+
+@invoice_app.command("show")
+def show(
+    invoice_id: str = InvoiceIdArgument,
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    with_payload: bool = typer.Option(False, "--with-payload",
+                                      help="Include the stored payload (the document sent)."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """State, number, attempts, last error, integrator reference and the event history."""
+    settings = settings_from(database_url=database_url)
+    row, events = run(_load(settings, invoice_id))
+    if as_json:
+        typer.echo(json.dumps(_as_dict(row, events, with_payload=with_payload), indent=2,
+                              default=str))
+        return
+    _print_invoice(row, events, with_payload=with_payload)
+
+
+async def _load(settings: Settings, invoice_id: str) -> tuple[Any, list[Any]]:
+    from gapless.invoices import get_invoice, invoice_events
+
+    engine = _engine(settings)
+    try:
+        async with engine.connect() as conn:
+            row = await get_invoice(conn, invoice_id)
+            return row, await invoice_events(conn, row.id)
+    finally:
+        await engine.dispose()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _as_dict(row: Any, events: list[Any], *, with_payload: bool) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": row.id, "invoice_id": row.invoice_id, "tenant": row.tenant, "series": row.series,
+        "status": row.status, "priority": row.priority, "period_key": row.period_key,
+        "reserved_no": row.reserved_no, "number": row.number, "attempts": row.attempts,
+        "last_error": row.last_error, "integrator_ref": row.integrator_ref,
+        "reserved_at": _iso(row.reserved_at), "sending_since": _iso(row.sending_since),
+        "next_attempt_at": _iso(row.next_attempt_at), "created_at": _iso(row.created_at),
+        "updated_at": _iso(row.updated_at), "issued_at": _iso(row.issued_at),
+        "events": [{"sequence_id": e.sequence_id, "kind": e.kind, "from_status": e.from_status,
+                    "to_status": e.to_status, "number": e.number, "attempts": e.attempts,
+                    "detail": e.detail, "actor": e.actor, "created_at": _iso(e.created_at)}
+                   for e in events],
+    }
+    if with_payload:
+        data["payload"] = row.payload
+    return data
+
+
+def _print_invoice(row: Any, events: list[Any], *, with_payload: bool) -> None:
+    console = Console(highlight=False)
+    facts = Table(show_header=False, box=None, title=f"invoice {row.invoice_id}",
+                  title_justify="left")
+    facts.add_column(style="bold")
+    facts.add_column(overflow="fold")
+    number = "-" if row.number is None else (
+        f"{row.number} (no {row.reserved_no}, period {row.period_key})")
+    facts.add_row("id", str(row.id))
+    facts.add_row("tenant/series", f"{row.tenant}/{row.series}")
+    facts.add_row("status", row.status)
+    facts.add_row("number", number)
+    facts.add_row("attempts", str(row.attempts))
+    facts.add_row("last error", row.last_error or "-")
+    facts.add_row("integrator ref", row.integrator_ref or "-")
+    if row.sending_since is not None:
+        facts.add_row("sending since", f"{row.sending_since:%Y-%m-%d %H:%M:%S %Z}")
+    if row.next_attempt_at is not None:
+        facts.add_row("next attempt", f"{row.next_attempt_at:%Y-%m-%d %H:%M:%S %Z}")
+    facts.add_row("created", f"{row.created_at:%Y-%m-%d %H:%M:%S %Z}")
+    facts.add_row("updated", f"{row.updated_at:%Y-%m-%d %H:%M:%S %Z}")
+    console.print(facts)
+
+    history = Table(title="events", title_justify="left")
+    history.add_column("seq", justify="right")
+    history.add_column("at")
+    history.add_column("kind")
+    history.add_column("change", overflow="fold")
+    history.add_column("att", justify="right")
+    history.add_column("actor")
+    history.add_column("detail", overflow="fold")
+    for e in events:
+        change = e.to_status if e.from_status is None else f"{e.from_status}>{e.to_status}"
+        history.add_row("-" if e.sequence_id is None else str(e.sequence_id),
+                        f"{e.created_at:%H:%M:%S}", e.kind, change, str(e.attempts), e.actor,
+                        e.detail or "")
+    console.print(history)
+    if with_payload:
+        console.print_json(json.dumps(row.payload))
+
+
+# ------------------------------------------------------------------------------------ retry
+
+
+@invoice_app.command("retry")
+def retry(
+    invoice_id: str = InvoiceIdArgument,
+    payload: Path | None = typer.Option(
+        None, "--payload", exists=False, dir_okay=False,
+        help="A corrected message (JSON) to send instead; it must keep invoice_id, tenant "
+             "and series."),
+    database_url: str | None = DatabaseUrlOption,
+    integrator_url: str | None = IntegratorUrlOption,
+) -> None:
+    """REJECTED/ERROR -> send again with the same number (asking the integrator first)."""
+    settings = settings_from(database_url=database_url, integrator_url=integrator_url)
+    corrected = None if payload is None else _read_payload(payload)
+    code, line = run(_retry(settings, invoice_id, corrected))
+    typer.echo(line)
+    if code:
+        raise typer.Exit(code)
+
+
+def _read_payload(path: Path) -> dict[str, Any]:
+    from gapless.message import InvalidMessage, validate_message
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"{path} is not valid JSON: {exc}") from None
+    try:
+        message = validate_message(data)
+    except InvalidMessage as exc:
+        raise typer.BadParameter(f"{path} is not a valid invoice message: {exc.reason}") from None
+    return message.payload()
+
+
+async def _retry(settings: Settings, invoice_id: str,
+                 corrected: dict[str, Any] | None) -> tuple[int, str]:
+    from datetime import UTC, timedelta
+
+    from gapless.integrator.base import load_integrator
+    from gapless.integrator.guard import GuardedIntegrator
+    from gapless.invoices import get_invoice, mark_error, start_retry
+    from recovery.reconcile import Backoff, Outcome, reconcile
+
+    engine = _engine(settings)
+    try:
+        if corrected is not None:
+            async with engine.connect() as conn:
+                row = await get_invoice(conn, invoice_id)
+            for key in ("invoice_id", "tenant", "series"):
+                if corrected.get(key) != getattr(row, key):
+                    raise typer.BadParameter(
+                        f"the corrected payload must keep {key} {getattr(row, key)!r} "
+                        f"(it has {corrected.get(key)!r})")
+        sending = await start_retry(engine, invoice_id, corrected)
+        guard = GuardedIntegrator(load_integrator(settings), settings, name="operator")
+        try:
+            result = await reconcile(engine, guard, sending, backoff=Backoff(),
+                                     max_attempts=None,
+                                     min_delay_s=settings.breaker_reset_timeout_s)
+            if result.outcome is Outcome.UNAVAILABLE:
+                retry_at = datetime.now(UTC) + timedelta(seconds=settings.breaker_reset_timeout_s)
+                await mark_error(engine, sending, f"IntegratorUnavailable: {result.detail}",
+                                 retry_at)
+        finally:
+            await guard.aclose()
+    finally:
+        await engine.dispose()
+
+    where = f"invoice {invoice_id!r} ({sending.number})"
+    if result.outcome is Outcome.REPAIRED:
+        return 0, f"{where}: ISSUED, the integrator already had it (ref {result.detail})"
+    if result.outcome is Outcome.RESENT:
+        return 0, f"{where}: ISSUED (ref {result.detail})"
+    if result.outcome is Outcome.REJECTED:
+        return 1, f"{where}: REJECTED again: {result.detail}"
+    if result.outcome is Outcome.ALARM:
+        return 1, f"{where}: ALARM, {result.detail}; left ERROR"
+    if result.outcome in (Outcome.ERROR, Outcome.PARKED, Outcome.UNAVAILABLE):
+        due = "" if result.retry_at is None else (
+            f"; recovery retries after {result.retry_at:%H:%M:%S}")
+        return 1, f"{where}: ERROR, the integrator did not answer ({result.detail}){due}"
+    return 1, f"{where}: settled meanwhile by another process; see `gapless invoice show`"
+
+
+# ------------------------------------------------------------------------------ void, cancel
+
+
+@invoice_app.command("void")
+def void(
+    invoice_id: str = InvoiceIdArgument,
+    reason: str = typer.Option(..., "--reason", help="Why the number is voided (recorded)."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """ERROR/REJECTED -> VOIDED with a reason; the number stays pinned and accounted for."""
+    if not reason.strip():
+        raise typer.BadParameter("--reason must not be empty")
+    settings = settings_from(database_url=database_url)
+    number = run(_void(settings, invoice_id, reason.strip()))
+    typer.echo(f"invoice {invoice_id!r}: VOIDED; number {number} stays accounted for")
+
+
+async def _void(settings: Settings, invoice_id: str, reason: str) -> str:
+    from gapless.invoices import get_invoice
+    from gapless.invoices import void as void_invoice
+
+    engine = _engine(settings)
+    try:
+        await void_invoice(engine, invoice_id, reason)
+        async with engine.connect() as conn:
+            return str((await get_invoice(conn, invoice_id)).number)
+    finally:
+        await engine.dispose()
+
+
+@invoice_app.command("cancel")
+def cancel(
+    invoice_id: str = InvoiceIdArgument,
+    reason: str = typer.Option("cancelled by operator", "--reason",
+                               help="Why it is cancelled (recorded)."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """RECEIVED -> CANCELLED, only before a number is reserved (no number consumed)."""
+    if not reason.strip():
+        raise typer.BadParameter("--reason must not be empty")
+    settings = settings_from(database_url=database_url)
+    run(_cancel(settings, invoice_id, reason.strip()))
+    typer.echo(f"invoice {invoice_id!r}: CANCELLED; no number was consumed")
+
+
+async def _cancel(settings: Settings, invoice_id: str, reason: str) -> None:
+    from gapless.invoices import cancel as cancel_invoice
+
+    engine = _engine(settings)
+    try:
+        await cancel_invoice(engine, invoice_id, reason)
+    finally:
+        await engine.dispose()
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(invoice_app, name="invoice")

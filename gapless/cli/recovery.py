@@ -1,0 +1,91 @@
+"""``gapless recovery``: settle orphans (stuck SENDING, due ERROR), asking the integrator first."""
+
+from __future__ import annotations
+
+import typer
+
+from gapless.cli.common import (
+    ClusterIdOption,
+    DatabaseUrlOption,
+    IntegratorUrlOption,
+    run,
+    settings_from,
+)
+from gapless.settings import Settings
+
+
+def recovery(
+    interval: float = typer.Option(10.0, "--interval", min=0.01,
+                                   help="Seconds between rounds (a full batch goes on at once)."),
+    stuck_after: float = typer.Option(
+        300.0, "--stuck-after", min=0,
+        help="A SENDING invoice whose lease is older than this many seconds is an orphan."),
+    batch: int = typer.Option(100, "--batch", min=1, max=100_000,
+                              help="Orphans claimed per round."),
+    max_attempts: int = typer.Option(
+        10, "--max-attempts", min=1,
+        help="After this many attempts a failing invoice stays ERROR for an operator."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, max=1000,
+                                    help="Orphans reconciled at once."),
+    backoff_base: float = typer.Option(
+        10.0, "--backoff-base", min=0.001,
+        help="Seconds before the first retry of a transient failure (doubles per attempt)."),
+    backoff_max: float = typer.Option(900.0, "--backoff-max", min=0.001,
+                                      help="Longest wait between retries, in seconds."),
+    drain_timeout: float = typer.Option(
+        30.0, "--drain-timeout", min=0,
+        help="On SIGTERM/SIGINT, seconds to finish in-flight orphans before exiting."),
+    once: bool = typer.Option(False, "--once", help="Run one round, print a summary, exit 0."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", min=1, max=65535,
+                                            help="Serve Prometheus /metrics on this port."),
+    database_url: str | None = DatabaseUrlOption,
+    integrator_url: str | None = IntegratorUrlOption,
+    cluster_id: int | None = ClusterIdOption,
+) -> None:
+    """Run the orphan-recovery loop (ask the integrator first; resend with the same number)."""
+    from recovery.loop import RecoveryOptions
+    from recovery.reconcile import Backoff
+
+    settings = settings_from(database_url=database_url, integrator_url=integrator_url,
+                             cluster_id=cluster_id)
+    if backoff_max < backoff_base:
+        raise typer.BadParameter("--backoff-max must be at least --backoff-base")
+    options = RecoveryOptions(
+        interval_s=interval, stuck_after_s=stuck_after, batch=batch, max_attempts=max_attempts,
+        concurrency=concurrency, backoff=Backoff(backoff_base, backoff_max),
+        breaker_reset_s=settings.breaker_reset_timeout_s, drain_timeout_s=drain_timeout)
+    summary = run(_recovery(settings, options, once=once, metrics_port=metrics_port))
+    if summary is not None:
+        typer.echo(summary)
+
+
+async def _recovery(settings: Settings, options: object, *, once: bool,
+                    metrics_port: int | None) -> str | None:
+    from gapless.db import check_cluster, make_engine
+    from gapless.integrator.base import load_integrator
+    from gapless.integrator.guard import GuardedIntegrator
+    from recovery import metrics
+    from recovery.loop import RecoveryLoop, RecoveryOptions, serve
+
+    assert isinstance(options, RecoveryOptions)
+    engine = make_engine(settings.database_url, actor="recovery",
+                         pool_size=max(settings.db_pool_size, min(options.concurrency, 32)))
+    try:
+        await check_cluster(engine, settings.cluster_id)
+        guard = GuardedIntegrator(load_integrator(settings), settings, name="recovery")
+        try:
+            loop = RecoveryLoop(engine, guard, options)
+            if once:
+                return (await loop.run_round()).line()
+            if metrics_port is not None:
+                metrics.serve(metrics_port)
+            await serve(loop)
+            return None
+        finally:
+            await guard.aclose()
+    finally:
+        await engine.dispose()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recovery")(recovery)

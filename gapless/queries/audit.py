@@ -1,0 +1,237 @@
+"""The audit: set-based checks of I1–I3 over counters and invoices, and of I7 against a ledger.
+
+Every statement reads only (no locks beyond MVCC snapshots) and takes the optional filters
+``:tenant`` and ``:series`` (NULL: all). Run them in one REPEATABLE READ transaction so that they
+all see the same snapshot. They scale with the number of invoices, never with the size of a gap:
+holes are found as ranges between neighbouring numbers (window functions over the unique index
+order), not by generating every number.
+"""
+
+from sqlalchemy import text
+
+#: One snapshot for every audit statement (first statement of the transaction).
+SET_SNAPSHOT = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+#: Per counter (tenant, series, period): last_no next to what the invoices hold, by status.
+#: A FULL JOIN so that invoice numbers of a period without a counter row show up too.
+COUNTER_SUMMARY = text("""
+    WITH c AS (
+        SELECT tenant, series, period_key, last_no FROM number_counters
+         WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+           AND (CAST(:series AS text) IS NULL OR series = :series)
+    ), n AS (
+        SELECT tenant, series, period_key,
+               count(*) AS numbered,
+               count(DISTINCT reserved_no) AS distinct_numbers,
+               max(reserved_no) AS max_no,
+               count(*) FILTER (WHERE status = 'ISSUED') AS issued,
+               count(*) FILTER (WHERE status = 'SENDING') AS sending,
+               count(*) FILTER (WHERE status = 'ERROR') AS error,
+               count(*) FILTER (WHERE status = 'REJECTED') AS rejected,
+               count(*) FILTER (WHERE status = 'VOIDED') AS voided,
+               count(*) FILTER (WHERE status NOT IN ('ISSUED', 'SENDING', 'ERROR', 'REJECTED',
+                                                     'VOIDED')) AS other
+          FROM invoices
+         WHERE reserved_no IS NOT NULL
+           AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+           AND (CAST(:series AS text) IS NULL OR series = :series)
+         GROUP BY tenant, series, period_key
+    )
+    SELECT tenant, series, period_key, c.last_no,
+           coalesce(n.numbered, 0) AS numbered,
+           coalesce(n.distinct_numbers, 0) AS distinct_numbers,
+           n.max_no,
+           coalesce(n.issued, 0) AS issued, coalesce(n.sending, 0) AS sending,
+           coalesce(n.error, 0) AS error, coalesce(n.rejected, 0) AS rejected,
+           coalesce(n.voided, 0) AS voided, coalesce(n.other, 0) AS other
+      FROM c FULL JOIN n USING (tenant, series, period_key)
+     ORDER BY tenant, series, period_key
+""")
+
+#: I2: ranges of counter values 1..last_no that no invoice holds. ``gap`` is a hole below the
+#: highest pinned number; ``counter_ahead`` is the tail between the highest pinned number and
+#: last_no (the counter advanced without pinning). Walks the numbers in index order once.
+MISSING_RANGES = text("""
+    WITH c AS (
+        SELECT tenant, series, period_key, last_no FROM number_counters
+         WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+           AND (CAST(:series AS text) IS NULL OR series = :series)
+    ), present AS (
+        SELECT DISTINCT i.tenant, i.series, i.period_key, i.reserved_no
+          FROM invoices i JOIN c USING (tenant, series, period_key)
+         WHERE i.reserved_no BETWEEN 1 AND c.last_no
+    ), edges AS (
+        SELECT tenant, series, period_key, reserved_no,
+               lag(reserved_no, 1, CAST(0 AS bigint)) OVER (
+                   PARTITION BY tenant, series, period_key ORDER BY reserved_no) AS prev_no
+          FROM present
+    ), tops AS (
+        SELECT c.tenant, c.series, c.period_key, c.last_no,
+               coalesce(max(p.reserved_no), 0) AS top_no
+          FROM c LEFT JOIN present p USING (tenant, series, period_key)
+         GROUP BY c.tenant, c.series, c.period_key, c.last_no
+    )
+    SELECT 'gap' AS kind, tenant, series, period_key, prev_no + 1 AS first_no,
+           reserved_no - 1 AS last_no
+      FROM edges WHERE reserved_no > prev_no + 1
+    UNION ALL
+    SELECT 'counter_ahead' AS kind, tenant, series, period_key, top_no + 1 AS first_no,
+           last_no
+      FROM tops WHERE top_no < last_no
+     ORDER BY tenant, series, period_key, first_no
+""")
+
+#: I2: invoices holding a counter value their counter never handed out (above last_no, or in a
+#: period that has no counter row).
+BEYOND_COUNTER = text("""
+    SELECT i.tenant, i.series, i.period_key, i.reserved_no, i.number, i.invoice_id, i.status,
+           c.last_no
+      FROM invoices i
+      LEFT JOIN number_counters c USING (tenant, series, period_key)
+     WHERE i.reserved_no IS NOT NULL
+       AND (c.last_no IS NULL OR i.reserved_no > c.last_no)
+       AND (CAST(:tenant AS text) IS NULL OR i.tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR i.series = :series)
+     ORDER BY i.tenant, i.series, i.period_key, i.reserved_no
+""")
+
+#: I1: a counter value pinned on more than one invoice.
+DUPLICATE_NUMBERS = text("""
+    SELECT tenant, series, period_key, reserved_no, min(number) AS number, count(*) AS holders,
+           array_agg(invoice_id ORDER BY invoice_id) AS invoice_ids
+      FROM invoices
+     WHERE reserved_no IS NOT NULL
+       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR series = :series)
+     GROUP BY tenant, series, period_key, reserved_no
+    HAVING count(*) > 1
+     ORDER BY tenant, series, period_key, reserved_no
+""")
+
+#: I1: a printed number held by more than one invoice of a tenant (across its series, for ever).
+DUPLICATE_PRINTED = text("""
+    SELECT tenant, number, count(*) AS holders,
+           array_agg(invoice_id ORDER BY invoice_id) AS invoice_ids,
+           array_agg(DISTINCT series) AS series
+      FROM invoices
+     WHERE number IS NOT NULL
+       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+     GROUP BY tenant, number
+    HAVING count(*) > 1
+       AND (CAST(:series AS text) IS NULL OR bool_or(series = :series))
+     ORDER BY tenant, number
+""")
+
+#: I3/I2: the printed number and the period must be what the series renders for the pinned
+#: counter value at the reservation time (a number edited by hand no longer matches its counter).
+NUMBER_MISMATCH = text("""
+    SELECT i.tenant, i.series, i.period_key, i.reserved_no, i.number, i.invoice_id,
+           gapless_render(s.format, s.prefix, s.width, i.reserved_at AT TIME ZONE s.tz,
+                          i.reserved_no) AS expected
+      FROM invoices i
+      JOIN series s ON s.tenant = i.tenant AND s.code = i.series
+     WHERE i.reserved_no IS NOT NULL AND i.reserved_at IS NOT NULL
+       AND (i.number <> gapless_render(s.format, s.prefix, s.width,
+                                       i.reserved_at AT TIME ZONE s.tz, i.reserved_no)
+            OR i.period_key <> gapless_period_key(s.reset, i.reserved_at AT TIME ZONE s.tz))
+       AND (CAST(:tenant AS text) IS NULL OR i.tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR i.series = :series)
+     ORDER BY i.tenant, i.series, i.period_key, i.reserved_no
+""")
+
+#: "Where did 1454 go?": every pinned number that is not ISSUED, with its state and reason.
+#: ``stuck``: still SENDING (or pinned but never sent) longer than :horizon_s — an I4 violation.
+NOT_ISSUED = text("""
+    SELECT tenant, series, period_key, reserved_no, number, invoice_id, status, attempts,
+           last_error, next_attempt_at,
+           extract(epoch FROM now() - coalesce(sending_since, reserved_at)) AS age_s,
+           (status IN ('SENDING', 'RECEIVED')
+            AND coalesce(sending_since, reserved_at)
+                < now() - make_interval(secs => :horizon_s)) AS stuck
+      FROM invoices
+     WHERE reserved_no IS NOT NULL AND status <> 'ISSUED'
+       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR series = :series)
+     ORDER BY tenant, series, period_key, reserved_no
+""")
+
+#: Every pinned number with its holder (to ask the integrator about each one when it has no
+#: ledger endpoint).
+NUMBERED_INVOICES = text("""
+    SELECT tenant, series, number, invoice_id, status
+      FROM invoices
+     WHERE number IS NOT NULL
+       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR series = :series)
+     ORDER BY tenant, series, number
+""")
+
+#: The database's clock, read just before the integrator's side is read.
+DB_NOW = text("SELECT now()")
+
+#: I7: the integrator's accepted documents (:ledger, a JSON array of {tenant, number,
+#: invoice_id}, read at :read_at) against the ISSUED invoices. Invoices ISSUED after :read_at are
+#: not judged. ``in_flight``: the invoice is still SENDING within :horizon_s (the dual-write
+#: window recovery closes), so the caller reports it without calling it a violation. Kinds:
+#:   issued_unknown_to_integrator — ISSUED here, not accepted there;
+#:   integrator_not_issued        — accepted there for the same invoice, not ISSUED here;
+#:   invoice_id_mismatch          — accepted there for a different invoice than holds it here;
+#:   integrator_unknown_number    — accepted there, no invoice here holds the number (reported
+#:                                  only without a series filter: it belongs to no known series);
+#:   integrator_duplicate         — the integrator accepted one number twice.
+LEDGER_MISMATCH = text("""
+    WITH ledger AS (
+        SELECT l.tenant, l.number, l.invoice_id
+          FROM jsonb_to_recordset(CAST(:ledger AS jsonb))
+               AS l(tenant text, number text, invoice_id text)
+         WHERE CAST(:tenant AS text) IS NULL OR l.tenant = :tenant
+    ), db AS (
+        SELECT tenant, series, number, invoice_id, status, issued_at,
+               (status = 'SENDING'
+                AND sending_since >= now() - make_interval(secs => :horizon_s)) AS in_flight
+          FROM invoices
+         WHERE number IS NOT NULL
+           AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+    )
+    SELECT 'issued_unknown_to_integrator' AS kind, d.tenant, d.series, d.number,
+           d.invoice_id AS db_invoice_id, CAST(NULL AS text) AS integrator_invoice_id, d.status,
+           false AS in_flight
+      FROM db d
+     WHERE d.status = 'ISSUED' AND (d.issued_at IS NULL OR d.issued_at <= :read_at)
+       AND (CAST(:series AS text) IS NULL OR d.series = :series)
+       AND NOT EXISTS (SELECT 1 FROM ledger l
+                        WHERE l.tenant = d.tenant AND l.number = d.number)
+    UNION ALL
+    SELECT CASE WHEN d.number IS NULL THEN 'integrator_unknown_number'
+                WHEN d.invoice_id <> l.invoice_id THEN 'invoice_id_mismatch'
+                ELSE 'integrator_not_issued' END AS kind,
+           l.tenant, d.series, l.number, d.invoice_id AS db_invoice_id,
+           l.invoice_id AS integrator_invoice_id, d.status,
+           coalesce(d.in_flight AND d.invoice_id = l.invoice_id, false) AS in_flight
+      FROM ledger l
+      LEFT JOIN db d ON d.tenant = l.tenant AND d.number = l.number
+     WHERE (d.number IS NULL AND CAST(:series AS text) IS NULL)
+        OR (d.number IS NOT NULL
+            AND (d.invoice_id <> l.invoice_id OR d.status <> 'ISSUED')
+            AND (CAST(:series AS text) IS NULL OR d.series = :series))
+    UNION ALL
+    SELECT 'integrator_duplicate' AS kind, x.tenant, d.series, x.number,
+           d.invoice_id AS db_invoice_id, x.invoice_ids AS integrator_invoice_id, d.status,
+           false AS in_flight
+      FROM (SELECT tenant, number, string_agg(invoice_id, ', ' ORDER BY invoice_id) AS invoice_ids
+              FROM ledger GROUP BY tenant, number HAVING count(*) > 1) x
+      LEFT JOIN LATERAL (SELECT series, invoice_id, status FROM db
+                          WHERE db.tenant = x.tenant AND db.number = x.number
+                          ORDER BY invoice_id LIMIT 1) d ON true
+     WHERE CAST(:series AS text) IS NULL OR d.series = :series
+     ORDER BY kind, tenant, number
+""")
+
+#: I7 coverage: how many accepted documents of the ledger fall in the audited scope.
+LEDGER_IN_SCOPE = text("""
+    SELECT count(*) AS documents
+      FROM jsonb_to_recordset(CAST(:ledger AS jsonb)) AS l(tenant text, number text)
+      LEFT JOIN invoices i ON i.tenant = l.tenant AND i.number = l.number
+     WHERE (CAST(:tenant AS text) IS NULL OR l.tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR i.series = :series)
+""")

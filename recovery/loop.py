@@ -1,0 +1,238 @@
+"""The orphan-recovery loop: find invoices whose outcome was never recorded, and settle them.
+
+Each round:
+
+1. **Breaker first.** If the guard refuses calls (breaker open, reset timeout not elapsed), the
+   round claims nothing and says so (``recovery_round_skipped``, reason ``breaker_open``): a
+   claim would only move rows around with nothing to do for them. If the breaker is open but
+   ready for a trial, or half-open, the round first settles a single orphan as the probe and
+   goes on only if that closed the breaker — one call, not a batch, hits a recovering integrator.
+2. **Claim** (``claim_orphans``): stuck SENDING rows (lease older than ``stuck_after_s``) and
+   ERROR rows that are due and below ``max_attempts``, with ``FOR UPDATE SKIP LOCKED``, taking
+   the lease in the same statement and committing at once. Several recovery instances and the
+   workers never hold the same invoice: whoever took the lease owns it until it goes stale.
+3. **Reconcile** each claimed invoice, at most ``concurrency`` at a time, outside any
+   transaction (:func:`recovery.reconcile.reconcile`: ask first, then resend). An orphan whose
+   call the breaker refused — or that had not started when the breaker opened or a stop was
+   requested — is put back exactly as it was (``release_orphan``), burning no attempt.
+
+A round that claimed a full batch is followed at once by the next; otherwise the loop waits
+``interval_s``. SIGTERM/SIGINT: no new round starts, orphans not yet started are put back,
+in-flight ones get ``drain_timeout_s`` to finish; then the process exits 0. An orphan cut off
+mid-call stays SENDING under this process's lease, and the next round anywhere asks first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.invoices import Orphan, claim_orphans, release_orphan
+from gapless.logging import get_logger
+from recovery import metrics
+from recovery.reconcile import Backoff, Guard, Outcome, reconcile
+
+log = get_logger("gapless.recovery")
+
+BREAKER_CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class RecoveryOptions:
+    interval_s: float = 10.0
+    stuck_after_s: float = 300.0
+    batch: int = 100
+    max_attempts: int = 10
+    concurrency: int = 16
+    backoff: Backoff = field(default_factory=Backoff)
+    #: A transient failure while the breaker is open is not due before it can half-open.
+    breaker_reset_s: float = 10.0
+    drain_timeout_s: float = 30.0
+
+
+#: Outcomes of one orphan as reported in a round (``Outcome`` plus the loop's own two).
+RELEASED = "released"
+FAILED = "failed"
+
+
+@dataclass
+class RoundSummary:
+    claimed: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    skipped: str | None = None
+    breaker: str = BREAKER_CLOSED
+    seconds: float = 0.0
+    #: The claim filled its batch: more orphans are probably waiting, start the next round now.
+    batch_full: bool = False
+
+    def add(self, other: RoundSummary) -> None:
+        self.claimed += other.claimed
+        self.outcomes.update(other.outcomes)
+        self.skipped = self.skipped or other.skipped
+        self.batch_full = other.batch_full
+
+    def as_fields(self) -> dict[str, object]:
+        fields: dict[str, object] = {"claimed": self.claimed, "breaker": self.breaker,
+                                     "seconds": round(self.seconds, 3)}
+        for name in metrics.OUTCOMES:
+            fields[name] = self.outcomes.get(name, 0)
+        return fields
+
+    def line(self) -> str:
+        """One line for people (``gapless recovery --once`` prints it)."""
+        counts = ", ".join(f"{name} {self.outcomes.get(name, 0)}" for name in metrics.OUTCOMES)
+        head = f"recovery: claimed {self.claimed} orphan(s): {counts}"
+        if self.skipped:
+            head += f"; integrator work skipped ({self.skipped})"
+        return f"{head}; breaker {self.breaker}"
+
+
+class RecoveryLoop:
+    """Rounds of claim-and-reconcile over one engine (actor ``recovery``) and one guard."""
+
+    def __init__(self, engine: AsyncEngine, guard: Guard, options: RecoveryOptions) -> None:
+        self.engine = engine
+        self.guard = guard
+        self.options = options
+        self._stopping = asyncio.Event()
+
+    def _breaker_state(self) -> str:
+        return str(getattr(self.guard, "state", BREAKER_CLOSED))
+
+    def request_stop(self) -> None:
+        """No new round, no new orphan; in-flight ones finish (``run`` returns after them)."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def stop_requested(self) -> None:
+        """Returns once :meth:`request_stop` has been called."""
+        await self._stopping.wait()
+
+    # -- one round ---------------------------------------------------------------------------
+
+    async def run_round(self) -> RoundSummary:
+        """Claim a batch of orphans and settle each; see the module docstring."""
+        started = time.perf_counter()
+        summary = RoundSummary(breaker=self._breaker_state())
+        log.info("recovery_round_started", breaker=summary.breaker)
+        if not self.guard.accepting():
+            summary.skipped = "breaker_open"
+        else:
+            if self._breaker_state() != BREAKER_CLOSED:
+                # Probe with one orphan: a recovering integrator gets one call, not a batch.
+                summary.add(await self._claim_and_settle(1))
+                if self._breaker_state() != BREAKER_CLOSED and summary.claimed:
+                    summary.skipped = summary.skipped or "breaker_open"
+            if summary.skipped is None and not self.stopping:
+                summary.add(await self._claim_and_settle(self.options.batch))
+        summary.breaker = self._breaker_state()
+        summary.seconds = time.perf_counter() - started
+        metrics.ROUND_SECONDS.observe(summary.seconds)
+        if summary.skipped:
+            metrics.ROUNDS.labels(result="skipped").inc()
+            log.warning("recovery_round_skipped", reason=summary.skipped,
+                        **summary.as_fields())
+        else:
+            metrics.ROUNDS.labels(result="completed").inc()
+        log.info("recovery_round_finished", **summary.as_fields())
+        return summary
+
+    async def _claim_and_settle(self, batch: int) -> RoundSummary:
+        summary = RoundSummary()
+        orphans = await claim_orphans(self.engine, stuck_after_s=self.options.stuck_after_s,
+                                      batch=batch, max_attempts=self.options.max_attempts)
+        summary.claimed = len(orphans)
+        summary.batch_full = len(orphans) >= batch
+        gate = asyncio.Semaphore(self.options.concurrency)
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self._settle(orphan, gate)) for orphan in orphans]
+        for task in tasks:
+            outcome = task.result()
+            summary.outcomes[outcome] += 1
+            if outcome == RELEASED and summary.skipped is None and not self.stopping:
+                summary.skipped = "breaker_open"
+        return summary
+
+    async def _settle(self, orphan: Orphan, gate: asyncio.Semaphore) -> str:
+        sending = orphan.sending
+        metrics.FOUND.labels(was=orphan.was.value).inc()
+        async with gate:
+            if self.stopping or not self.guard.accepting():
+                # Not started: put it back for the next round (or another instance).
+                return await self._release(orphan)
+            log.info("orphan_found", invoice_id=sending.invoice_id, tenant=sending.tenant,
+                     series=sending.series, number=sending.number, attempt=sending.attempt,
+                     was=orphan.was.value)
+            metrics.IN_FLIGHT.inc()
+            try:
+                result = await reconcile(
+                    self.engine, self.guard, sending, backoff=self.options.backoff,
+                    max_attempts=self.options.max_attempts,
+                    min_delay_s=self.options.breaker_reset_s)
+            except Exception as exc:
+                # A database error while recording: the row stays SENDING under our lease and
+                # a later round (here or elsewhere) asks the integrator again.
+                log.error("orphan_failed", invoice_id=sending.invoice_id,
+                          number=sending.number, error=type(exc).__name__, detail=str(exc))
+                metrics.count(FAILED)
+                return FAILED
+            finally:
+                metrics.IN_FLIGHT.dec()
+        if result.outcome is Outcome.UNAVAILABLE:
+            return await self._release(orphan)
+        metrics.count(result.outcome.value)
+        return result.outcome.value
+
+    async def _release(self, orphan: Orphan) -> str:
+        put_back = await release_orphan(self.engine, orphan)
+        log.info("orphan_released", invoice_id=orphan.sending.invoice_id,
+                 number=orphan.sending.number, was=orphan.was.value, put_back=put_back)
+        metrics.count(RELEASED)
+        return RELEASED
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Rounds until :meth:`request_stop`; a full batch is followed at once by the next."""
+        while not self.stopping:
+            summary = await self.run_round()
+            if summary.batch_full and summary.skipped is None:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.options.interval_s)
+
+
+async def serve(loop: RecoveryLoop) -> None:
+    """Run ``loop`` until SIGTERM/SIGINT, then drain in-flight orphans up to the deadline."""
+    running = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        running.add_signal_handler(sig, loop.request_stop)
+    task = asyncio.create_task(loop.run())
+    stop_requested = asyncio.create_task(loop.stop_requested())
+    try:
+        await asyncio.wait({task, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            log.info("recovery_stopping", drain_timeout_s=loop.options.drain_timeout_s)
+            try:
+                await asyncio.wait_for(asyncio.shield(task), loop.options.drain_timeout_s)
+            except TimeoutError:
+                log.warning("recovery_drain_timeout", drain_timeout_s=loop.options.drain_timeout_s)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        else:
+            task.result()
+    finally:
+        stop_requested.cancel()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            running.remove_signal_handler(sig)
+    log.info("recovery_stopped")

@@ -1,0 +1,171 @@
+"""Settle one invoice whose integrator outcome is unknown: **ask first**, then resend.
+
+The invoice is SENDING under the caller's lease, with its number pinned. Because the number was
+sealed before any call, "did it arrive?" is a deterministic question:
+
+* the integrator has the number for this invoice  -> ISSUED with its reference (no new number);
+* the integrator has the number for another one   -> alarm: ERROR, never retried by itself;
+* the integrator does not have it                 -> resend under the same number, and record
+  the answer like the worker does (accepted or our own duplicate -> ISSUED, rejection ->
+  REJECTED, transient -> ERROR due again after an exponential, jittered backoff; after
+  ``max_attempts`` it stays ERROR for an operator).
+
+No transaction is open during the integrator calls (I5): each outcome is one fenced domain
+operation of :mod:`gapless.invoices`. Used by the recovery loop and by ``gapless invoice retry``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from structlog.stdlib import BoundLogger
+
+from gapless.integrator.base import (
+    Document,
+    DuplicateOfAnother,
+    DuplicateOfMine,
+    IntegratorError,
+    PermanentRejection,
+    Receipt,
+)
+from gapless.integrator.guard import IntegratorUnavailable
+from gapless.invoices import Sending, mark_alarm, mark_error, mark_issued, mark_rejected
+from gapless.logging import get_logger
+
+log = get_logger("gapless.recovery")
+
+
+class Guard(Protocol):
+    """What reconciling needs of :class:`gapless.integrator.guard.GuardedIntegrator`."""
+
+    async def send(self, document: Document) -> Receipt: ...
+
+    async def lookup(self, tenant: str, number: str) -> Receipt | None: ...
+
+    def accepting(self) -> bool: ...
+
+
+class Outcome(StrEnum):
+    REPAIRED = "repaired"      # the integrator had it for us: ISSUED, nothing sent
+    RESENT = "resent"          # the integrator did not have it: resent and ISSUED
+    ALARM = "alarm"            # the number is another invoice's at the integrator
+    REJECTED = "rejected"      # resent and permanently rejected
+    ERROR = "error"            # transient failure: ERROR, due again later
+    PARKED = "parked"          # transient failure after max attempts: ERROR for an operator
+    UNAVAILABLE = "unavailable"  # the breaker refused the call: nothing recorded, caller decides
+    SUPERSEDED = "superseded"  # the fenced write found the invoice moved on (another owner)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """When an ERROR invoice is due again: base·2^(attempt-1) capped at ``cap_s``, with jitter
+    over the upper half (so retries of many invoices spread out and never synchronise)."""
+
+    base_s: float = 10.0
+    cap_s: float = 900.0
+
+    def delay(self, attempt: int) -> float:
+        full = min(self.cap_s, self.base_s * 2.0 ** max(0, min(attempt - 1, 30)))
+        return full / 2 + random.uniform(0, full / 2)  # jitter, not cryptography
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    detail: str = ""
+    receipt: Receipt | None = None
+    retry_at: datetime | None = None
+
+
+async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
+                    backoff: Backoff, max_attempts: int | None,
+                    min_delay_s: float = 0.0) -> Result:
+    """Ask the integrator about ``sending.number``, resend if it is not there, record the outcome.
+
+    Returns ``UNAVAILABLE`` without writing anything when the circuit breaker refuses a call, so
+    the caller can put the claim back. ``min_delay_s`` floors the backoff of a transient failure
+    (e.g. the breaker's reset timeout). Raises only for the unexpected (a database error): the
+    invoice then stays SENDING under the caller's lease and is found again once that is stale.
+    """
+    bound = log.bind(invoice_id=sending.invoice_id, tenant=sending.tenant,
+                     series=sending.series, number=sending.number, attempt=sending.attempt)
+    try:
+        found = await guard.lookup(sending.tenant, sending.number)
+    except IntegratorUnavailable as exc:
+        return Result(Outcome.UNAVAILABLE, str(exc))
+    except IntegratorError as exc:
+        return await _transient(engine, guard, sending, exc, bound, backoff=backoff,
+                                max_attempts=max_attempts, min_delay_s=min_delay_s)
+    if found is not None:
+        if found.invoice_id == sending.invoice_id:
+            if not await mark_issued(engine, sending.pk, found):
+                return _superseded(bound, "repaired")
+            bound.info("orphan_repaired", ref=found.ref)
+            return Result(Outcome.REPAIRED, found.ref, receipt=found)
+        return await _alarm(engine, sending, found.invoice_id, bound)
+
+    try:
+        receipt = await guard.send(sending.document())
+    except IntegratorUnavailable as exc:
+        return Result(Outcome.UNAVAILABLE, str(exc))
+    except DuplicateOfMine as exc:
+        receipt = exc.receipt
+    except DuplicateOfAnother as exc:
+        return await _alarm(engine, sending, exc.holder_invoice_id, bound)
+    except PermanentRejection as exc:
+        if not await mark_rejected(engine, sending, exc.reason):
+            return _superseded(bound, "rejected")
+        bound.warning("orphan_rejected", reason=exc.reason)
+        return Result(Outcome.REJECTED, exc.reason)
+    except IntegratorError as exc:
+        return await _transient(engine, guard, sending, exc, bound, backoff=backoff,
+                                max_attempts=max_attempts, min_delay_s=min_delay_s)
+    if not await mark_issued(engine, sending.pk, receipt):
+        return _superseded(bound, "resent")
+    bound.info("orphan_resent", ref=receipt.ref)
+    return Result(Outcome.RESENT, receipt.ref, receipt=receipt)
+
+
+async def _alarm(engine: AsyncEngine, sending: Sending, holder: str,
+                 bound: BoundLogger) -> Result:
+    recorded = await mark_alarm(engine, sending, holder)
+    # ERROR level: two invoices claim one number, a person must look (the event says so too).
+    bound.error("orphan_alarm", alarm="number_held_by_another", holder_invoice_id=holder,
+                recorded=recorded)
+    if not recorded:
+        return Result(Outcome.SUPERSEDED, "alarm")
+    return Result(Outcome.ALARM, f"number {sending.number} is held by invoice {holder!r}")
+
+
+async def _transient(engine: AsyncEngine, guard: Guard, sending: Sending, exc: Exception,
+                     bound: BoundLogger, *, backoff: Backoff, max_attempts: int | None,
+                     min_delay_s: float) -> Result:
+    error = f"{type(exc).__name__}: {exc}"
+    parked = max_attempts is not None and sending.attempt >= max_attempts
+    retry_at = None
+    if not parked:
+        delay = backoff.delay(sending.attempt)
+        if not guard.accepting():
+            delay = max(delay, min_delay_s)
+        retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+    if parked:
+        error = f"{error} (gave up after {sending.attempt} attempts)"
+    if not await mark_error(engine, sending, error, retry_at):
+        return _superseded(bound, "error")
+    if parked:
+        bound.error("orphan_parked", error=error)
+        return Result(Outcome.PARKED, error)
+    assert retry_at is not None
+    bound.warning("orphan_error", error=error, retry_at=retry_at.isoformat())
+    return Result(Outcome.ERROR, error, retry_at=retry_at)
+
+
+def _superseded(bound: BoundLogger, outcome: str) -> Result:
+    # The fenced write found the invoice settled or taken over meanwhile: its new owner decides.
+    bound.warning("orphan_superseded", outcome=outcome)
+    return Result(Outcome.SUPERSEDED, outcome)

@@ -1,0 +1,103 @@
+"""Helpers shared by the recovery, audit and operator-command tests: valid messages, orphans made
+with the real domain operations, and looks at the database and the mock integrator."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.invoices import ClaimKind, Draft, Sending, claim_for_sending, upsert_draft
+from gapless.message import validate_message
+from gapless.numbering import add_series, build_series_spec
+from tests.helpers import run_gapless
+from tests.mock_client import MockIntegratorClient
+
+GOOD_TAX_ID = "1234567890"
+REJECTED_TAX_ID = "0000000000"
+
+
+def message(invoice_id: str, *, tenant: str = "acme", series: str = "ABC",
+            tax_id: str = GOOD_TAX_ID) -> dict[str, Any]:
+    """A valid contract message (as the payload the worker stores)."""
+    return validate_message({
+        "invoice_id": invoice_id, "tenant": tenant, "series": series, "priority": "user",
+        "issue_date": "2026-11-22", "currency": "TRY",
+        "customer": {"tax_id": tax_id, "name": "Example Ltd"},
+        "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
+                   "vat_rate": "20"}],
+    }).payload()
+
+
+async def define_series(engine: AsyncEngine, tenant: str = "acme", code: str = "ABC") -> None:
+    async with engine.begin() as conn:
+        await add_series(conn, build_series_spec(tenant, code))
+
+
+async def make_sending(engine: AsyncEngine, invoice_ids: Sequence[str], *,
+                       tenant: str = "acme", series: str = "ABC",
+                       tax_id: str = GOOD_TAX_ID) -> list[Sending]:
+    """Invoices as a worker leaves them after step 2: number pinned, SENDING, lease taken."""
+    out = []
+    for invoice_id in invoice_ids:
+        await upsert_draft(engine, Draft(invoice_id, tenant, series, 4,
+                                         message(invoice_id, tenant=tenant, series=series,
+                                                 tax_id=tax_id)))
+        claim = await claim_for_sending(engine, invoice_id, lease_s=300, lock_timeout_ms=5000)
+        assert claim.kind is ClaimKind.SEND and claim.sending is not None
+        out.append(claim.sending)
+    return out
+
+
+def post(mock: MockIntegratorClient, sending: Sending, *,
+         invoice_id: str | None = None) -> str:
+    """Send a document to the mock directly (as a worker whose answer was then lost)."""
+    response = mock.post({"tenant": sending.tenant, "number": sending.number,
+                          "invoice_id": invoice_id or sending.invoice_id,
+                          "document": sending.payload})
+    assert response.status_code == 201, response.text
+    return str(response.json()["ref"])
+
+
+async def invoice_rows(engine: AsyncEngine) -> dict[str, Any]:
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text(
+            "SELECT id, invoice_id, tenant, series, status, reserved_no, number, attempts, "
+            "last_error, integrator_ref, sending_since, next_attempt_at FROM invoices"))).all()
+    return {row.invoice_id: row for row in rows}
+
+
+async def last_no(engine: AsyncEngine, tenant: str = "acme", series: str = "ABC") -> int:
+    async with engine.connect() as conn:
+        value = (await conn.execute(text(
+            "SELECT coalesce(sum(last_no), 0) FROM number_counters "
+            "WHERE tenant = :t AND series = :s"), {"t": tenant, "s": series})).scalar_one()
+    return int(value)
+
+
+async def events(engine: AsyncEngine, invoice_id: str) -> list[Any]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(text(
+            "SELECT kind, from_status, to_status, attempts, actor, detail FROM invoice_events "
+            "WHERE invoice_id = :i ORDER BY id"), {"i": invoice_id})).all())
+
+
+def recovery_once(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``gapless recovery --once --stuck-after 0`` (every SENDING row is an orphan)."""
+    result = run_gapless(["recovery", "--once", "--stuck-after", "0", *args], env)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def audit(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
+    result = run_gapless(["audit", "--json", *args], env)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def kinds(report: dict[str, Any]) -> set[str]:
+    return {v["kind"] for v in report["violations"]}
