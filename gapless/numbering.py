@@ -66,14 +66,14 @@ def build_series_spec(tenant: str, code: str, *, prefix: str | None = None,
                       reset: str = "yearly", tz: str = "Europe/Istanbul",
                       width: int | None = None, fmt: str | None = None) -> SeriesSpec:
     """Validate a series definition; raises SeriesError with a message fit for a person."""
-    if not TENANT_RE.match(tenant):
+    if not TENANT_RE.fullmatch(tenant):
         raise SeriesError(f"invalid tenant {tenant!r}: use 1-64 letters, digits, '.', '_' or '-', "
                           "starting with a letter or digit")
-    if not CODE_RE.match(code):
+    if not CODE_RE.fullmatch(code):
         raise SeriesError(f"invalid series code {code!r}: use 1-32 letters, digits, '_' or '-', "
                           "starting with a letter or digit")
     prefix = code.upper() if prefix is None else prefix
-    if not PREFIX_RE.match(prefix):
+    if not PREFIX_RE.fullmatch(prefix):
         raise SeriesError(f"invalid prefix {prefix!r}: use 1-16 upper-case letters A-Z or digits "
                           "(the GİB e-invoice number takes 3, e.g. ABC)")
     try:

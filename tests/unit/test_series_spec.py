@@ -33,6 +33,7 @@ def test_defaults_per_reset_carry_the_period_and_stay_16_characters(reset: str,
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"prefix": "ab"}, "invalid prefix 'ab'"),
     ({"prefix": "A B"}, "invalid prefix"),
+    ({"prefix": "ABC\n"}, "invalid prefix"),
     ({"reset": "weekly"}, "invalid reset 'weekly'"),
     ({"tz": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
     ({"width": 0}, "invalid width 0"),
@@ -51,7 +52,8 @@ def test_invalid_definitions_get_a_clear_error(kwargs: dict[str, object], messag
 
 
 @pytest.mark.parametrize(("tenant", "code"), [("", "ABC"), ("ac me", "ABC"), ("acme", ""),
-                                              ("acme", "A/B"), ("-x", "ABC")])
+                                              ("acme", "A/B"), ("-x", "ABC"), ("acme\n", "ABC"),
+                                              ("acme", "ABC\n")])
 def test_invalid_tenants_and_codes_are_refused(tenant: str, code: str) -> None:
     with pytest.raises(SeriesError, match=r"invalid (tenant|series code)"):
         build_series_spec(tenant, code, prefix="ABC")
