@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     integrator_timeout_s: float = Field(10.0, gt=0)
     breaker_fail_max: int = Field(5, ge=1)
     breaker_reset_timeout_s: float = Field(10.0, gt=0)
+    integrator_max_connections: int = Field(128, ge=1, description="HTTP connection pool size")
+    retry_attempts: int = Field(3, ge=1, description="Integrator attempts per call (transient)")
+    retry_max_s: float = Field(10.0, gt=0, description="No new attempt starts after this long")
+    retry_wait_s: float = Field(0.5, gt=0, description="Base of the jittered exponential wait")
 
     # Worker.
     lease_s: float = Field(300.0, gt=0, description="A SENDING lease older than this is stale "

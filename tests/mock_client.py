@@ -19,6 +19,17 @@ class MockIntegratorClient:
         response.raise_for_status()
         return response.json()  # type: ignore[no-any-return]
 
+    def faults(self) -> dict[str, Any]:
+        response = self._http.get("/admin/faults")
+        response.raise_for_status()
+        return response.json()  # type: ignore[no-any-return]
+
+    def reset(self) -> dict[str, Any]:
+        """POST /admin/reset: forget ledger and stats, re-seed the fault draws (faults stay)."""
+        response = self._http.post("/admin/reset")
+        response.raise_for_status()
+        return response.json()  # type: ignore[no-any-return]
+
     def ledger(self) -> list[dict[str, Any]]:
         response = self._http.get("/ledger")
         response.raise_for_status()

@@ -1,0 +1,137 @@
+"""HTTP adapter for the integrator API of ARCHITECTURE.md (served by `gapless mock-integrator`).
+
+Every answer is classified once, here, into the outcomes the worker and recovery act on:
+
+=====================================  ======================================================
+answer                                  outcome
+=====================================  ======================================================
+201 ``{ref}``                           ``Receipt``
+409, body ``invoice_id`` is ours        ``DuplicateOfMine`` (an earlier send of ours arrived)
+409, another ``invoice_id``             ``DuplicateOfAnother`` (alarm: the number is taken)
+422 ``{reason}``                        ``PermanentRejection``
+any other 4xx                           ``PermanentRejection`` (the reason names the status)
+5xx, timeout, refused, dropped          ``TransientIntegratorError`` (outcome unknown: the
+                                        document may have been accepted; lookup settles it)
+=====================================  ======================================================
+
+The document and the customer's tax id are never logged or put into an error message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import httpx
+
+from gapless.integrator.base import (
+    Document,
+    DuplicateOfAnother,
+    DuplicateOfMine,
+    PermanentRejection,
+    Receipt,
+    TransientIntegratorError,
+)
+
+if TYPE_CHECKING:
+    from gapless.settings import Settings
+
+
+class HttpIntegrator:
+    """``Integrator`` over HTTP with one pooled ``httpx.AsyncClient`` (safe to share between tasks).
+
+    Timeouts: ``settings.integrator_timeout_s`` for connect, read, write and pool wait each.
+    Pool: ``settings.integrator_max_connections`` connections, all kept alive, so that many calls
+    can be in flight at once without a new TCP handshake per call.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        size = settings.integrator_max_connections
+        self._client = httpx.AsyncClient(
+            base_url=settings.integrator_url,
+            timeout=httpx.Timeout(settings.integrator_timeout_s),
+            limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+            headers={"user-agent": "gapless"},
+        )
+
+    async def send(self, document: Document) -> Receipt:
+        """POST the document under its number. Raises the classified error on any other outcome."""
+        payload = {"tenant": document.tenant, "number": document.number,
+                   "invoice_id": document.invoice_id, "document": document.document}
+        try:
+            response = await self._client.post("/invoices", json=payload)
+        except httpx.TransportError as exc:
+            raise TransientIntegratorError(
+                f"send of {document.number}: {type(exc).__name__} (outcome unknown)") from exc
+        status = response.status_code
+        if status == 201:
+            ref = _json_field(response, "ref")
+            if ref is None:
+                raise TransientIntegratorError(f"send of {document.number}: 201 without a ref")
+            return Receipt(document.tenant, document.number, document.invoice_id, ref)
+        if status == 409:
+            holder = _json_field(response, "invoice_id")
+            if holder is None:
+                raise TransientIntegratorError(
+                    f"send of {document.number}: 409 without the holder's invoice_id")
+            if holder == document.invoice_id:
+                ref = _json_field(response, "ref") or ""
+                raise DuplicateOfMine(
+                    Receipt(document.tenant, document.number, document.invoice_id, ref))
+            raise DuplicateOfAnother(document.number, holder)
+        if status == 422:
+            raise PermanentRejection(_json_field(response, "reason") or _detail(response))
+        if 400 <= status < 500:
+            raise PermanentRejection(f"HTTP {status}: {_detail(response)}")
+        raise TransientIntegratorError(f"send of {document.number}: HTTP {status}")
+
+    async def lookup(self, tenant: str, number: str) -> Receipt | None:
+        """Ask whether ``number`` is accepted: its receipt, or None (404). Transient otherwise."""
+        path = f"/invoices/{quote(tenant, safe='')}/{quote(number, safe='')}"
+        try:
+            response = await self._client.get(path)
+        except httpx.TransportError as exc:
+            raise TransientIntegratorError(
+                f"lookup of {number}: {type(exc).__name__}") from exc
+        if response.status_code == 404:
+            return None
+        if response.status_code == 200:
+            invoice_id = _json_field(response, "invoice_id")
+            ref = _json_field(response, "ref")
+            if invoice_id is not None and ref is not None:
+                return Receipt(tenant, number, invoice_id, ref)
+        raise TransientIntegratorError(f"lookup of {number}: HTTP {response.status_code}")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _json_field(response: httpx.Response, name: str) -> str | None:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        return None
+    value = body.get(name) if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _detail(response: httpx.Response) -> str:
+    """A short, single-line reason from an error body.
+
+    Validation errors (``{"detail": [{"loc": ..., "msg": ...}]}``) are reduced to field and
+    message: their ``input`` would echo the document back.
+    """
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        detail = body.get("detail")
+        if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+            where = ".".join(str(part) for part in detail[0].get("loc", ()))
+            return f"{where}: {detail[0].get('msg', 'invalid')}"[:200]
+        for key in ("detail", "error", "reason"):
+            if isinstance(body.get(key), str):
+                return str(body[key])[:200]
+    text = response.text.strip()
+    return text.splitlines()[0][:200] if text else "no reason given"
