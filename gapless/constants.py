@@ -15,6 +15,8 @@ DLX_SUFFIX = ".dlx"
 HEADER_DEAD_REASON = "x-gapless-reason"
 HEADER_DEAD_AT = "x-gapless-dead-at"
 HEADER_DEAD_WORKER = "x-gapless-worker"
+#: Set by ``gapless dead replay`` on a message put back on the main queue (UTC ISO time).
+HEADER_REPLAYED_AT = "x-gapless-replayed-at"
 
 CONTENT_TYPE_JSON = "application/json"
 

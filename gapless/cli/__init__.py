@@ -33,6 +33,8 @@ COMMAND_MODULES = (
     "gapless.cli.recovery",
     "gapless.cli.invoice",
     "gapless.cli.audit",
+    "gapless.cli.status",
+    "gapless.cli.dead",
 )
 
 

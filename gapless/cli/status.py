@@ -1,0 +1,394 @@
+"""``gapless status [--watch] [--json]``: the system at a glance, for operators.
+
+Per tenant/series: the last number handed out, invoices ISSUED / SENDING / ERROR / REJECTED and
+the age of the oldest SENDING lease (an age above recovery's ``--stuck-after`` means recovery is
+not keeping up, or the integrator is down). Then the queue: ready messages (per priority when
+RabbitMQ's management API answers; AMQP itself reports only a total), dead letters, and the
+circuit breaker of every worker/recovery process whose Prometheus endpoint is given with
+``--metrics-url``; without one the breaker state is "unknown", because it lives inside those
+processes.
+
+Reads only: one read-only statement per refresh (no locks), a passive queue declaration, and
+HTTP GETs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+
+from gapless.cli.common import AmqpUrlOption, DatabaseUrlOption, QueueOption, run, settings_from
+from gapless.constants import PRIORITY_USER, dead_queue_name
+from gapless.settings import Settings
+
+MANAGEMENT_PORT = 15672
+HTTP_TIMEOUT_S = 2.0
+BREAKER_METRIC = "gapless_breaker_state"
+BREAKER_STATES = {0: "closed", 1: "half-open", 2: "open"}
+NO_MANAGEMENT_NOTE = "per-priority depth needs the management plugin"
+
+
+@dataclass(frozen=True)
+class SeriesStatus:
+    tenant: str
+    series: str
+    period_key: str | None
+    last_no: int | None
+    last_number: str | None
+    received: int
+    sending: int
+    issued: int
+    error: int
+    rejected: int
+    cancelled: int
+    voided: int
+    alarms: int
+    oldest_sending_age_s: float | None
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    name: str
+    ready: int | None                       # None: the broker could not be reached
+    unacked: int | None = None              # only from the management API
+    by_priority: dict[str, int] | None = None
+    dead_queue: str = ""
+    dead_letters: int | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class BreakerStatus:
+    source: str
+    name: str | None
+    state: str                               # closed | half-open | open | unreachable | unknown
+
+
+@dataclass
+class Status:
+    at: str
+    series: list[SeriesStatus]
+    queue: QueueStatus
+    breakers: list[BreakerStatus] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------- collecting
+
+
+async def read_series(engine: Any, *, tenant: str | None, series: str | None
+                      ) -> list[SeriesStatus]:
+    """Every series (optionally one tenant / one code) with its counts; one snapshot, no locks."""
+    from gapless.invoices import ALARM_PREFIX
+    from gapless.queries import status as q
+
+    async with engine.connect() as conn:
+        rows = (await conn.execute(q.SERIES_STATUS, {
+            "tenant": tenant, "series": series, "alarm_pattern": ALARM_PREFIX + "%"})).all()
+    return [SeriesStatus(
+        tenant=row.tenant, series=row.series, period_key=row.period_key, last_no=row.last_no,
+        last_number=row.last_number, received=row.received, sending=row.sending,
+        issued=row.issued, error=row.error, rejected=row.rejected, cancelled=row.cancelled,
+        voided=row.voided, alarms=row.alarms, oldest_sending_age_s=row.oldest_sending_age_s)
+        for row in rows]
+
+
+def management_target(amqp_url: str, management_url: str | None
+                      ) -> tuple[str, tuple[str, str]]:
+    """The management API base URL and its credentials.
+
+    By default: the broker's host on port 15672, with the AMQP URL's user and password (the
+    management UI uses the same users). An explicit ``--management-url`` may carry its own.
+    """
+    amqp = urllib.parse.urlsplit(amqp_url)
+    user = urllib.parse.unquote(amqp.username or "guest")
+    password = urllib.parse.unquote(amqp.password or "guest")
+    if management_url:
+        given = urllib.parse.urlsplit(management_url)
+        if given.username is not None:
+            user = urllib.parse.unquote(given.username)
+            password = urllib.parse.unquote(given.password or "")
+        netloc = given.netloc.rsplit("@", 1)[-1]
+        return urllib.parse.urlunsplit((given.scheme or "http", netloc, given.path.rstrip("/"),
+                                        "", "")), (user, password)
+    host = amqp.hostname or "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{MANAGEMENT_PORT}", (user, password)
+
+
+def amqp_vhost(amqp_url: str) -> str:
+    path = urllib.parse.urlsplit(amqp_url).path
+    return urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
+
+
+def split_priorities(priority_lengths: dict[str, Any]) -> dict[str, int]:
+    """RabbitMQ's per-priority lengths as the contract's two classes (absent priority = batch)."""
+    user = batch = 0
+    for priority, length in priority_lengths.items():
+        if int(priority) >= PRIORITY_USER:
+            user += int(length)
+        else:
+            batch += int(length)
+    return {"user": user, "batch": batch}
+
+
+async def read_management(settings: Settings, management_url: str | None
+                          ) -> tuple[int, int, dict[str, int] | None] | str:
+    """(ready, unacked, per-priority) of the main queue from the management API, or a note."""
+    import httpx
+
+    base, auth = management_target(settings.amqp_url, management_url)
+    vhost = urllib.parse.quote(amqp_vhost(settings.amqp_url), safe="")
+    queue = urllib.parse.quote(settings.queue, safe="")
+    try:
+        async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, auth=auth) as client:
+            response = await client.get(f"{base}/api/queues/{vhost}/{queue}")
+    except httpx.HTTPError:
+        return f"{NO_MANAGEMENT_NOTE} ({base} unreachable)"
+    if response.status_code != 200:
+        return f"{NO_MANAGEMENT_NOTE} ({base} answered {response.status_code})"
+    info = response.json()
+    lengths = (info.get("backing_queue_status") or {}).get("priority_lengths")
+    by_priority = split_priorities(lengths) if isinstance(lengths, dict) else None
+    return (int(info.get("messages_ready", 0)), int(info.get("messages_unacknowledged", 0)),
+            by_priority)
+
+
+async def read_queue(settings: Settings, management_url: str | None) -> QueueStatus:
+    """Depth of ``<prefix>`` and ``<prefix>.dead`` (AMQP), per priority when the API answers."""
+    from gapless.errors import GaplessError
+    from gapless.publisher import queue_depths
+
+    dead = dead_queue_name(settings.queue)
+    try:
+        depths, management = await asyncio.gather(
+            queue_depths(settings), read_management(settings, management_url))
+    except GaplessError as exc:  # BrokerUnavailable: show the database side anyway
+        return QueueStatus(settings.queue, None, dead_queue=dead,
+                           note=f"broker unreachable: {exc}".splitlines()[0])
+    ready = depths[settings.queue]
+    if isinstance(management, str):
+        return QueueStatus(settings.queue, ready, dead_queue=dead, dead_letters=depths[dead],
+                           note=management)
+    _, unacked, by_priority = management
+    note = None if by_priority is not None else "the broker reports no per-priority lengths"
+    return QueueStatus(settings.queue, ready, unacked=unacked, by_priority=by_priority,
+                       dead_queue=dead, dead_letters=depths[dead], note=note)
+
+
+def metrics_endpoint(url: str) -> str:
+    """``host:port`` or a URL; a URL without a path means ``/metrics``."""
+    if "://" not in url:
+        url = "http://" + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.path in ("", "/"):
+        parts = parts._replace(path="/metrics")
+    return urllib.parse.urlunsplit(parts)
+
+
+def parse_breakers(source: str, exposition: str) -> list[BreakerStatus]:
+    """Every ``gapless_breaker_state{name=…}`` sample of a Prometheus text exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = []
+    for family in text_string_to_metric_families(exposition):
+        if family.name != BREAKER_METRIC:
+            continue
+        for sample in family.samples:
+            state = BREAKER_STATES.get(int(sample.value), f"state {sample.value:g}")
+            found.append(BreakerStatus(source, sample.labels.get("name"), state))
+    return found
+
+
+async def read_breakers(metrics_urls: list[str]) -> list[BreakerStatus]:
+    """The breaker states the given processes report; "unreachable" for one that does not
+    answer, "unknown" when no endpoint is given (the state lives inside each process)."""
+    import httpx
+
+    if not metrics_urls:
+        return [BreakerStatus("-", None, "unknown")]
+
+    async def one(client: httpx.AsyncClient, url: str) -> list[BreakerStatus]:
+        endpoint = metrics_endpoint(url)
+        try:
+            response = await client.get(endpoint)
+            response.raise_for_status()
+        except httpx.HTTPError:
+            return [BreakerStatus(endpoint, None, "unreachable")]
+        return parse_breakers(endpoint, response.text) or [
+            BreakerStatus(endpoint, None, "unknown")]
+
+    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S) as client:
+        results = await asyncio.gather(*(one(client, url) for url in metrics_urls))
+    return [breaker for result in results for breaker in result]
+
+
+async def collect(engine: Any, settings: Settings, *, tenant: str | None, series: str | None,
+                  metrics_urls: list[str], management_url: str | None) -> Status:
+    # The database first: when it fails, nothing else is left half-done.
+    series_rows = await read_series(engine, tenant=tenant, series=series)
+    queue, breakers = await asyncio.gather(read_queue(settings, management_url),
+                                           read_breakers(metrics_urls))
+    return Status(at=datetime.now(UTC).isoformat(timespec="seconds"), series=series_rows,
+                  queue=queue, breakers=breakers)
+
+
+# ---------------------------------------------------------------------------------- rendering
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+
+
+def _count(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def render(status: Status) -> Any:
+    """A rich renderable that fits 80 columns: the series table, then queue and breakers."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True,
+                  title=f"gapless status  {status.at}",
+                  title_justify="left", caption="oldest: age of the oldest SENDING lease",
+                  caption_justify="left")
+    # Numbers never wrap; a long tenant/series name folds instead, so the table fits 80 columns.
+    table.add_column("tenant/series", overflow="fold", min_width=12)
+    table.add_column("last number", no_wrap=True)
+    for column in ("issued", "sending", "error", "rejected", "oldest"):
+        table.add_column(column, justify="right", no_wrap=True)
+    alarms = []
+    for row in status.series:
+        error = f"{row.error:,}" + ("!" if row.alarms else "")
+        if row.alarms:
+            alarms.append(f"{row.tenant}/{row.series}: {row.alarms}")
+        table.add_row(f"{row.tenant}/{row.series}", row.last_number or "-", f"{row.issued:,}",
+                      f"{row.sending:,}", error, f"{row.rejected:,}",
+                      format_age(row.oldest_sending_age_s))
+    if not status.series:
+        table.add_row("(no series)", "-", "-", "-", "-", "-", "-")
+
+    queue = status.queue
+    lines = Text()
+    if alarms:
+        # An alarm is an ERROR that is never retried by itself: the integrator holds the number
+        # for another invoice. A person must look (see the runbook).
+        lines.append("alarms (error!): ", style="bold red")
+        lines.append(", ".join(alarms) + "\n")
+    lines.append(f"queue {queue.name}: ", style="bold")
+    lines.append(f"{_count(queue.ready)} ready")
+    if queue.unacked is not None:
+        lines.append(f", {queue.unacked:,} in flight")
+    if queue.by_priority is not None:
+        lines.append(f" (user {queue.by_priority['user']:,}, "
+                     f"batch {queue.by_priority['batch']:,})")
+    if queue.note:
+        lines.append(f"\n  {queue.note}", style="dim")
+    lines.append(f"\ndead letters {queue.dead_queue}: ", style="bold")
+    dead_style = "red" if queue.dead_letters else ""
+    lines.append(_count(queue.dead_letters), style=dead_style)
+    for breaker in status.breakers:
+        lines.append("\nbreaker", style="bold")
+        if breaker.name:
+            lines.append(f" {breaker.name}", style="bold")
+        style = {"closed": "green", "open": "red", "half-open": "yellow"}.get(breaker.state, "")
+        lines.append(": ")
+        lines.append(breaker.state, style=style)
+        if breaker.source != "-":
+            lines.append(f"  {breaker.source}", style="dim")
+        elif breaker.state == "unknown":
+            lines.append("  (give --metrics-url of each worker/recovery)", style="dim")
+    return Group(table, lines)
+
+
+# ---------------------------------------------------------------------------------- command
+
+
+async def _status(settings: Settings, *, watch: bool, interval: float, as_json: bool,
+                  tenant: str | None, series: str | None, metrics_urls: list[str],
+                  management_url: str | None) -> None:
+    from rich.console import Console
+    from rich.live import Live
+
+    from gapless.db import make_engine
+
+    engine = make_engine(settings.database_url, actor="operator", pool_size=1)
+    console = Console()
+    try:
+        async def snapshot() -> Status:
+            return await collect(engine, settings, tenant=tenant, series=series,
+                                 metrics_urls=metrics_urls, management_url=management_url)
+
+        if as_json:
+            while True:
+                # One JSON document per line: with --watch, a JSON Lines stream.
+                typer.echo(json.dumps((await snapshot()).as_dict()))
+                if not watch:
+                    return
+                await asyncio.sleep(interval)  # the refresh period, not synchronisation
+        if not watch:
+            console.print(render(await snapshot()))
+            return
+        with Live(render(await snapshot()), console=console, auto_refresh=False) as live:
+            while True:
+                await asyncio.sleep(interval)  # the refresh period, not synchronisation
+                live.update(render(await snapshot()), refresh=True)
+    finally:
+        await engine.dispose()
+
+
+def status(
+    watch: bool = typer.Option(False, "--watch", help="Refresh until Ctrl-C."),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between refreshes."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print JSON (with --watch: one document per line)."),
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant."),
+    series: str | None = typer.Option(None, "--series", help="Only this series code."),
+    metrics_urls: list[str] = typer.Option(
+        [], "--metrics-url",
+        help="Prometheus endpoint of a worker or recovery process (repeatable), for the "
+             "breaker state, e.g. http://127.0.0.1:9100/metrics."),
+    management_url: str | None = typer.Option(
+        None, "--management-url",
+        help="RabbitMQ management API for per-priority depth (default: the broker's host, "
+             "port 15672, with the AMQP credentials)."),
+    database_url: str | None = DatabaseUrlOption,
+    amqp_url: str | None = AmqpUrlOption,
+    queue: str | None = QueueOption,
+) -> None:
+    """Per series: last number, issued, sending, errors, rejections, oldest SENDING; queue depth,
+    dead letters and breaker state."""
+    settings = settings_from(database_url=database_url, amqp_url=amqp_url, queue=queue)
+    try:
+        run(_status(settings, watch=watch, interval=interval, as_json=as_json, tenant=tenant,
+                    series=series, metrics_urls=list(metrics_urls),
+                    management_url=management_url))
+    except KeyboardInterrupt:
+        if not watch:
+            raise
+        # Ctrl-C is how --watch ends: a normal exit.
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)

@@ -1,0 +1,69 @@
+"""What ``gapless status`` and ``gapless demo`` read: counts per series, the system's totals.
+
+Read-only statements: no row locks, one snapshot per statement (READ COMMITTED), so a table
+printed while workers run is consistent within itself but may lag a running system by a moment.
+"""
+
+from sqlalchemy import text
+
+#: Per series: the newest counter period with its last number, invoices per status, and when the
+#: oldest SENDING lease began. One statement (one snapshot), no locks; the per-status counts use
+#: the (tenant, series, status) index.
+SERIES_STATUS = text("""
+    WITH counts AS (
+        SELECT tenant, series,
+               count(*) FILTER (WHERE status = 'RECEIVED')  AS received,
+               count(*) FILTER (WHERE status = 'SENDING')   AS sending,
+               count(*) FILTER (WHERE status = 'ISSUED')    AS issued,
+               count(*) FILTER (WHERE status = 'ERROR')     AS error,
+               count(*) FILTER (WHERE status = 'REJECTED')  AS rejected,
+               count(*) FILTER (WHERE status = 'CANCELLED') AS cancelled,
+               count(*) FILTER (WHERE status = 'VOIDED')    AS voided,
+               count(*) FILTER (WHERE status = 'ERROR' AND last_error LIKE :alarm_pattern)
+                                                            AS alarms,
+               min(sending_since) FILTER (WHERE status = 'SENDING') AS oldest_sending_since
+          FROM invoices
+         WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+           AND (CAST(:series AS text) IS NULL OR series = :series)
+         GROUP BY tenant, series
+    )
+    SELECT s.tenant, s.code AS series, latest.period_key, latest.last_no,
+           (SELECT i.number FROM invoices i
+             WHERE i.tenant = s.tenant AND i.series = s.code
+               AND i.period_key = latest.period_key AND i.reserved_no = latest.last_no)
+               AS last_number,
+           coalesce(c.received, 0) AS received, coalesce(c.sending, 0) AS sending,
+           coalesce(c.issued, 0) AS issued, coalesce(c.error, 0) AS error,
+           coalesce(c.rejected, 0) AS rejected, coalesce(c.cancelled, 0) AS cancelled,
+           coalesce(c.voided, 0) AS voided, coalesce(c.alarms, 0) AS alarms,
+           extract(epoch FROM now() - c.oldest_sending_since)::float8 AS oldest_sending_age_s
+      FROM series s
+      LEFT JOIN counts c ON c.tenant = s.tenant AND c.series = s.code
+      LEFT JOIN LATERAL (
+          SELECT n.period_key, n.last_no FROM number_counters n
+           WHERE n.tenant = s.tenant AND n.series = s.code
+           ORDER BY n.updated_at DESC, n.period_key DESC
+           LIMIT 1
+      ) latest ON true
+     WHERE (CAST(:tenant AS text) IS NULL OR s.tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR s.code = :series)
+     ORDER BY s.tenant, s.code
+""")
+
+#: The whole system at a glance: invoices per status, retryable ERRORs (not alarms), and orphans
+#: repaired (invoices recovery brought to ISSUED, counted from their history). One snapshot, no
+#: locks; the event count scans invoice_events, so poll it every second or so, not in a loop.
+TOTALS = text("""
+    SELECT count(*) AS invoices,
+           count(*) FILTER (WHERE status = 'RECEIVED') AS received,
+           count(*) FILTER (WHERE status = 'SENDING')  AS sending,
+           count(*) FILTER (WHERE status = 'ISSUED')   AS issued,
+           count(*) FILTER (WHERE status = 'ERROR')    AS error,
+           count(*) FILTER (WHERE status = 'ERROR'
+                                         AND coalesce(last_error, '') NOT LIKE :alarm_pattern)
+                                                       AS retryable,
+           count(*) FILTER (WHERE status = 'REJECTED') AS rejected,
+           (SELECT count(DISTINCT e.invoice_pk) FROM invoice_events e
+             WHERE e.kind = 'recovered') AS recovered
+      FROM invoices
+""")
