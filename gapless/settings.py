@@ -45,6 +45,9 @@ class Settings(BaseSettings):
 
     # HTTP API.
     api_token: str = Field("", repr=False)
+    # No GAPLESS_API_TOKEN: the API refuses to start unless this is set (`--insecure-no-auth`).
+    api_insecure_no_auth: bool = False
+    api_health_timeout_s: float = Field(2.0, gt=0, description="Per-check limit of /healthz")
 
     @field_validator("cluster_id")
     @classmethod

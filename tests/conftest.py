@@ -163,3 +163,51 @@ def integrated_env(gapless_env: dict[str, str],
                    mock_integrator: MockIntegratorClient) -> dict[str, str]:
     """``gapless_env`` pointed at this test's mock integrator."""
     return {**gapless_env, "GAPLESS_INTEGRATOR_URL": mock_integrator.url}
+
+
+class ApiServers:
+    """Starts ``gapless api`` subprocesses on free ports; every one is stopped after the test."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.started: list[GaplessProcess] = []
+
+    def start(self, tokens: str = "", *, extra_args: tuple[str, ...] = (),
+              env: dict[str, str] | None = None, name: str = "api") -> tuple[str, GaplessProcess]:
+        """``(base URL, process)`` of a running API with ``GAPLESS_API_TOKEN=tokens``."""
+        import socket
+
+        from tests.helpers import wait_until
+
+        port = free_port()
+        proc_env = {**self.env, **(env or {}), "GAPLESS_API_TOKEN": tokens}
+        proc = GaplessProcess(["api", "--port", str(port), *extra_args], proc_env, self.log_dir,
+                              f"{name}-{len(self.started)}")
+        self.started.append(proc)
+
+        def listening_or_dead() -> bool:
+            if not proc.alive():
+                return True
+            with socket.socket() as sock:
+                sock.settimeout(0.2)
+                return sock.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_until(listening_or_dead, 30, message="gapless api to listen")
+        if not proc.alive():
+            raise AssertionError(f"gapless api exited at start-up:\n{proc.output()}")
+        return f"http://127.0.0.1:{port}", proc
+
+    def close(self) -> None:
+        for proc in self.started:
+            if proc.alive():
+                proc.terminate(timeout=20)
+            proc.close()
+
+
+@pytest.fixture
+def api_servers(gapless_env: dict[str, str], log_dir: Path) -> Iterator[ApiServers]:
+    """Factory of ``gapless api`` subprocesses for this test's database and queue prefix."""
+    servers = ApiServers(gapless_env, log_dir)
+    yield servers
+    servers.close()

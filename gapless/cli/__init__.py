@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "gapless.cli.mock",
     "gapless.cli.publish",
     "gapless.cli.worker",
+    "gapless.cli.api",
     "gapless.cli.recovery",
     "gapless.cli.invoice",
     "gapless.cli.audit",

@@ -1,0 +1,98 @@
+"""``gapless api``: the HTTP API (issue, invoice status, event feed) under uvicorn."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+import typer
+
+from gapless.cli.common import (
+    AmqpUrlOption,
+    ClusterIdOption,
+    DatabaseUrlOption,
+    QueueOption,
+    run,
+    settings_from,
+)
+from gapless.settings import Settings
+
+
+def api(
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on."),
+    port: int = typer.Option(8080, "--port", min=1, max=65535, help="TCP port."),
+    insecure_no_auth: bool = typer.Option(
+        False, "--insecure-no-auth",
+        help="Serve without authentication when GAPLESS_API_TOKEN is empty (trusted networks "
+             "and demos only)."),
+    proxy_headers: bool = typer.Option(
+        False, "--proxy-headers",
+        help="Trust X-Forwarded-Proto/For from 127.0.0.1, so URLs in answers use the "
+             "client-facing scheme."),
+    database_url: str | None = DatabaseUrlOption,
+    amqp_url: str | None = AmqpUrlOption,
+    queue: str | None = QueueOption,
+    cluster_id: int | None = ClusterIdOption,
+) -> None:
+    """HTTP API: issue, invoice status, event feed (OpenAPI docs at /docs).
+
+    GAPLESS_API_TOKEN holds the bearer tokens: a comma-separated list of TOKEN (every tenant)
+    or TENANT:TOKEN (that tenant only), each at least 16 characters.
+    """
+    settings = settings_from(database_url=database_url, amqp_url=amqp_url, queue=queue,
+                             cluster_id=cluster_id,
+                             api_insecure_no_auth=True if insecure_no_auth else None)
+    from gapless.api import create_app
+
+    app = create_app(settings)  # a bad token setting stops here, before anything listens
+    run(_preflight(settings))
+    run(_serve(app, host, port, proxy_headers))
+
+
+async def _preflight(settings: Settings) -> None:
+    """Reach the database and the broker once, so an outage is one line and exit 1 rather
+    than a traceback from inside the server's start-up."""
+    from gapless.db import check_cluster, make_engine
+    from gapless.publisher import connect
+
+    engine = make_engine(settings.database_url, actor="api", pool_size=1)
+    try:
+        await check_cluster(engine, settings.cluster_id)
+    finally:
+        await engine.dispose()
+    connection = await connect(settings)
+    await connection.close()
+
+
+async def _serve(app: object, host: str, port: int, proxy_headers: bool) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host, port=port,
+        log_config=None,     # structlog is configured already; uvicorn must not reconfigure
+        access_log=False,    # the app logs one `api_request` line per request (no headers)
+        proxy_headers=proxy_headers, forwarded_allow_ips="127.0.0.1",
+        lifespan="on", server_header=False,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn drains on SIGTERM/SIGINT and then re-raises the signal to the handler that was in
+    # place before it started. A drained stop is a normal stop for gapless processes (exit 0), so
+    # that handler is a no-op while the server runs.
+    previous = {sig: signal.signal(sig, _already_handled) for sig in (signal.SIGTERM,
+                                                                      signal.SIGINT)}
+    try:
+        await server.serve()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not server.started:
+        raise SystemExit(1)
+
+
+def _already_handled(signum: int, frame: FrameType | None) -> None:
+    """The signal was handled by the server's graceful shutdown."""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("api")(api)

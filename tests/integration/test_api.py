@@ -1,0 +1,535 @@
+"""The HTTP API as a real ``gapless api`` process over real HTTP, against real PostgreSQL and
+RabbitMQ: issuing, invoice status, authentication, health and metrics.
+
+The feed endpoint has its own module (test_api_feed.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aio_pika
+import httpx
+import pytest
+from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.api import parse_tokens
+from gapless.errors import ConfigurationError
+from gapless.integrator.base import Receipt
+from gapless.invoices import Draft, claim_for_sending, mark_issued, upsert_draft
+from gapless.message import MAX_BODY_BYTES
+from gapless.numbering import add_series, build_series_spec
+from gapless.settings import Settings
+from tests.conftest import ApiServers
+from tests.helpers import await_until, free_port, run_gapless
+
+
+def invoice_message(invoice_id: str, tenant: str = "acme", series: str = "ABC",
+                    **extra: Any) -> dict[str, Any]:
+    return {"invoice_id": invoice_id, "tenant": tenant, "series": series, "priority": "user",
+            "issue_date": "2026-11-22", "currency": "TRY",
+            "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
+            "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
+                       "vat_rate": "20"}], **extra}
+
+
+async def define_series(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await add_series(conn, build_series_spec("acme", "ABC"))
+        await add_series(conn, build_series_spec("globex", "GLX"))
+
+
+@dataclass
+class Api:
+    url: str
+    admin: str   # every tenant
+    acme: str    # scoped to acme
+    globex: str  # scoped to globex
+
+    def headers(self, token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+@pytest.fixture
+async def api(api_servers: ApiServers, engine: AsyncEngine) -> Api:
+    await define_series(engine)
+    tokens = Api("", new_token(), new_token(), new_token())
+    url, _ = api_servers.start(f"{tokens.admin}, acme:{tokens.acme},globex:{tokens.globex}")
+    tokens.url = url
+    return tokens
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=15) as client:
+        yield client
+
+
+async def queued_messages(settings: Settings) -> list[aio_pika.abc.AbstractIncomingMessage]:
+    """Take every message waiting in the test's main queue (they are acked: consumed)."""
+    connection = await aio_pika.connect(settings.amqp_url)
+    taken = []
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(settings.queue, passive=True)
+        while (message := await queue.get(no_ack=True, fail=False)) is not None:
+            taken.append(message)
+    return taken
+
+
+async def issued_invoice(engine: AsyncEngine, invoice_id: str, tenant: str = "acme",
+                         series: str = "ABC") -> str:
+    """An invoice taken through the real domain operations to ISSUED; returns its number."""
+    await upsert_draft(engine, Draft(invoice_id, tenant, series, 4,
+                                     invoice_message(invoice_id, tenant, series)))
+    claim = await claim_for_sending(engine, invoice_id, lease_s=60, lock_timeout_ms=5000)
+    assert claim.sending is not None
+    receipt = Receipt(tenant=tenant, number=claim.sending.number, invoice_id=invoice_id,
+                      ref="REF-1")
+    assert await mark_issued(engine, claim.sending.pk, receipt)
+    return claim.sending.number
+
+
+# ------------------------------------------------------------------------------ token format
+
+def test_token_setting_format() -> None:
+    tokens = parse_tokens(" aaaaaaaaaaaaaaaa , acme:bbbbbbbbbbbbbbbb,,*:cc:cccccccccccccc ")
+    assert [(t.secret.decode(), t.tenant, t.index) for t in tokens] == [
+        ("aaaaaaaaaaaaaaaa", None, 1), ("bbbbbbbbbbbbbbbb", "acme", 2),
+        ("cc:cccccccccccccc", None, 4)]
+    assert parse_tokens("") == ()
+
+
+@pytest.mark.parametrize(("spec", "problem"), [
+    ("short-token", "at least 16"),
+    ("acme:short", "at least 16"),
+    ("bad tenant!:bbbbbbbbbbbbbbbb", "tenant name"),
+    ("aaaaaaaaaaaaaaaa,acme:aaaaaaaaaaaaaaaa", "listed twice"),
+    ("aaaaaaaa aaaaaaaa", "without spaces"),
+])
+def test_bad_token_settings_are_refused_without_echoing_the_token(spec: str,
+                                                                  problem: str) -> None:
+    with pytest.raises(ConfigurationError, match=problem) as caught:
+        parse_tokens(spec)
+    secret = spec.rsplit(":", 1)[-1].rsplit(",", maxsplit=1)[-1]
+    assert secret not in str(caught.value)
+
+
+# ------------------------------------------------------------------------------ start-up
+
+def test_without_tokens_the_api_refuses_to_start(gapless_env: dict[str, str]) -> None:
+    result = run_gapless(["api", "--port", str(free_port())], {**gapless_env,
+                                                                "GAPLESS_API_TOKEN": ""})
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "GAPLESS_API_TOKEN is empty" in lines[0]
+    assert "--insecure-no-auth" in lines[0]
+
+
+def test_tokens_and_insecure_flag_together_are_refused(gapless_env: dict[str, str]) -> None:
+    token = new_token()
+    result = run_gapless(["api", "--port", str(free_port()), "--insecure-no-auth"],
+                         {**gapless_env, "GAPLESS_API_TOKEN": token})
+    assert result.returncode == 1
+    assert "choose one" in result.stderr
+    assert token not in result.stderr + result.stdout
+
+
+def test_unreachable_database_is_one_line_and_exit_1(gapless_env: dict[str, str]) -> None:
+    env = {**gapless_env, "GAPLESS_API_TOKEN": new_token(),
+           "GAPLESS_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/none"}
+    result = run_gapless(["api", "--port", str(free_port())], env, timeout=60)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "cannot reach the database" in result.stderr
+
+
+async def test_insecure_no_auth_serves_everyone(api_servers: ApiServers,
+                                                http: httpx.AsyncClient) -> None:
+    url, _ = api_servers.start("", extra_args=("--insecure-no-auth",))
+    response = await http.get(f"{url}/v1/events")
+    assert response.status_code == 200
+    assert response.json()["results"] == []
+
+
+# ------------------------------------------------------------------------------ authentication
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/v1/events"), ("GET", "/v1/invoices/inv-1"), ("POST", "/v1/invoices")])
+async def test_no_or_invalid_token_is_401_with_a_bearer_challenge(
+        api: Api, http: httpx.AsyncClient, method: str, path: str) -> None:
+    body = json.dumps(invoice_message("inv-1")).encode()
+    headers = {"Content-Type": "application/json"}
+    missing = await http.request(method, api.url + path, content=body, headers=headers)
+    assert missing.status_code == 401
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    wrong = await http.request(method, api.url + path, content=body,
+                               headers={**headers, **api.headers(new_token())})
+    assert wrong.status_code == 401
+    assert 'error="invalid_token"' in wrong.headers["WWW-Authenticate"]
+    basic = await http.request(method, api.url + path, content=body,
+                               headers={**headers, "Authorization": "Basic YTpi"})
+    assert basic.status_code == 401
+
+
+async def test_another_tenants_invoice_is_404_exactly_like_a_missing_one(
+        api: Api, http: httpx.AsyncClient, engine: AsyncEngine) -> None:
+    await issued_invoice(engine, "acme-1")
+    own = await http.get(f"{api.url}/v1/invoices/acme-1", headers=api.headers(api.acme))
+    assert own.status_code == 200
+    foreign = await http.get(f"{api.url}/v1/invoices/acme-1", headers=api.headers(api.globex))
+    missing = await http.get(f"{api.url}/v1/invoices/nothing",
+                             headers=api.headers(api.globex))
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.json() == missing.json()
+    assert foreign.headers.get("content-length") == missing.headers.get("content-length")
+
+
+async def test_scoped_tokens_read_only_their_tenants_feed(
+        api: Api, http: httpx.AsyncClient, engine: AsyncEngine) -> None:
+    await issued_invoice(engine, "acme-1")
+    await issued_invoice(engine, "globex-1", "globex", "GLX")
+    forbidden = await http.get(f"{api.url}/v1/events", params={"tenant": "acme"},
+                               headers=api.headers(api.globex))
+    assert forbidden.status_code == 403
+    implicit = await http.get(f"{api.url}/v1/events", headers=api.headers(api.globex))
+    explicit = await http.get(f"{api.url}/v1/events", params={"tenant": "globex"},
+                              headers=api.headers(api.globex))
+    assert implicit.status_code == explicit.status_code == 200
+    for page in (implicit.json(), explicit.json()):
+        assert {e["tenant"] for e in page["results"]} == {"globex"}
+        assert [e["kind"] for e in page["results"]] == ["received", "reserved", "sending",
+                                                        "issued"]
+    everything = await http.get(f"{api.url}/v1/events", headers=api.headers(api.admin))
+    assert {e["tenant"] for e in everything.json()["results"]} == {"acme", "globex"}
+
+
+async def test_a_scoped_token_may_not_issue_for_another_tenant(
+        api: Api, http: httpx.AsyncClient, settings: Settings) -> None:
+    denied = await http.post(f"{api.url}/v1/invoices", json=invoice_message("g-1", "globex",
+                                                                             "GLX"),
+                             headers=api.headers(api.acme))
+    assert denied.status_code == 403
+    allowed = await http.post(f"{api.url}/v1/invoices", json=invoice_message("a-1"),
+                              headers=api.headers(api.acme))
+    assert allowed.status_code == 202
+    assert [m.message_id for m in await queued_messages(settings)] == ["a-1"]
+
+
+async def test_tokens_are_never_logged(api_servers: ApiServers, http: httpx.AsyncClient,
+                                       engine: AsyncEngine) -> None:
+    await define_series(engine)
+    admin, scoped, wrong = new_token(), new_token(), new_token()
+    url, proc = api_servers.start(f"{admin},acme:{scoped}",
+                                  env={"GAPLESS_LOG_LEVEL": "debug"})
+    for token in (admin, scoped, wrong):
+        headers = {"Authorization": f"Bearer {token}"}
+        await http.get(f"{url}/v1/events", headers=headers)
+        await http.get(f"{url}/v1/events", params={"tenant": "globex"}, headers=headers)
+        await http.get(f"{url}/v1/invoices/x", headers=headers)
+        await http.post(f"{url}/v1/invoices", json=invoice_message("tok-1"), headers=headers)
+        await http.post(f"{url}/v1/invoices", content=b"{", headers={
+            **headers, "Content-Type": "application/json"})
+    assert proc.terminate() == 0
+    output = proc.output()
+    assert "api_request" in output
+    assert "api_auth_failed" in output
+    for token in (admin, scoped, wrong):
+        assert token not in output
+
+
+# ------------------------------------------------------------------------------ issuing
+
+async def test_post_publishes_at_user_priority_and_answers_202_with_the_status_url(
+        api: Api, http: httpx.AsyncClient, settings: Settings) -> None:
+    message = invoice_message("shop-42-000981", priority="batch")  # the API issues as "user"
+    response = await http.post(f"{api.url}/v1/invoices", json=message,
+                               headers=api.headers(api.admin))
+    assert response.status_code == 202
+    body = response.json()
+    assert body["invoice_id"] == "shop-42-000981"
+    assert body["status_url"] == f"{api.url}/v1/invoices/shop-42-000981"
+    assert response.headers["Location"] == body["status_url"]
+    assert body["published"] is True
+    assert body["status"] is None
+    [queued] = await queued_messages(settings)
+    assert queued.priority == 4
+    assert queued.content_type == "application/json"
+    assert queued.delivery_mode == aio_pika.DeliveryMode.PERSISTENT
+    assert queued.message_id == "shop-42-000981"
+    assert json.loads(queued.body) == message
+    # Not stored yet (no worker here): the status URL answers 404 until the worker has it.
+    status = await http.get(body["status_url"], headers=api.headers(api.admin))
+    assert status.status_code == 404
+
+
+async def test_repeated_posts_are_idempotent(api: Api, http: httpx.AsyncClient,
+                                             settings: Settings, engine: AsyncEngine) -> None:
+    headers = api.headers(api.admin)
+    first = await http.post(f"{api.url}/v1/invoices", json=invoice_message("r-1"),
+                            headers=headers)
+    second = await http.post(f"{api.url}/v1/invoices", json=invoice_message("r-1"),
+                             headers=headers)
+    assert first.status_code == second.status_code == 202
+    assert first.json()["status_url"] == second.json()["status_url"]
+    # Both published: harmless, the worker maps them onto one invoice.
+    assert [m.message_id for m in await queued_messages(settings)] == ["r-1", "r-1"]
+
+    # Known to the database and still RECEIVED: published again (someone must move it on).
+    await upsert_draft(engine, Draft("r-2", "acme", "ABC", 4, invoice_message("r-2")))
+    received = await http.post(f"{api.url}/v1/invoices", json=invoice_message("r-2"),
+                               headers=headers)
+    assert received.status_code == 202
+    assert received.json()["published"] is True
+    assert received.json()["status"] == "RECEIVED"
+
+    # Already ISSUED: accepted again, pointing at it, and nothing is published.
+    await issued_invoice(engine, "r-3")
+    issued = await http.post(f"{api.url}/v1/invoices", json=invoice_message("r-3"),
+                             headers=headers)
+    assert issued.status_code == 202
+    assert issued.json() == {"invoice_id": "r-3", "status_url": f"{api.url}/v1/invoices/r-3",
+                             "published": False, "status": "ISSUED"}
+    assert [m.message_id for m in await queued_messages(settings)] == ["r-2"]
+
+
+async def test_an_invoice_id_of_another_tenants_invoice_is_a_conflict(
+        api: Api, http: httpx.AsyncClient, settings: Settings, engine: AsyncEngine) -> None:
+    await issued_invoice(engine, "taken", "globex", "GLX")
+    response = await http.post(f"{api.url}/v1/invoices", json=invoice_message("taken"),
+                               headers=api.headers(api.acme))
+    assert response.status_code == 409
+    assert "globex" not in response.text
+    assert await queued_messages(settings) == []
+
+
+@pytest.mark.parametrize(("body", "content_type", "status", "reason"), [
+    (b"{not json", "application/json", 400, "not valid JSON"),
+    (b"[1, 2]", "application/json", 400, "JSON object"),
+    (json.dumps(invoice_message("x")).encode(), "text/plain", 400, "not application/json"),
+    (b'{"invoice_id": "a", "invoice_id": "b"}', "application/json", 400, "duplicate"),
+    (json.dumps(invoice_message("x", currency="try")).encode(), "application/json", 422,
+     "currency"),
+    (json.dumps({**invoice_message("x"), "lines": []}).encode(), "application/json", 422,
+     "lines"),
+    (json.dumps({k: v for k, v in invoice_message("x").items() if k != "tenant"}).encode(),
+     "application/json", 422, "tenant: required"),
+])
+async def test_invalid_messages_are_refused_with_the_parsers_reason(
+        api: Api, http: httpx.AsyncClient, settings: Settings, body: bytes,
+        content_type: str, status: int, reason: str) -> None:
+    response = await http.post(f"{api.url}/v1/invoices", content=body, headers={
+        **api.headers(api.admin), "Content-Type": content_type})
+    assert response.status_code == status
+    assert reason in response.json()["detail"]
+    assert "1234567890" not in response.text  # the tax id is never echoed
+    assert await queued_messages(settings) == []
+
+
+async def test_oversized_body_is_413(api: Api, http: httpx.AsyncClient) -> None:
+    big = json.dumps(invoice_message("big", note="x" * MAX_BODY_BYTES)).encode()
+    response = await http.post(f"{api.url}/v1/invoices", content=big, headers={
+        **api.headers(api.admin), "Content-Type": "application/json"})
+    assert response.status_code == 413
+
+
+# ------------------------------------------------------------------------------ invoice status
+
+async def test_invoice_status_shows_state_number_and_history(
+        api: Api, http: httpx.AsyncClient, engine: AsyncEngine) -> None:
+    number = await issued_invoice(engine, "st-1")
+    response = await http.get(f"{api.url}/v1/invoices/st-1", headers=api.headers(api.admin))
+    assert response.status_code == 200
+    body = response.json()
+    assert {k: body[k] for k in ("invoice_id", "tenant", "series", "status", "number",
+                                 "attempts", "last_error", "integrator_ref")} == {
+        "invoice_id": "st-1", "tenant": "acme", "series": "ABC", "status": "ISSUED",
+        "number": number, "attempts": 1, "last_error": None, "integrator_ref": "REF-1"}
+    assert body["issued_at"].endswith("Z")
+    assert body["created_at"].endswith("Z")
+    assert [(e["kind"], e["to_status"]) for e in body["events"]] == [
+        ("received", "RECEIVED"), ("reserved", "RECEIVED"), ("sending", "SENDING"),
+        ("issued", "ISSUED")]
+    assert all(e["actor"] == "test" for e in body["events"])
+    assert "payload" not in body
+    assert "1234567890" not in response.text
+
+
+async def test_invoice_ids_with_url_characters_round_trip(
+        api: Api, http: httpx.AsyncClient, engine: AsyncEngine) -> None:
+    odd = "shop/42?x=1#frag%20"
+    accepted = await http.post(f"{api.url}/v1/invoices", json=invoice_message(odd),
+                               headers=api.headers(api.admin))
+    assert accepted.status_code == 202
+    assert accepted.json()["status_url"] == f"{api.url}/v1/invoices/{quote(odd, safe='')}"
+    await issued_invoice(engine, odd)
+    status = await http.get(accepted.json()["status_url"], headers=api.headers(api.admin))
+    assert status.status_code == 200
+    assert status.json()["invoice_id"] == odd
+
+
+# ------------------------------------------------------------------------------ health, metrics
+
+class TcpProxy:
+    """A TCP forwarder on 127.0.0.1 that the test can cut and restore: a service outage as the
+    API sees it, without touching the shared PostgreSQL or RabbitMQ."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("127.0.0.1", self.port))
+        except OSError:
+            listener.close()
+            raise
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Stop listening and reset every open connection."""
+        if self._listener is not None:
+            # shutdown wakes the thread blocked in accept(); close alone would not (Linux).
+            self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                # The second pump of a pair closes both (the first only shut them down).
+                if source not in self._sockets:
+                    source.close()
+                    sink.close()
+                self._sockets.discard(source)
+                self._sockets.discard(sink)
+
+
+@pytest.fixture
+def proxies(settings: Settings) -> Iterator[tuple[TcpProxy, TcpProxy]]:
+    database = TcpProxy(make_url(settings.database_url).port or 5432)
+    broker = TcpProxy(make_url(settings.amqp_url).port or 5672)
+    database.start()
+    broker.start()
+    yield database, broker
+    database.cut()
+    broker.cut()
+
+
+async def test_healthz_reports_which_service_is_unreachable(
+        api_servers: ApiServers, http: httpx.AsyncClient, settings: Settings,
+        proxies: tuple[TcpProxy, TcpProxy]) -> None:
+    database, broker = proxies
+    db_url = make_url(settings.database_url).set(port=database.port).render_as_string(
+        hide_password=False)
+    amqp_url = make_url(settings.amqp_url).set(port=broker.port).render_as_string(
+        hide_password=False)
+    url, _ = api_servers.start(new_token(), env={"GAPLESS_DATABASE_URL": db_url,
+                                                 "GAPLESS_AMQP_URL": amqp_url})
+
+    async def health(expected: dict[str, str] | None) -> httpx.Response | None:
+        response = await http.get(f"{url}/healthz")  # no token: health is public
+        body = response.json()
+        if expected is None:
+            return response if response.status_code == 200 else None
+        ok = all(body[k].startswith(v) for k, v in expected.items())
+        return response if response.status_code == 503 and ok else None
+
+    healthy = await health(None)
+    assert healthy is not None
+    assert healthy.json() == {"database": "ok", "broker": "ok"}
+
+    broker.cut()
+    await await_until(lambda: health({"database": "ok", "broker": "error"}), 30,
+                      message="healthz to report the broker")
+    broker.start()
+    await await_until(lambda: health(None), 60, message="healthz to recover the broker")
+
+    database.cut()
+    await await_until(lambda: health({"database": "error", "broker": "ok"}), 30,
+                      message="healthz to report the database")
+    database.start()
+    await await_until(lambda: health(None), 30, message="healthz to recover the database")
+
+
+async def test_metrics_count_requests_by_route_without_auth(
+        api: Api, http: httpx.AsyncClient) -> None:
+    headers = api.headers(api.admin)
+    for _ in range(3):
+        await http.get(f"{api.url}/v1/events", headers=headers)
+    await http.get(f"{api.url}/v1/invoices/a", headers=headers)
+    await http.get(f"{api.url}/v1/invoices/b", headers=headers)
+    await http.get(f"{api.url}/no/such/page/{new_token()}")
+    response = await http.get(f"{api.url}/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert ('gapless_api_requests_total{method="GET",route="/v1/events",status="200"} 3.0'
+            in text)
+    assert ('gapless_api_requests_total{method="GET",route="/v1/invoices/{invoice_id:path}",'
+            'status="404"} 2.0' in text)
+    assert 'route="unmatched",status="404"} 1.0' in text
+    assert "gapless_api_request_seconds_bucket" in text
+
+
+async def test_openapi_docs_describe_the_endpoints(api: Api, http: httpx.AsyncClient) -> None:
+    docs = await http.get(f"{api.url}/docs")
+    assert docs.status_code == 200
+    schema = (await http.get(f"{api.url}/openapi.json")).json()
+    assert {"/v1/invoices", "/v1/invoices/{invoice_id}", "/v1/events", "/healthz",
+            "/metrics"} <= set(schema["paths"])
+    body = schema["paths"]["/v1/invoices"]["post"]["requestBody"]["content"]["application/json"]
+    assert "invoice_id" in body["schema"]["properties"]
+    assert {"Customer", "Line"} <= set(schema["components"]["schemas"])
+    assert "token" in schema["components"]["securitySchemes"]
