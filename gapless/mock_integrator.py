@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import signal
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -420,6 +421,12 @@ def run_mock_integrator(host: str, port: int, faults: Faults, seed: int | None) 
              faults=faults.model_dump(mode="json"))
     config = uvicorn.Config(app, host=host, port=port, access_log=False, log_config=None,
                             log_level="warning", http=abortable_protocol(), lifespan="off",
-                            timeout_keep_alive=30, backlog=2048)
+                            timeout_keep_alive=30, backlog=2048,
+                            # A withheld ("timeout") answer must not hold up SIGTERM for a minute.
+                            timeout_graceful_shutdown=2)
+    # uvicorn re-raises the stop signal once it has shut down gracefully; with a no-op handler in
+    # place the process then ends normally (exit 0) instead of dying by the signal.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, lambda *_: None)
     uvicorn.Server(config).run()
     log.info("mock_integrator_stopped", ledger_size=len(app.state.mock.ledger))

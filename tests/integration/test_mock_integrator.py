@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import run_gapless
+from tests.helpers import GaplessProcess, free_port, run_gapless, wait_for_port, wait_until
 from tests.mock_client import MockIntegratorClient
 
 
@@ -180,3 +181,35 @@ def test_bad_flags_are_one_line_usage_errors(args: list[str], flag: str) -> None
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert flag in lines[0]
+
+
+def test_sigterm_stops_the_mock_cleanly_even_with_an_answer_withheld(log_dir: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
+    port = free_port()
+    proc = GaplessProcess(["mock-integrator", "--port", str(port), "--lost-response-rate", "1",
+                           "--lost-response-mode", "timeout"], env, log_dir, "mock-sigterm")
+    mock = MockIntegratorClient(f"http://127.0.0.1:{port}")
+    answers: list[object] = []
+
+    def held_post() -> None:
+        with httpx.Client(base_url=mock.url, timeout=30) as http:
+            try:
+                answers.append(http.post("/invoices", json=submission("N1", "inv-1")).status_code)
+            except httpx.HTTPError as exc:
+                answers.append(exc)
+
+    try:
+        wait_for_port(port)
+        thread = threading.Thread(target=held_post)
+        thread.start()
+        wait_until(lambda: mock.stats()["lost_response"] == 1, 10,
+                   message="the withheld request to be in flight")
+        assert proc.terminate(timeout=15) == 0
+        thread.join(timeout=15)
+        # The withheld answer never became a 201: shutdown ended it with a 500 or a closed socket.
+        assert len(answers) == 1
+        assert answers[0] != 201
+        assert "mock_integrator_stopped" in proc.output()
+    finally:
+        mock.close()
+        proc.close()
