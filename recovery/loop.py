@@ -128,12 +128,15 @@ class RecoveryLoop:
             summary.skipped = "breaker_open"
         else:
             if self._breaker_state() != BREAKER_CLOSED:
-                # Probe with one orphan: a recovering integrator gets one call, not a batch.
-                summary.add(await self._claim_and_settle(1))
+                # Probe with one orphan at a time: a recovering integrator gets one trial call,
+                # not a batch (the claim may return a stuck and a due one; the second goes on
+                # only if the first closed the breaker).
+                summary.add(await self._claim_and_settle(1, concurrency=1))
                 if self._breaker_state() != BREAKER_CLOSED and summary.claimed:
                     summary.skipped = summary.skipped or "breaker_open"
             if summary.skipped is None and not self.stopping:
-                summary.add(await self._claim_and_settle(self.options.batch))
+                summary.add(await self._claim_and_settle(self.options.batch,
+                                                         concurrency=self.options.concurrency))
         summary.breaker = self._breaker_state()
         summary.seconds = time.perf_counter() - started
         metrics.ROUND_SECONDS.observe(summary.seconds)
@@ -146,13 +149,13 @@ class RecoveryLoop:
         log.info("recovery_round_finished", **summary.as_fields())
         return summary
 
-    async def _claim_and_settle(self, batch: int) -> RoundSummary:
+    async def _claim_and_settle(self, batch: int, *, concurrency: int) -> RoundSummary:
         summary = RoundSummary()
         orphans = await claim_orphans(self.engine, stuck_after_s=self.options.stuck_after_s,
                                       batch=batch, max_attempts=self.options.max_attempts)
         summary.claimed = len(orphans)
         summary.batch_full = len(orphans) >= batch
-        gate = asyncio.Semaphore(self.options.concurrency)
+        gate = asyncio.Semaphore(concurrency)
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(self._settle(orphan, gate)) for orphan in orphans]
         for task in tasks:
@@ -165,8 +168,10 @@ class RecoveryLoop:
     async def _settle(self, orphan: Orphan, gate: asyncio.Semaphore) -> str:
         sending = orphan.sending
         metrics.FOUND.labels(was=orphan.was.value).inc()
-        async with gate:
-            if self.stopping or not self.guard.accepting():
+        if not await self._admit(gate):
+            return await self._release(orphan)  # a stop came first: put it back, untouched
+        try:
+            if not self.guard.accepting():
                 # Not started: put it back for the next round (or another instance).
                 return await self._release(orphan)
             log.info("orphan_found", invoice_id=sending.invoice_id, tenant=sending.tenant,
@@ -187,10 +192,32 @@ class RecoveryLoop:
                 return FAILED
             finally:
                 metrics.IN_FLIGHT.dec()
+        finally:
+            gate.release()
         if result.outcome is Outcome.UNAVAILABLE:
             return await self._release(orphan)
         metrics.count(result.outcome.value)
         return result.outcome.value
+
+    async def _admit(self, gate: asyncio.Semaphore) -> bool:
+        """Take a slot of the gate, unless a stop is requested first (then False, no slot)."""
+        if self.stopping:
+            return False
+        acquire = asyncio.ensure_future(gate.acquire())
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({acquire, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not acquire.done():
+                acquire.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await acquire
+        took = acquire.done() and not acquire.cancelled()
+        if took and self.stopping:
+            gate.release()
+            return False
+        return took
 
     async def _release(self, orphan: Orphan) -> str:
         put_back = await release_orphan(self.engine, orphan)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.invoices import ClaimKind, Draft, Sending, claim_for_sending, upsert_draft
 from gapless.message import validate_message
 from gapless.numbering import add_series, build_series_spec
-from tests.helpers import run_gapless
+from tests.helpers import GaplessProcess, run_gapless, wait_until
 from tests.mock_client import MockIntegratorClient
 
 GOOD_TAX_ID = "1234567890"
@@ -48,7 +49,8 @@ async def make_sending(engine: AsyncEngine, invoice_ids: Sequence[str], *,
                                          message(invoice_id, tenant=tenant, series=series,
                                                  tax_id=tax_id)))
         claim = await claim_for_sending(engine, invoice_id, lease_s=300, lock_timeout_ms=5000)
-        assert claim.kind is ClaimKind.SEND and claim.sending is not None
+        assert claim.kind is ClaimKind.SEND
+        assert claim.sending is not None
         out.append(claim.sending)
     return out
 
@@ -101,3 +103,57 @@ def audit(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
 
 def kinds(report: dict[str, Any]) -> set[str]:
     return {v["kind"] for v in report["violations"]}
+
+
+class Processes:
+    """``gapless`` subprocesses of one test (workers, recovery); whatever is left is killed."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.started: list[GaplessProcess] = []
+
+    def start(self, name: str, args: Sequence[str], *, env: dict[str, str] | None = None,
+              ready: str | None = None) -> GaplessProcess:
+        proc = GaplessProcess(list(args), {**self.env, **(env or {})}, self.log_dir, name)
+        self.started.append(proc)
+        if ready is not None:
+            wait_until(lambda: ready in proc.output() or not proc.alive(), 60,
+                       message=f"{name} to log {ready}")
+            assert proc.alive(), proc.output()[-3000:]
+        return proc
+
+    def worker(self, name: str, *args: str, env: dict[str, str] | None = None) -> GaplessProcess:
+        return self.start(name, ["worker", *args], env=env, ready="worker_started")
+
+    def recovery(self, name: str, *args: str,
+                 env: dict[str, str] | None = None) -> GaplessProcess:
+        return self.start(name, ["recovery", *args], env=env, ready="recovery_round_started")
+
+    def close(self) -> None:
+        for proc in self.started:
+            proc.close()
+
+
+def log_events(proc: GaplessProcess, name: str) -> list[dict[str, Any]]:
+    """The JSON log records of ``proc`` whose event is ``name``."""
+    found = []
+    for line in proc.output().splitlines():
+        if name in line and line.startswith("{"):
+            record = json.loads(line)
+            if record.get("event") == name:
+                found.append(record)
+    return found
+
+
+def publish_demo(env: dict[str, str], count: int) -> None:
+    result = run_gapless(["publish", "--demo", str(count), "--no-progress"], env)
+    assert result.returncode == 0, result.stderr
+
+
+async def count_status(engine: AsyncEngine, *statuses: str) -> int:
+    async with engine.connect() as conn:
+        value = (await conn.execute(text(
+            "SELECT count(*) FROM invoices WHERE status = ANY(:s)"),
+            {"s": list(statuses)})).scalar_one()
+    return int(value)

@@ -77,7 +77,8 @@ async def test_number_held_by_another_invoice_is_an_alarm_never_retried(
     row = (await invoice_rows(engine))["inv-a"]
     assert row.status == Status.ERROR
     assert row.next_attempt_at is None  # parked: never claimed again by itself
-    assert "someone-else" in row.last_error and row.last_error.startswith("ALARM")
+    assert row.last_error.startswith("ALARM")
+    assert "someone-else" in row.last_error
     assert mock_integrator.stats()["posts"] == 1  # the alarm sent nothing
     assert "claimed 0 orphan(s)" in recovery_once(integrated_env).stdout
     code, report = audit(integrated_env, "--integrator")
