@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "gapless.cli.audit",
     "gapless.cli.status",
     "gapless.cli.dead",
+    "gapless.cli.demo",
 )
 
 

@@ -1,0 +1,607 @@
+"""``gapless demo``: the whole system on local PostgreSQL and RabbitMQ, under realistic faults.
+
+One run, in order:
+
+1. a fresh demo database (dropped and re-created), migrated, with one series for each of two
+   tenants; a queue prefix of its own (``gapless_demo_<run>``);
+2. ``gapless mock-integrator`` on a free port: 20–150 ms latency, a few per cent transient
+   errors, some lost responses (accepted, then the connection is dropped);
+3. W ``gapless worker`` processes and one ``gapless recovery`` (short ``--stuck-after``, so the
+   orphans of a killed worker are repaired within the demo);
+4. a mixed user/batch load over the two tenants, published with confirms; about 1 % carry the
+   tax id the integrator always rejects;
+5. live progress on stderr; midway, one worker is killed with SIGKILL and started again;
+6. once everything has settled (or the deadline passed): a graceful stop of workers and
+   recovery, ``gapless audit --integrator`` on stdout, then the integrator is stopped and the
+   demo's database and queues are dropped — unless ``keep``, for a look around afterwards.
+
+The exit code is the audit's (0 clean, 1 violations), or 1 when the run did not settle in time.
+Every child process logs JSON to a file in the run's log directory, named in the summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console, Group
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.constants import dead_exchange_name, dead_queue_name
+from gapless.errors import GaplessError
+from gapless.settings import Settings
+
+DEMO_DATABASE = "gapless_demo"
+#: (tenant, series code, share of the load)
+TENANTS = (("acme", "ABC", 0.6), ("globex", "GLX", 0.4))
+USER_SHARE = 0.2            # the rest is batch
+REJECT_EVERY = 100          # every 100th invoice: tax id 0000000000, which is always rejected
+MOCK_FAULTS = ("--latency-ms", "20-150", "--transient-rate", "0.03",
+               "--lost-response-rate", "0.01", "--lost-response-mode", "drop")
+STUCK_AFTER_S = 5.0         # recovery takes over a killed worker's invoices after this
+RECOVERY_ARGS = ("--interval", "1", "--stuck-after", str(STUCK_AFTER_S),
+                 "--backoff-base", "1", "--backoff-max", "5")
+STOP_TIMEOUT_S = 40.0
+REFRESH_S = 0.5
+THROUGHPUT_WINDOW_S = 5.0
+PLAIN_PROGRESS_EVERY_S = 5.0
+
+
+class DemoFailed(GaplessError):
+    """The demo could not run to the end (a process died, a service is missing)."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    invoices: int = 2000
+    workers: int = 2
+    concurrency: int = 16
+    keep: bool = False
+    database: str = DEMO_DATABASE
+    seed: int = 7
+    deadline_s: float | None = None
+    kill_worker: bool = True
+    log_dir: Path | None = None
+
+    @property
+    def deadline(self) -> float:
+        """Seconds from the first publish until the run must have settled."""
+        return self.deadline_s if self.deadline_s is not None else 90.0 + self.invoices * 0.1
+
+
+# ---------------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Child:
+    """One ``gapless`` sub-command in its own session (Ctrl-C reaches only the demo, which then
+    stops the children in order), its output appended to ``<log_dir>/<name>.log``."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.args = args
+        self.env = env
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: asyncio.subprocess.Process | None = None
+        self.starts = 0
+        self.expected_exit = False
+        self._log: IO[bytes] | None = None
+
+    async def start(self) -> None:
+        if self._log is None:
+            self._log = self.log_path.open("ab")
+        self.expected_exit = False
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gapless", *self.args, env=self.env,
+            stdin=asyncio.subprocess.DEVNULL, stdout=self._log, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True)
+        self.starts += 1
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def kill9(self) -> None:
+        """SIGKILL: no drain, no goodbye — the crash the design must survive."""
+        if self.proc is not None and self.alive():
+            self.expected_exit = True
+            self.proc.send_signal(signal.SIGKILL)
+            await self.proc.wait()
+
+    async def stop(self, grace_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM (graceful: drain, then exit 0); SIGKILL if it does not exit in time."""
+        if self.proc is None:
+            return None
+        self.expected_exit = True
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), grace_s)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        return self.proc.returncode
+
+    def died(self) -> bool:
+        """Exited although nobody asked it to."""
+        return self.proc is not None and self.proc.returncode is not None \
+            and not self.expected_exit
+
+    def failure(self) -> DemoFailed:
+        code = None if self.proc is None else self.proc.returncode
+        return DemoFailed(f"{self.name} exited with code {code} (log: {self.log_path}):\n"
+                          f"{self.tail()}")
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        if self.proc is not None and self.alive():
+            self.proc.kill()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+# ---------------------------------------------------------------------------------- setup
+
+
+def demo_database_url(settings: Settings, name: str) -> str:
+    return make_url(settings.database_url).set(database=name).render_as_string(
+        hide_password=False)
+
+
+def drop_database(database_url: str) -> None:
+    """Drop the demo database (its connections are closed by FORCE). Only demo names reach here
+    (the CLI refuses others)."""
+    import psycopg
+    from psycopg import sql
+
+    url = make_url(database_url)
+    admin = url.set(drivername="postgresql", database="postgres").render_as_string(
+        hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(str(url.database))))
+
+
+async def prepare_database(settings: Settings, config: DemoConfig) -> str:
+    """A migrated demo database with the demo tenants' series; returns its URL."""
+    from gapless.db import make_engine
+    from gapless.migrations import migrate
+    from gapless.numbering import add_series, build_series_spec
+
+    url = demo_database_url(settings, config.database)
+    # Always fresh: the mock integrator's ledger starts empty, so a database with invoices of
+    # an earlier run would (rightly) fail the audit's agreement check (I7).
+    await asyncio.to_thread(drop_database, url)
+    await asyncio.to_thread(migrate, url, settings.cluster_id)
+    engine = make_engine(url, actor="operator", pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            for tenant, code, _ in TENANTS:
+                await add_series(conn, build_series_spec(tenant, code))
+    finally:
+        await engine.dispose()
+    return url
+
+
+async def delete_queues(settings: Settings) -> None:
+    """Remove the run's queues and dead-letter exchange (best effort: the run is over)."""
+    import aio_pika
+
+    try:
+        connection = await aio_pika.connect(settings.amqp_url, timeout=10)
+    except Exception:  # the broker went away: nothing left to clean
+        return
+    async with connection:
+        for queue in (settings.queue, dead_queue_name(settings.queue)):
+            channel = await connection.channel()
+            with contextlib.suppress(Exception):
+                await channel.queue_delete(queue)
+        channel = await connection.channel()
+        with contextlib.suppress(Exception):
+            await channel.exchange_delete(dead_exchange_name(settings.queue))
+
+
+async def wait_for_http(url: str, within_s: float, child: Child) -> None:
+    """Until ``url`` answers (or the child died, or the deadline passed)."""
+    import httpx
+
+    deadline = time.monotonic() + within_s
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code < 500:
+                    return
+            if child.died():
+                raise child.failure()
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"{child.name} did not answer at {url} within {within_s:g} s "
+                                 f"(log: {child.log_path})")
+            await asyncio.sleep(0.1)  # polling a port that is not open yet; nothing to await
+
+
+# ---------------------------------------------------------------------------------- the load
+
+
+def load_streams(total: int) -> list[tuple[str, str, str, int]]:
+    """(tenant, series, priority, count) of every stream of the demo load; counts sum to total."""
+    streams: list[tuple[str, str, str, int]] = []
+    remaining = total
+    for index, (tenant, code, share) in enumerate(TENANTS):
+        count = remaining if index == len(TENANTS) - 1 else round(total * share)
+        remaining -= count
+        user = round(count * USER_SHARE)
+        streams.extend((tenant, code, priority, n)
+                       for priority, n in (("user", user), ("batch", count - user)) if n)
+    return streams
+
+
+def demo_load(total: int, seed: int, run_id: str) -> Iterator[dict[str, Any]]:
+    """``total`` contract messages over the demo tenants, user/batch mixed in a seeded order."""
+    from gapless.cli.publish import REJECTED_TAX_ID, demo_messages
+
+    rng = random.Random(seed)
+    specs = load_streams(total)
+    streams = [demo_messages(count, tenant=tenant, series=code, priority=priority,
+                             seed=rng.randrange(2**31),
+                             # demo-<run><tenant initial><u|b>-<n>: short enough for 80 columns
+                             run_id=f"{run_id[:4]}{tenant[0]}{priority[0]}")
+               for tenant, code, priority, count in specs]
+    order = [index for index, spec in enumerate(specs) for _ in range(spec[3])]
+    rng.shuffle(order)
+    for position, index in enumerate(order, start=1):
+        message = next(streams[index])
+        if position % REJECT_EVERY == 0:  # counted over the whole load, so small runs get some
+            message = {**message, "customer": {**message["customer"],
+                                               "tax_id": REJECTED_TAX_ID}}
+        yield message
+
+
+async def publish_load(settings: Settings, messages: Iterator[dict[str, Any]],
+                       progress: Progress, in_flight: int = 256) -> None:
+    """Publish with pipelined confirms; ``progress.published`` counts confirmed messages."""
+    from gapless.publisher import Publisher
+
+    slots = asyncio.Semaphore(in_flight)
+    async with Publisher(settings) as publisher:
+        async def send(message: dict[str, Any]) -> None:
+            try:
+                await publisher.publish(message)
+                progress.published += 1
+            finally:
+                slots.release()
+
+        async with asyncio.TaskGroup() as group:
+            for message in messages:
+                await slots.acquire()
+                group.create_task(send(message))
+
+
+# ---------------------------------------------------------------------------------- progress
+
+
+@dataclass
+class Progress:
+    total: int
+    started: float = field(default_factory=time.monotonic)
+    published: int = 0
+    invoices: int = 0
+    received: int = 0
+    sending: int = 0
+    issued: int = 0
+    error: int = 0
+    retryable: int = 0
+    rejected: int = 0
+    recovered: int = 0
+    ready: int | None = None
+    dead: int | None = None
+    breakers: list[str] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    history: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def settled_count(self) -> int:
+        """Invoices with an outcome: ISSUED, REJECTED, or ERROR (recovery may retry those)."""
+        return self.issued + self.rejected + self.error
+
+    @property
+    def settled(self) -> bool:
+        return (self.published == self.total and self.invoices == self.total
+                and self.received == 0 and self.sending == 0 and self.retryable == 0
+                and self.ready == 0)
+
+    def throughput(self) -> float:
+        """Invoices settled per second over the last few seconds."""
+        now = time.monotonic()
+        window = [(t, n) for t, n in self.history if now - t <= THROUGHPUT_WINDOW_S]
+        if len(window) < 2 or window[-1][0] <= window[0][0]:
+            return 0.0
+        return (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+
+    def event(self, text: str) -> None:
+        self.events.append(f"{self.elapsed:6.1f}s  {text}")
+
+    def line(self) -> str:
+        """One short progress line (for logs and non-terminals)."""
+        return (f"{self.elapsed:5.1f}s pub {self.published}/{self.total} issued {self.issued} "
+                f"sending {self.sending} err {self.error} rej {self.rejected} "
+                f"orphans {self.recovered} {self.throughput():.0f}/s")
+
+
+TOTAL_FIELDS = ("invoices", "received", "sending", "issued", "error", "retryable", "rejected",
+                "recovered")
+
+
+async def read_totals(engine: AsyncEngine) -> dict[str, int]:
+    """The database's invoice counts (``TOTAL_FIELDS``), one snapshot."""
+    from gapless.invoices import ALARM_PREFIX
+    from gapless.queries import status as q
+
+    async with engine.connect() as conn:
+        row = (await conn.execute(q.TOTALS, {"alarm_pattern": ALARM_PREFIX + "%"})).one()
+    return {name: int(getattr(row, name)) for name in TOTAL_FIELDS}
+
+
+async def update_progress(engine: AsyncEngine, progress: Progress) -> None:
+    totals = await read_totals(engine)
+    for name in TOTAL_FIELDS:
+        setattr(progress, name, totals[name])
+    progress.history.append((time.monotonic(), progress.settled_count))
+
+
+def render(progress: Progress, header: str, children: list[Child]) -> Group:
+    """The live panel; fits 80 columns."""
+    waiting = max(0, progress.published - progress.invoices) + progress.received
+    cells = [("published", f"{progress.published}/{progress.total}"),
+             ("issued", f"{progress.issued}"), ("sending", f"{progress.sending}"),
+             ("waiting", f"{waiting}"), ("errors", f"{progress.error}"),
+             ("rejected", f"{progress.rejected}"), ("orphans repaired", f"{progress.recovered}"),
+             ("throughput", f"{progress.throughput():.0f}/s"),
+             ("elapsed", f"{progress.elapsed:.1f}s")]
+    counts = Table.grid(padding=(0, 1))
+    for column in range(3):
+        if column:
+            counts.add_column(width=1)  # a gap between the label/value pairs
+        counts.add_column(style="dim")
+        counts.add_column(justify="right", min_width=9)
+    for row in range(0, len(cells), 3):
+        counts.add_row(*cells[row], "", *cells[row + 1], "", *cells[row + 2])
+    queue = "?" if progress.ready is None else str(progress.ready)
+    dead = "?" if progress.dead is None else str(progress.dead)
+    bar = Table.grid(padding=(0, 1))
+    bar.add_column(width=44)
+    bar.add_column()
+    bar.add_row(ProgressBar(total=progress.total, completed=progress.settled_count),
+                f"queue {queue} ready, {dead} dead")
+    processes = Text("")
+    for child in children:
+        style = "green" if child.alive() else "red"
+        processes.append(f"{child.name} {'●' if child.alive() else '✗'}  ", style=style)
+    parts: list[Any] = [Text(header, style="bold"), counts, bar, processes]
+    if progress.breakers:
+        parts.append(Text("breakers: " + ", ".join(progress.breakers), style="dim"))
+    parts.extend(Text(event, style="yellow") for event in progress.events[-4:])
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------------------------- the run
+
+
+@dataclass
+class DemoResult:
+    exit_code: int
+    settled: bool
+    elapsed_s: float
+    progress: Progress
+    log_dir: Path
+    database_url: str
+    queue: str
+    audit_code: int | None = None
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
+    env.update({
+        "GAPLESS_DATABASE_URL": settings.database_url,
+        "GAPLESS_AMQP_URL": settings.amqp_url,
+        "GAPLESS_QUEUE": settings.queue,
+        "GAPLESS_INTEGRATOR_URL": settings.integrator_url,
+        "GAPLESS_CLUSTER_ID": str(settings.cluster_id),
+        "GAPLESS_LOG_FORMAT": "json",
+        "GAPLESS_LOG_LEVEL": "info",
+    })
+    return env
+
+
+async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Console
+                   ) -> DemoResult:
+    """Run the whole demo; progress on ``err``, the audit on the process's stdout."""
+    from gapless.db import make_engine
+
+    run_id = uuid.uuid4().hex[:8]
+    log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix=f"gapless-demo-{run_id}-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    mock_port = free_port()
+    err.print(f"gapless demo: {config.invoices} invoices, {config.workers} worker(s); "
+              f"database {config.database}")
+    database_url = await prepare_database(base, config)
+    settings = base.with_overrides(database_url=database_url, queue=f"gapless_demo_{run_id}",
+                                   integrator_url=f"http://127.0.0.1:{mock_port}")
+    env = child_env(settings)
+    mock = Child("mock-integrator",
+                 ["mock-integrator", "--port", str(mock_port), "--seed", str(config.seed),
+                  *MOCK_FAULTS], env, log_dir)
+    metrics_ports = [free_port() for _ in range(config.workers + 1)]
+    workers = [Child(f"worker-{n}", ["worker", "--concurrency", str(config.concurrency),
+                                     "--metrics-port", str(metrics_ports[n - 1])], env, log_dir)
+               for n in range(1, config.workers + 1)]
+    recovery = Child("recovery", ["recovery", *RECOVERY_ARGS,
+                                  "--metrics-port", str(metrics_ports[-1])], env, log_dir)
+    children = [mock, *workers, recovery]
+    metrics_urls = [f"http://127.0.0.1:{port}/metrics" for port in metrics_ports]
+    progress = Progress(total=config.invoices)
+    engine = make_engine(database_url, actor="demo", pool_size=1)
+    publisher_task: asyncio.Task[None] | None = None
+    settled = False
+    audit_code: int | None = None
+    try:
+        await mock.start()
+        await wait_for_http(f"{settings.integrator_url}/admin/stats", 30, mock)
+        for child in (*workers, recovery):
+            await child.start()
+        progress.started = time.monotonic()
+        publisher_task = asyncio.create_task(publish_load(
+            settings, demo_load(config.invoices, config.seed, run_id), progress))
+        header = (f"gapless demo · {config.invoices} invoices · {config.workers} workers · "
+                  f"queue {settings.queue}")
+        settled = await _watch(settings, config, progress, header, children, workers, engine,
+                               publisher_task, metrics_urls, err)
+        elapsed = progress.elapsed
+        stops = await asyncio.gather(*(child.stop() for child in (*workers, recovery)))
+        unclean = [child.name for child, code in zip((*workers, recovery), stops, strict=True)
+                   if code not in (0, None)]
+        if unclean:
+            err.print(f"[yellow]graceful stop: {', '.join(unclean)} exited non-zero "
+                      f"(see {log_dir})[/]")
+        audit = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gapless", "audit", "--integrator", env=env,
+            stdin=asyncio.subprocess.DEVNULL)
+        audit_code = await audit.wait()
+    finally:
+        if publisher_task is not None and not publisher_task.done():
+            publisher_task.cancel()
+            with contextlib.suppress(BaseException):
+                await publisher_task
+        await asyncio.gather(*(child.stop(grace_s=10) for child in children),
+                             return_exceptions=True)
+        for child in children:
+            child.close()
+        await engine.dispose()
+        if not config.keep:
+            await delete_queues(settings)
+            await asyncio.to_thread(drop_database, database_url)
+    elapsed_total = elapsed if settled else progress.elapsed
+    exit_code = audit_code if audit_code else (0 if settled else 1)
+    result = DemoResult(exit_code=exit_code, settled=settled, elapsed_s=elapsed_total,
+                        progress=progress, log_dir=log_dir, database_url=database_url,
+                        queue=settings.queue, audit_code=audit_code)
+    _summary(result, config, out)
+    return result
+
+
+async def _watch(settings: Settings, config: DemoConfig, progress: Progress, header: str,
+                 children: list[Child], workers: list[Child], engine: AsyncEngine,
+                 publisher_task: asyncio.Task[None], metrics_urls: list[str], err: Console
+                 ) -> bool:
+    """Refresh progress until settled or the deadline; kill and restart a worker midway."""
+    from rich.live import Live
+
+    from gapless.cli.status import read_breakers
+    from gapless.publisher import queue_depths
+
+    killed = not config.kill_worker or not workers
+    last_plain = 0.0
+    shown = 0
+    deadline = progress.started + config.deadline
+    live = Live(render(progress, header, children), console=err, auto_refresh=False,
+                transient=False) if err.is_terminal else None
+    with live if live is not None else contextlib.nullcontext():
+        while True:
+            if publisher_task.done() and publisher_task.exception() is not None:
+                raise DemoFailed(f"publishing failed: {publisher_task.exception()}")
+            for child in children:
+                if child.died():
+                    raise child.failure()
+            await update_progress(engine, progress)
+            try:
+                depths = await queue_depths(settings)
+                progress.ready = depths[settings.queue]
+                progress.dead = depths[dead_queue_name(settings.queue)]
+            except GaplessError:
+                progress.ready = progress.dead = None
+            if int(progress.elapsed / 2) != int((progress.elapsed - REFRESH_S) / 2):
+                progress.breakers = [f"{b.name or '?'} {b.state}"
+                                     for b in await read_breakers(metrics_urls)]
+            if not killed and progress.settled_count >= config.invoices // 2:
+                victim = workers[0]
+                in_flight = progress.sending
+                await victim.kill9()
+                progress.event(f"kill -9 {victim.name} (pid {victim.pid}); "
+                               f"{in_flight} invoices were SENDING")
+                await victim.start()
+                progress.event(f"{victim.name} restarted (pid {victim.pid}); recovery repairs "
+                               f"orphans after {STUCK_AFTER_S:g}s")
+                killed = True
+            done = progress.settled and killed
+            if done:
+                progress.event("settled")
+            if live is not None:
+                live.update(render(progress, header, children), refresh=True)
+            else:  # not a terminal: a line every few seconds, and every event once
+                if done or time.monotonic() - last_plain >= PLAIN_PROGRESS_EVERY_S:
+                    last_plain = time.monotonic()
+                    err.print(progress.line(), highlight=False)
+                for event in progress.events[shown:]:
+                    err.print(f"  {event}", highlight=False)
+                shown = len(progress.events)
+            if done:
+                return True
+            if time.monotonic() > deadline:
+                progress.event(f"deadline of {config.deadline:g}s passed before settling")
+                err.print(f"[red]not settled within {config.deadline:g}s:[/] {progress.line()}")
+                return False
+            await asyncio.sleep(REFRESH_S)  # the refresh period of the display
+
+
+def _summary(result: DemoResult, config: DemoConfig, out: Console) -> None:
+    progress = result.progress
+    rate = progress.settled_count / result.elapsed_s if result.elapsed_s > 0 else 0.0
+    if result.audit_code is None:
+        verdict = "no audit"
+    else:
+        verdict = {0: "audit clean", 1: "audit FAILED"}.get(result.audit_code, "audit error")
+    settled = "settled" if result.settled else "NOT SETTLED"
+    out.print(f"demo: {progress.settled_count}/{progress.total} invoices {settled} in "
+              f"{result.elapsed_s:.1f}s ({rate:.0f}/s), {verdict}", highlight=False)
+    out.print(f"  {progress.issued} issued, {progress.rejected} rejected, {progress.error} "
+              f"error, {progress.recovered} orphans repaired by recovery", highlight=False)
+    out.print(f"  logs: {result.log_dir}", highlight=False, soft_wrap=True)
+    if config.keep:
+        url = make_url(result.database_url).render_as_string(hide_password=True)
+        out.print(f"  kept: gapless status --database-url {url} --queue {result.queue}",
+                  highlight=False, soft_wrap=True)
