@@ -1,0 +1,58 @@
+"""``gapless demo`` end to end: a small run must settle, survive its kill -9, and pass the audit."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import psycopg
+import pytest
+
+from tests.conftest import admin_conninfo
+from tests.helpers import run_gapless
+
+pytestmark = pytest.mark.slow
+
+
+def database_exists(name: str) -> bool:
+    with psycopg.connect(admin_conninfo(), autocommit=True) as conn:
+        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                            (name,)).fetchone() is not None
+
+
+def test_demo_settles_survives_a_killed_worker_and_passes_the_audit() -> None:
+    database = f"gapless_demo_t_{uuid.uuid4().hex[:8]}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
+    for key in ("GAPLESS_DATABASE_URL", "GAPLESS_AMQP_URL"):  # the servers, if configured
+        if key in os.environ:
+            env[key] = os.environ[key]
+    env["COLUMNS"] = "80"
+    result = run_gapless(["demo", "--invoices", "200", "--workers", "2",
+                          "--database", database], env, timeout=280)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert re.search(r"^audit: clean$", result.stdout, re.MULTILINE), output
+    assert re.search(r"^demo: 200/200 invoices settled in [0-9.]+s", result.stdout,
+                     re.MULTILINE), output
+    summary = re.search(r"(\d+) issued, (\d+) rejected, (\d+) error", result.stdout)
+    assert summary is not None
+    issued, rejected, errors = map(int, summary.groups())
+    # Every 100th invoice carries the tax id the integrator always rejects.
+    assert (issued, rejected, errors) == (198, 2, 0)
+    assert "integrator (ledger): 198 accepted document(s)" in result.stdout
+    # The worker was killed midway and came back; progress went to stderr.
+    assert re.search(r"kill -9 worker-1 \(pid \d+\)", result.stderr), output
+    assert "worker-1 restarted" in result.stderr
+    assert "settled" in result.stderr
+    # Readable in an 80-column terminal.
+    too_wide = [line for line in result.stdout.splitlines() if len(line) > 80]
+    assert not too_wide, too_wide
+    # Without --keep the run leaves no database behind.
+    assert not database_exists(database)
+
+
+def test_demo_refuses_to_drop_a_database_that_is_not_a_demo() -> None:
+    result = run_gapless(["demo", "--database", "gapless"], dict(os.environ))
+    assert result.returncode == 2
+    assert "must start with 'gapless_demo'" in result.stderr
