@@ -118,7 +118,8 @@ def _print_invoice(row: Any, events: list[Any], *, with_payload: bool) -> None:
     history.add_column("actor")
     history.add_column("detail", overflow="fold")
     for e in events:
-        change = e.to_status if e.from_status is None else f"{e.from_status}>{e.to_status}"
+        same = e.from_status is None or e.from_status == e.to_status
+        change = e.to_status if same else f"{e.from_status}->{e.to_status}"
         history.add_row("-" if e.sequence_id is None else str(e.sequence_id),
                         f"{e.created_at:%H:%M:%S}", e.kind, change, str(e.attempts), e.actor,
                         e.detail or "")
