@@ -284,7 +284,12 @@ def create_app(faults: Faults | None = None, seed: int | None = None) -> FastAPI
     app.state.mock = state
 
     @app.post("/invoices")
-    async def submit(submission: Submission, request: Request) -> JSONResponse:
+    async def submit(request: Request) -> JSONResponse:
+        # Parsed here rather than by a FastAPI body parameter: a third of the CPU per request.
+        try:
+            submission = Submission.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return _invalid(exc)
         state.stats["posts"] += 1
         state.posts_per_number[f"{submission.tenant}/{submission.number}"] += 1
         if state.faults.down:
@@ -372,6 +377,13 @@ def create_app(faults: Faults | None = None, seed: int | None = None) -> FastAPI
         return JSONResponse(state.stats_json())
 
     return app
+
+
+def _invalid(exc: ValidationError) -> JSONResponse:
+    """422 for a malformed request, naming the fields but never echoing their values."""
+    detail = [{"loc": ["body", *first["loc"]], "msg": first["msg"], "type": first["type"]}
+              for first in exc.errors(include_url=False, include_input=False)]
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 def _duplicate(holder: LedgerEntry) -> JSONResponse:

@@ -65,6 +65,17 @@ def test_tax_id_0000000000_is_always_rejected(mock_integrator: MockIntegratorCli
     assert mock_integrator.stats()["rejected_tax_id"] == 1
 
 
+def test_malformed_submission_is_422_naming_the_field_without_echoing_values(
+        mock_integrator: MockIntegratorClient) -> None:
+    body = submission("N1", "inv-1", tax_id="9876543210")
+    del body["number"]
+    response = mock_integrator.post(body)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "number"]
+    assert "9876543210" not in response.text
+    assert mock_integrator.stats()["posts"] == 0
+
+
 async def test_50_concurrent_posts_of_one_number_accept_exactly_one(
         mock_integrator: MockIntegratorClient) -> None:
     # Latency keeps all 50 requests inside the handler at once, so the check-and-insert races.
