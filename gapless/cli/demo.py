@@ -56,7 +56,13 @@ def demo(
     config = DemoConfig(invoices=invoices, workers=workers, concurrency=concurrency, keep=keep,
                         database=database, seed=seed, deadline_s=deadline, kill_worker=kill,
                         log_dir=log_dir)
-    result = run(run_demo(settings, config, err=Console(stderr=True), out=Console()))
+    err = Console(stderr=True)
+    try:
+        result = run(run_demo(settings, config, err=err, out=Console()))
+    except KeyboardInterrupt:
+        # run_demo has stopped its processes and cleaned up on the way out.
+        err.print("demo: interrupted; every process it started is stopped")
+        raise typer.Exit(130) from None
     raise typer.Exit(result.exit_code)
 
 
