@@ -183,6 +183,39 @@ async def test_events_are_append_only(engine: AsyncEngine) -> None:
             async with engine.begin() as conn:
                 await conn.execute(text(statement))
     assert len(await poll(engine, 0)) == 1
+    with pytest.raises(DBAPIError, match="append-only"):
+        async with engine.begin() as conn:
+            await conn.execute(text("TRUNCATE invoice_events"))
+    assert len(await poll(engine, 0)) == 1
+
+
+@pytest.mark.parametrize(("requested", "at_commit"), [
+    ("off", "local"),                  # visible must mean durable: the commit is flushed
+    ("local", "local"),
+    ("on", "on"),
+    ("remote_apply", "remote_apply"),  # stronger settings are left alone
+])
+async def test_an_event_writing_commit_is_never_asynchronous(
+        engine: AsyncEngine, requested: str, at_commit: str) -> None:
+    """A crash must not undo a commit a poller may have seen (its sequence_id would be handed
+    out again below the poller's cursor), so the sequence trigger upgrades an asynchronous
+    commit to a locally flushed one, for the transaction that writes events only."""
+    await define(engine)
+    async with engine.connect() as conn:
+        await conn.begin()
+        await conn.execute(text("SELECT set_config('synchronous_commit', :v, true)"),
+                           {"v": requested})
+        await insert_draft(conn, "inv-1")
+        before = (await conn.execute(text("SHOW synchronous_commit"))).scalar_one()
+        # Run the deferred sequence trigger now, as the commit would.
+        await conn.execute(text("SET CONSTRAINTS invoice_events_sequence_trigger IMMEDIATE"))
+        after = (await conn.execute(text("SHOW synchronous_commit"))).scalar_one()
+        await conn.commit()
+        assert (before, after) == (requested, at_commit)
+        # SET LOCAL scope: the session's own setting is back once the transaction is over.
+        assert (await conn.execute(text("SHOW synchronous_commit"))).scalar_one() == "on"
+        await conn.rollback()
+    assert [e.invoice_id for e in await poll(engine, 0)] == ["inv-1"]
 
 
 @pytest.mark.parametrize(("cursor", "limit"), [(-1, 10), (0, 0), (0, MAX_LIMIT + 1),
