@@ -43,6 +43,7 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -67,6 +68,8 @@ from gapless.settings import Settings
 
 log = get_logger(__name__)
 
+#: Routes whose successful requests are logged at debug level (health probes, scrapes).
+QUIET_ROUTES = frozenset({"/healthz", "/metrics"})
 #: A token shorter than this is refused at start-up: it would be guessable.
 MIN_TOKEN_LENGTH = 16
 ALL_TENANTS = "*"
@@ -292,9 +295,11 @@ class RequestObserver:
             method = scope["method"]
             self.metrics.requests.labels(method, route, str(status)).inc()
             self.metrics.latency.labels(method, route).observe(elapsed)
-            # No headers and no body: tokens and payloads never reach the log.
-            log.info("api_request", method=method, route=route, path=scope["path"],
-                     status=status, duration_ms=round(elapsed * 1000, 2))
+            # No headers and no body: tokens and payloads never reach the log. Probes and
+            # scrapes come every few seconds; they are logged at debug only.
+            emit = log.debug if route in QUIET_ROUTES and status < 400 else log.info
+            emit("api_request", method=method, route=route, path=scope["path"],
+                 status=status, duration_ms=round(elapsed * 1000, 2))
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -305,6 +310,12 @@ def _iso(moment: Any) -> str | None:
 
 def _engine(request: Request) -> AsyncEngine:
     engine: AsyncEngine = request.app.state.engine
+    return engine
+
+
+def _snapshot_engine(request: Request) -> AsyncEngine:
+    """The same pool, REPEATABLE READ: several reads of one request see one snapshot."""
+    engine: AsyncEngine = request.app.state.snapshot_engine
     return engine
 
 
@@ -390,6 +401,8 @@ def create_app(settings: Settings) -> FastAPI:
             await check_cluster(engine, settings.cluster_id)
             async with Publisher(settings) as publisher:
                 app.state.engine = engine
+                app.state.snapshot_engine = engine.execution_options(
+                    isolation_level="REPEATABLE READ")
                 app.state.publisher = publisher
                 log.info("api_started", queue=settings.queue, auth=(
                     "none (insecure)" if auth.insecure_no_auth else "bearer"),
@@ -408,6 +421,15 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.add_middleware(RequestObserver, metrics=metrics)
     app.state.metrics = metrics
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # The database went away mid-request: a retryable 503, not a 500 with a traceback.
+        log.warning("api_database_unavailable", route=request.url.path,
+                    error=type(exc).__name__)
+        return JSONResponse({"detail": "database unavailable; retry later"}, status_code=503,
+                            headers={"Retry-After": "5"})
 
     async def principal(
             credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
@@ -480,9 +502,8 @@ def create_app(settings: Settings) -> FastAPI:
     async def invoice_status(request: Request, invoice_id: str,
                              who: Principal = Security(principal)) -> InvoiceOut:
         """The invoice's state and its history. 404 until the worker has stored it."""
-        engine = _engine(request).execution_options(isolation_level="REPEATABLE READ")
         # One snapshot for the row and its events, so the history matches the state shown.
-        async with engine.connect() as conn:
+        async with _snapshot_engine(request).connect() as conn:
             try:
                 row = await get_invoice(conn, invoice_id)
             except InvoiceNotFound:

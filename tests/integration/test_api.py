@@ -475,8 +475,9 @@ async def test_healthz_reports_which_service_is_unreachable(
         hide_password=False)
     amqp_url = make_url(settings.amqp_url).set(port=broker.port).render_as_string(
         hide_password=False)
-    url, _ = api_servers.start(new_token(), env={"GAPLESS_DATABASE_URL": db_url,
-                                                 "GAPLESS_AMQP_URL": amqp_url})
+    token = new_token()
+    url, _ = api_servers.start(token, env={"GAPLESS_DATABASE_URL": db_url,
+                                           "GAPLESS_AMQP_URL": amqp_url})
 
     async def health(expected: dict[str, str] | None) -> httpx.Response | None:
         response = await http.get(f"{url}/healthz")  # no token: health is public
@@ -499,6 +500,10 @@ async def test_healthz_reports_which_service_is_unreachable(
     database.cut()
     await await_until(lambda: health({"database": "error", "broker": "ok"}), 30,
                       message="healthz to report the database")
+    # Meanwhile a request that needs the database is a retryable 503, not a 500.
+    feed = await http.get(f"{url}/v1/events", headers={"Authorization": f"Bearer {token}"})
+    assert feed.status_code == 503
+    assert feed.headers["Retry-After"] == "5"
     database.start()
     await await_until(lambda: health(None), 30, message="healthz to recover the database")
 
