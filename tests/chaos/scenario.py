@@ -65,6 +65,8 @@ FAULT_KINDS = ("worker_kill", "recovery_kill", "amqp_drop", "pg_terminate", "out
 #: tax id must end ISSUED (a sharper check than "ISSUED or REJECTED").
 DEFAULT_FAULTS = frozenset(FAULT_KINDS) - {"random_reject"}
 
+#: Settling gives up after this long without the backlog shrinking.
+SETTLE_STALL_S = 90.0
 #: The outage the issue asks for.
 OUTAGE_S = 10.0
 REJECTED_TAX_ID = "0000000000"
@@ -126,12 +128,13 @@ class ChaosConfig:
         return self.duration_s * 0.85
 
     @property
-    def settle_timeout_s(self) -> float:
-        return max(90.0, self.invoices / 40)
+    def settle_cap_s(self) -> float:
+        """The longest the backlog may take to drain after the load (at ≥ 5 invoices/s)."""
+        return max(120.0, self.invoices / 5)
 
     @property
     def test_timeout_s(self) -> int:
-        return int(self.duration_s + self.settle_timeout_s + 180)
+        return int(self.duration_s + self.settle_cap_s + SETTLE_STALL_S + 180)
 
     def describe(self) -> str:
         return (f"duration={self.duration_s:g}s invoices={self.invoices} workers={self.workers} "
@@ -647,22 +650,32 @@ class ChaosRun:
                 "malformed_not_dead": max(0, len(self.history.malformed) - dead)}
 
     async def settle(self) -> None:
-        """Wait (with a deadline) until every published invoice has a row and none is open."""
-        state: dict[str, int] = {}
+        """Wait until every published invoice has a row and none is open, the queue is empty and
+        every malformed message is dead-lettered.
 
-        async def settled() -> bool:
-            self.cluster.revive()
-            state.update(await self.unsettled())
-            return not any(state.values())
-
+        The deadline follows progress: the run gives up (and lets the checker report the exact
+        rows) only after ``SETTLE_STALL_S`` without the backlog shrinking, or after
+        ``settle_cap_s`` in all — a slow machine drains a long profile's backlog slowly, but it
+        drains.
+        """
         started = time.monotonic()
-        try:
-            await await_until(settled, self.config.settle_timeout_s, interval=0.5,
-                              message="recovery to settle")
-        except AssertionError:
-            # The checker reports the exact rows; say how it ended here.
-            self.notes.append(f"did not settle within {self.config.settle_timeout_s:g}s: {state}")
-        self.notes.append(f"settled in {time.monotonic() - started:.1f}s after the load")
+        best = None
+        progress_at = started
+        while True:
+            self.cluster.revive()
+            state = await self.unsettled()
+            remaining = sum(state.values())
+            now = time.monotonic()
+            if remaining == 0:
+                self.notes.append(f"settled in {now - started:.1f}s after the load")
+                return
+            if best is None or remaining < best:
+                best, progress_at = remaining, now
+            if now - progress_at > SETTLE_STALL_S or now - started > self.config.settle_cap_s:
+                self.notes.append(f"did not settle ({now - started:.0f}s after the load, "
+                                  f"{now - progress_at:.0f}s without progress): {state}")
+                return
+            await asyncio.sleep(0.5)  # a poll interval of the settle condition
 
     async def finish(self) -> dict[str, int | None]:
         """Stop the processes gracefully, drain the poller, read the ledger and dead letters."""
