@@ -194,6 +194,33 @@ async def test_permanent_rejection_keeps_the_number_pinned_and_the_next_invoice_
     assert_ledger_matches_database(mock_integrator, current)
 
 
+@pytest.mark.usefixtures("series")
+async def test_a_number_held_by_another_invoice_at_the_integrator_is_an_alarm(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    # Someone else (another system, a restored backup...) already used our first number.
+    intruder = mock_integrator.post({"tenant": "acme", "number": "ABC2026000000001",
+                                     "invoice_id": "intruder", "document": {}})
+    assert intruder.status_code == 201
+    async with running_worker(worker_settings):
+        await publish(worker_settings, invoice("victim"))
+        await await_until(lambda: all_in(engine, {"victim"}, "ERROR"), 30,
+                          message="victim in ERROR")
+        await publish(worker_settings, invoice("after"))
+        await await_until(lambda: all_in(engine, {"after"}, "ISSUED"), 30,
+                          message="after ISSUED")
+    current = await rows(engine)
+    victim = current["victim"]
+    assert (victim.number, victim.reserved_no) == ("ABC2026000000001", 1)
+    assert victim.last_error.startswith("ALARM: ")
+    assert "intruder" in victim.last_error
+    assert victim.next_attempt_at is None  # never retried by itself: a person must look
+    assert current["after"].reserved_no == 2
+    ledger = ledger_by_number(mock_integrator)
+    assert ledger["ABC2026000000001"]["invoice_id"] == "intruder"  # untouched
+    assert ledger[current["after"].number]["invoice_id"] == "after"
+
+
 BIG = "x" * (1024 * 1024)
 
 #: (name, body, content type, the part of the reason that says what is wrong)

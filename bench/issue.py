@@ -1,0 +1,389 @@
+"""Benchmark: issued invoices per second, just-in-time reservation vs the naive design.
+
+    .venv/bin/python bench/issue.py [--latency-ms 200] [--concurrency 8,32,64] [--processes 1,2]
+                                    [--warmup 3] [--window 8] [--backlog 2000]
+
+Everything real: PostgreSQL, RabbitMQ, ``gapless mock-integrator`` at a fixed latency, and the
+workers as separate processes. Each run gets a fresh database and queue, a backlog published
+before the workers start, and is measured over a window after a warm-up.
+
+* **jit**   — ``gapless worker --concurrency C``: the number is reserved in a transaction of its
+  own and committed before the integrator call.
+* **naive** — a minimal consumer in this script (``--naive-worker``): one transaction per
+  invoice that reserves the number and keeps the counter row locked *across* the integrator call,
+  then marks it issued and commits. Correct, but every invoice of the series waits for the one
+  call in flight.
+
+Ideal = concurrency × processes ÷ latency. Also measured: the worker's RSS at concurrency 64, and
+the latency of a user-priority message published behind a 2,000-message batch backlog (against
+the same message published as batch, its latency without priority).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aio_pika
+import httpx
+from sqlalchemy import text
+
+from bench.common import bench_database, machine, print_table
+from gapless.constants import dead_exchange_name, dead_queue_name
+from gapless.db import make_engine
+from gapless.logging import configure_logging
+from gapless.publisher import Publisher
+from gapless.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+GAPLESS = [sys.executable, "-m", "gapless"]
+#: Process logs of the last run (outside the tree).
+LOGS = Path(tempfile.gettempdir()) / "gapless-bench-issue"
+
+
+def invoice(invoice_id: str, priority: str = "batch") -> dict[str, Any]:
+    return {"invoice_id": invoice_id, "tenant": "bench", "series": "ABC", "priority": priority,
+            "issue_date": "2026-11-22", "currency": "TRY",
+            "customer": {"tax_id": "1234567890", "name": "Bench Ltd"},
+            "lines": [{"description": "Widget", "quantity": "1", "unit_price": "10.00",
+                       "vat_rate": "20"}]}
+
+
+# -- the naive design (lock held across the call), a minimal consumer -------------------------
+
+
+async def naive_worker(concurrency: int) -> None:
+    """Consume like the worker, but reserve, call and record in ONE transaction."""
+    from gapless.integrator.base import Document, load_integrator
+    from gapless.invoices import Draft, upsert_draft
+    from gapless.message import parse_message, priority_of
+    from gapless.numbering import reserve_number
+    from gapless.publisher import declare_topology
+    from gapless.queries import invoices as q
+
+    settings = Settings()
+    engine = make_engine(settings.database_url, actor="worker",
+                         pool_size=min(concurrency, 40))
+    integrator = load_integrator(settings)
+    connection = await aio_pika.connect_robust(settings.amqp_url)
+    channel = await connection.channel()
+    await channel.set_qos(prefetch_count=concurrency)
+    queue = await declare_topology(channel, settings.queue)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+
+    async def handle(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        parsed = parse_message(message.body, message.content_type)
+        await upsert_draft(engine, Draft(parsed.invoice_id, parsed.tenant, parsed.series,
+                                         priority_of(message.priority, parsed.priority),
+                                         parsed.payload()))
+        async with engine.begin() as conn:  # held across the call: the naive design
+            await reserve_number(conn, parsed.invoice_id)
+            row = (await conn.execute(q.LOCK_INVOICE, {"invoice_id": parsed.invoice_id,
+                                                       "lease_s": 300})).one()
+            sending = (await conn.execute(q.START_SENDING, {"pk": row.id})).one()
+            receipt = await integrator.send(Document(sending.tenant, sending.number,
+                                                     sending.invoice_id, parsed.payload()))
+            await conn.execute(q.MARK_ISSUED, {"pk": row.id, "ref": receipt.ref})
+        await message.ack()
+
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        task = asyncio.create_task(handle(message))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    await queue.consume(on_message)
+    print("naive_worker_started", file=sys.stderr, flush=True)
+    await stop.wait()
+    for task in list(tasks):
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await connection.close()
+    await integrator.aclose()
+    await engine.dispose()
+
+
+# -- harness -----------------------------------------------------------------------------------
+
+
+class Proc:
+    def __init__(self, args: list[str], env: dict[str, str], name: str,
+                 metrics_port: int | None = None) -> None:
+        self.metrics_port = metrics_port
+        LOGS.mkdir(exist_ok=True)
+        self.log_path = LOGS / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     cwd=ROOT)
+
+    def wait_for(self, marker: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while marker not in self.log_path.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.log_path.name}: no {marker!r}:\n"
+                                   + self.log_path.read_text(errors="replace")[-2000:])
+            time.sleep(0.05)
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+@contextmanager
+def mock_integrator(latency_ms: float) -> Iterator[str]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAPLESS_")}
+    proc = Proc([*GAPLESS, "mock-integrator", "--port", str(port), "--latency-ms",
+                 f"{latency_ms:g}", "--seed", "1"], env, "mock")
+    try:
+        proc.wait_for("mock_integrator_started")
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(f"{url}/admin/stats", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.stop()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def environment(label: str, mock_url: str) -> Iterator[dict[str, str]]:
+    """A fresh database with series bench/ABC, a fresh queue prefix, the mock's ledger reset."""
+    httpx.post(f"{mock_url}/admin/reset", timeout=10).raise_for_status()
+    prefix = f"gapless_bench_{label}_{uuid.uuid4().hex[:8]}"
+    with bench_database(label) as url:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GAPLESS_")}
+        env.update({"GAPLESS_DATABASE_URL": url, "GAPLESS_QUEUE": prefix,
+                    "GAPLESS_INTEGRATOR_URL": mock_url, "GAPLESS_LOG_FORMAT": "json"})
+        subprocess.run([*GAPLESS, "series", "add", "bench", "ABC"], env=env, check=True,
+                       capture_output=True, cwd=ROOT)
+        try:
+            yield env
+        finally:
+            asyncio.run(_delete_queues(prefix))
+
+
+async def _delete_queues(prefix: str) -> None:
+    connection = await aio_pika.connect(Settings().amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.queue_delete(prefix)
+        await channel.queue_delete(dead_queue_name(prefix))
+        await channel.exchange_delete(dead_exchange_name(prefix))
+
+
+def settings_of(env: dict[str, str]) -> Settings:
+    return Settings(database_url=env["GAPLESS_DATABASE_URL"], queue=env["GAPLESS_QUEUE"])
+
+
+async def publish(env: dict[str, str], messages: list[dict[str, Any]]) -> None:
+    async with Publisher(settings_of(env)) as publisher:
+        for start in range(0, len(messages), 200):
+            await asyncio.gather(*(publisher.publish(m) for m in messages[start:start + 200]))
+
+
+async def issued(env: dict[str, str]) -> int:
+    engine = make_engine(env["GAPLESS_DATABASE_URL"], actor="bench", pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            return int((await conn.execute(text(
+                "SELECT count(*) FROM invoices WHERE status = 'ISSUED'"))).scalar_one())
+    finally:
+        await engine.dispose()
+
+
+def start_workers(design: str, env: dict[str, str], processes: int,
+                  concurrency: int) -> list[Proc]:
+    procs = []
+    marker = "worker_started" if design == "jit" else "naive_worker_started"
+    try:
+        for index in range(processes):
+            port = _free_port()
+            if design == "jit":
+                args = [*GAPLESS, "worker", "--concurrency", str(concurrency),
+                        "--metrics-port", str(port)]
+            else:
+                args = [sys.executable, str(Path(__file__).resolve()), "--naive-worker",
+                        "--concurrency", str(concurrency)]
+            procs.append(Proc(args, env, f"{design}-{processes}x{concurrency}-{index}", port))
+        for proc in procs:
+            proc.wait_for(marker)
+    except BaseException:
+        for proc in procs:
+            proc.stop()
+        raise
+    return procs
+
+
+def claim_ms(procs: list[Proc]) -> float:
+    """Mean duration of the claim transaction (lock, number, lease, commit), from /metrics."""
+    total = count = 0.0
+    for proc in procs:
+        page = httpx.get(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=10).text
+        for line in page.splitlines():
+            if line.startswith("gapless_worker_reservation_seconds_sum"):
+                total += float(line.split()[-1])
+            elif line.startswith("gapless_worker_reservation_seconds_count"):
+                count += float(line.split()[-1])
+    return 1000 * total / count if count else float("nan")
+
+
+def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
+                   latency_s: float, warmup: float, window: float) -> tuple[float, float, float]:
+    """(issued per second over the window, RSS MB of the first worker, mean claim tx ms)."""
+    ideal = concurrency * processes / latency_s
+    # Enough backlog that the queue never runs dry during warm-up + window.
+    expected = ideal if design == "jit" else 1 / latency_s
+    backlog = min(40_000, int(expected * (warmup + window) * 1.5) + 50)
+    with environment(f"{design}{processes}x{concurrency}", mock_url) as env:
+        asyncio.run(publish(env, [invoice(f"b-{i}") for i in range(backlog)]))
+        procs = start_workers(design, env, processes, concurrency)
+        try:
+            time.sleep(warmup)  # a benchmark measures wall time; the warm-up is not a sync
+            first = asyncio.run(issued(env))
+            started = time.perf_counter()
+            time.sleep(window)
+            last = asyncio.run(issued(env))
+            elapsed = time.perf_counter() - started
+            rss = procs[0].rss_mb()
+            claim = claim_ms(procs) if design == "jit" else float("nan")
+        finally:
+            for proc in procs:
+                proc.stop()
+        if last >= backlog:
+            print(f"warning: {design} {processes}x{concurrency} ran out of backlog",
+                  file=sys.stderr)
+        return (last - first) / elapsed, rss, claim
+
+
+def user_latency_run(mock_url: str, backlog: int, priority: str) -> float:
+    """Seconds from publishing one message behind ``backlog`` batch messages to its ISSUED."""
+    with environment(f"prio{priority}", mock_url) as env:
+        asyncio.run(publish(env, [invoice(f"b-{i}") for i in range(backlog)]))
+        procs = start_workers("jit", env, 1, 8)
+        try:
+            return asyncio.run(_publish_and_wait(env, invoice("probe", priority=priority)))
+        finally:
+            for proc in procs:
+                proc.stop()
+
+
+async def _publish_and_wait(env: dict[str, str], message: dict[str, Any]) -> float:
+    async with Publisher(settings_of(env)) as publisher:
+        started = time.perf_counter()
+        await publisher.publish(message)
+    return await _wait_issued(env, message["invoice_id"], started)
+
+
+async def _wait_issued(env: dict[str, str], invoice_id: str, started: float) -> float:
+    engine = make_engine(env["GAPLESS_DATABASE_URL"], actor="bench", pool_size=1)
+    try:
+        while True:
+            async with engine.connect() as conn:
+                status = (await conn.execute(text(
+                    "SELECT status FROM invoices WHERE invoice_id = :i"),
+                    {"i": invoice_id})).scalar_one_or_none()
+            if status == "ISSUED":
+                return time.perf_counter() - started
+            if time.perf_counter() - started > 600:
+                raise RuntimeError("the probe invoice was not issued in 10 minutes")
+            await asyncio.sleep(0.01)
+    finally:
+        await engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--concurrency", default="8,32,64")
+    parser.add_argument("--processes", default="1,2")
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--window", type=float, default=8.0)
+    parser.add_argument("--backlog", type=int, default=2000)
+    parser.add_argument("--naive-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    if args.naive_worker:
+        asyncio.run(naive_worker(concurrencies[0]))
+        return
+    configure_logging("console", "warning")
+    latency_s = args.latency_ms / 1000
+    rows = []
+    rss_64: float | None = None
+    with mock_integrator(args.latency_ms) as mock_url:
+        for processes in (int(p) for p in args.processes.split(",")):
+            for concurrency in concurrencies:
+                ideal = concurrency * processes / latency_s
+                jit, rss, claim = throughput_run("jit", mock_url, processes, concurrency,
+                                                 latency_s, args.warmup, args.window)
+                naive, _, _ = throughput_run("naive", mock_url, processes, concurrency,
+                                             latency_s, args.warmup, args.window)
+                if concurrency == 64 and processes == 1:
+                    rss_64 = rss
+                rows.append((processes, concurrency, f"{ideal:.0f}", f"{jit:.1f}",
+                             f"{jit / ideal:.2f}", f"{naive:.1f}", f"{naive / ideal:.3f}",
+                             f"{jit / naive:.1f}" if naive else "inf",
+                             f"{0.8 * concurrency:.1f}", f"{claim:.1f}"))
+                print(f"  {processes}x{concurrency}: jit {jit:.1f}/s, naive {naive:.1f}/s",
+                      file=sys.stderr, flush=True)
+        user = user_latency_run(mock_url, args.backlog, "user")
+        batch = user_latency_run(mock_url, args.backlog, "batch")
+    print(f"machine: {machine()}; mock latency {args.latency_ms:g} ms; warm-up {args.warmup:g} s, "
+          f"window {args.window:g} s\n")
+    print_table("Issued invoices per second (higher is better)",
+                ["processes", "concurrency", "ideal/s", "jit/s", "jit÷ideal", "naive/s",
+                 "naive÷ideal", "jit÷naive", "goal jit÷naive ≥ 0.8×C", "claim tx ms"], rows)
+    print_table("Worker memory and priority",
+                ["measure", "value"],
+                [("worker RSS at concurrency 64 (MB, goal < 150)",
+                  f"{rss_64:.0f}" if rss_64 is not None else "not run"),
+                 (f"user message behind {args.backlog} batch messages: latency (s)",
+                  f"{user:.2f}"),
+                 ("same message as batch, behind the same backlog (s)", f"{batch:.2f}")])
+    print(json.dumps({"rows": rows, "rss_64": rss_64, "user_s": user, "batch_s": batch}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,394 @@
+"""``gapless worker`` processes against real RabbitMQ, PostgreSQL and the mock integrator.
+
+Workers run as subprocesses; they are killed with SIGKILL at fault points (test-only
+``GAPLESS_FAULT_KILL_AT``), stopped with SIGTERM, and restarted. The database, the mock's ledger
+and the workers' own metrics are the oracles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.numbering import add_series, build_series_spec
+from gapless.publisher import Publisher
+from gapless.settings import Settings
+from tests.conftest import create_database, database_url, drop_database
+from tests.helpers import GaplessProcess, await_until, free_port, run_gapless, wait_until
+from tests.mock_client import MockIntegratorClient
+
+
+def invoice(invoice_id: str, *, priority: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "invoice_id": invoice_id, "tenant": "acme", "series": "ABC",
+        "issue_date": "2026-11-22", "currency": "TRY",
+        "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
+        "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
+                   "vat_rate": "20"}],
+    }
+    if priority is not None:
+        body["priority"] = priority
+    return body
+
+
+@pytest.fixture
+async def series(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await add_series(conn, build_series_spec("acme", "ABC"))
+
+
+class Workers:
+    """Starts ``gapless worker`` subprocesses for one test and stops whatever is left."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self.started: list[GaplessProcess] = []
+
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None,
+              wait: bool = True) -> GaplessProcess:
+        proc = GaplessProcess(["worker", *args], {**self.env, **(env or {})}, self.log_dir, name)
+        self.started.append(proc)
+        if wait:
+            wait_until(lambda: "worker_started" in proc.output() or not proc.alive(), 60,
+                       message=f"{name} to start")
+            assert proc.alive(), proc.output()[-3000:]
+        return proc
+
+    def close(self) -> None:
+        for proc in self.started:
+            proc.close()
+
+
+@pytest.fixture
+def workers(integrated_env: dict[str, str], log_dir: Path) -> Any:
+    started = Workers(integrated_env, log_dir)
+    yield started
+    started.close()
+
+
+def events(proc: GaplessProcess, name: str) -> list[dict[str, Any]]:
+    found = []
+    for line in proc.output().splitlines():
+        if name in line and line.startswith("{"):
+            record = json.loads(line)
+            if record.get("event") == name:
+                found.append(record)
+    return found
+
+
+async def publish(settings: Settings, messages: list[dict[str, Any]], *,
+                  parallel: int = 50) -> None:
+    """Publish with confirms, ``parallel`` at a time (order within a batch is not kept)."""
+    async with Publisher(settings) as publisher:
+        for start in range(0, len(messages), parallel):
+            await asyncio.gather(*(publisher.publish(m)
+                                   for m in messages[start:start + parallel]))
+
+
+async def rows(engine: AsyncEngine) -> dict[str, Any]:
+    async with engine.connect() as conn:
+        result = await conn.execute(text(
+            "SELECT invoice_id, status, reserved_no, number, attempts, integrator_ref, "
+            "sending_since, issued_at FROM invoices"))
+        return {row.invoice_id: row for row in result}
+
+
+async def count_in(engine: AsyncEngine, status: str) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(text(
+            "SELECT count(*) FROM invoices WHERE status = :s"), {"s": status})).scalar_one())
+
+
+async def counter(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(text(
+            "SELECT coalesce(max(last_no), 0) FROM number_counters"))).scalar_one())
+
+
+def assert_issued_exactly(current: dict[str, Any], ids: set[str],
+                          mock: MockIntegratorClient) -> None:
+    """Every invoice ISSUED, numbers 1..N, and the integrator's ledger equals the database."""
+    assert set(current) == ids
+    assert {row.status for row in current.values()} == {"ISSUED"}
+    assert sorted(row.reserved_no for row in current.values()) == list(range(1, len(ids) + 1))
+    ledger = mock.ledger()
+    assert len(ledger) == len(ids)  # nothing accepted twice
+    assert {(e["number"], e["invoice_id"], e["ref"]) for e in ledger} == {
+        (row.number, row.invoice_id, row.integrator_ref) for row in current.values()}
+
+
+def scrape(port: int) -> dict[str, float]:
+    samples: dict[str, float] = {}
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("series")
+async def test_1000_invoices_through_3_workers_with_latency_and_transient_failures(
+        engine: AsyncEngine, settings: Settings, workers: Workers,
+        mock_integrator: MockIntegratorClient) -> None:
+    mock_integrator.set_faults(latency_ms=[50, 200], transient_rate=0.1)
+    # Enough attempts that a 10 % transient rate practically never exhausts them (10^-10 per
+    # invoice), and a breaker that does not trip on a chance run of failures: this test is about
+    # numbering under parallel load; the outage tests cover the breaker.
+    knobs = {"GAPLESS_RETRY_ATTEMPTS": "10", "GAPLESS_RETRY_WAIT_S": "0.05",
+             "GAPLESS_BREAKER_FAIL_MAX": "100"}
+    ports = [free_port() for _ in range(3)]
+    procs = [workers.start(f"worker-{i}", "--concurrency", "8", "--metrics-port", str(port),
+                           env=knobs) for i, port in enumerate(ports)]
+    messages = [invoice(f"bulk-{i:04d}") for i in range(1000)]
+    await publish(settings, messages)
+
+    async def all_issued() -> bool:
+        return await count_in(engine, "ISSUED") == 1000
+
+    await await_until(all_issued, 240, interval=0.5, message="1000 invoices ISSUED")
+    current = await rows(engine)
+    assert_issued_exactly(current, {m["invoice_id"] for m in messages}, mock_integrator)
+    assert mock_integrator.stats()["transient"] > 0  # the failures did happen
+    issued_by_worker = [scrape(port)['gapless_worker_messages_total{outcome="issued"}']
+                        for port in ports]
+    assert sum(issued_by_worker) == 1000
+    assert all(count > 0 for count in issued_by_worker), issued_by_worker
+    for proc in procs:
+        assert proc.terminate(timeout=30) == 0
+
+
+@pytest.mark.parametrize("step", ["before_reserve_commit", "after_reserve_commit", "during_call",
+                                  "after_call", "after_outcome_commit"])
+@pytest.mark.usefixtures("series")
+async def test_kill_9_at_each_step_loses_no_number_and_the_redelivery_finishes_the_invoice(
+        step: str, engine: AsyncEngine, settings: Settings, workers: Workers,
+        mock_integrator: MockIntegratorClient) -> None:
+    # A short lease so the redelivered message may take the dead worker's lease over; with the
+    # default lease it would be left to recovery (tested with recovery).
+    lease = {"GAPLESS_LEASE_S": "2"}
+    mock_integrator.set_faults(latency_ms=[300, 300])
+    doomed = workers.start("doomed", env={**lease, "GAPLESS_FAULT_KILL_AT": step})
+    await publish(settings, [invoice("victim")])
+    wait_until(lambda: not doomed.alive(), 30, message="the worker to kill itself")
+    assert doomed.proc.returncode == -9
+    assert events(doomed, "fault_kill")[0]["step"] == step
+    after_kill = await rows(engine)
+    if step == "before_reserve_commit":
+        # The claim never committed: no number was consumed.
+        assert after_kill["victim"].status == "RECEIVED"
+        assert await counter(engine) == 0
+    else:
+        assert after_kill["victim"].reserved_no == 1
+        assert await counter(engine) == 1
+
+    if after_kill["victim"].status == "SENDING":
+        async def lease_stale() -> bool:
+            async with engine.connect() as conn:
+                return bool((await conn.execute(text(
+                    "SELECT sending_since < now() - interval '2 seconds' FROM invoices "
+                    "WHERE invoice_id = 'victim'"))).scalar_one())
+
+        await await_until(lease_stale, 10, message="the dead worker's lease to go stale")
+    mock_integrator.set_faults(latency_ms=[0, 0])
+    survivor = workers.start("survivor", env=lease)
+    await publish(settings, [invoice("next")])
+
+    async def both_issued() -> bool:
+        current = await rows(engine)
+        return {row.status for row in current.values()} == {"ISSUED"} and len(current) == 2
+
+    await await_until(both_issued, 30, message="both invoices ISSUED")
+    current = await rows(engine)
+    assert (current["victim"].reserved_no, current["next"].reserved_no) == (1, 2)
+    assert await counter(engine) == 2
+    assert_issued_exactly(current, {"victim", "next"}, mock_integrator)
+    assert survivor.terminate(timeout=30) == 0
+
+
+@pytest.mark.usefixtures("series")
+async def test_external_kill_9_right_after_the_reservation_commits(
+        engine: AsyncEngine, settings: Settings, workers: Workers,
+        mock_integrator: MockIntegratorClient) -> None:
+    lease = {"GAPLESS_LEASE_S": "2"}
+    # The pause makes the moment between the reservation's commit and the call reachable.
+    doomed = workers.start("doomed", env={**lease,
+                                          "GAPLESS_FAULT_PAUSE_AT": "after_reserve_commit:60"})
+    await publish(settings, [invoice("victim")])
+    wait_until(lambda: events(doomed, "fault_pause"), 30, message="the pause after the commit")
+    doomed.kill9()
+    after_kill = (await rows(engine))["victim"]
+    assert (after_kill.status, after_kill.reserved_no, after_kill.attempts) == ("SENDING", 1, 1)
+    assert mock_integrator.stats()["posts"] == 0  # the call never happened
+
+    async def lease_stale() -> bool:
+        async with engine.connect() as conn:
+            return bool((await conn.execute(text(
+                "SELECT sending_since < now() - interval '2 seconds' FROM invoices "
+                "WHERE invoice_id = 'victim'"))).scalar_one())
+
+    await await_until(lease_stale, 10, message="the dead worker's lease to go stale")
+    survivor = workers.start("survivor", env=lease)
+
+    async def issued() -> bool:
+        return (await rows(engine))["victim"].status == "ISSUED"
+
+    await await_until(issued, 30, message="victim ISSUED")
+    current = await rows(engine)
+    assert (current["victim"].reserved_no, current["victim"].attempts) == (1, 2)
+    assert await counter(engine) == 1
+    assert_issued_exactly(current, {"victim"}, mock_integrator)
+    assert events(survivor, "lease_taken_over")
+    assert survivor.terminate(timeout=30) == 0
+
+
+@pytest.mark.usefixtures("series")
+async def test_sigterm_during_load_drains_exits_0_and_a_restart_finishes_everything(
+        engine: AsyncEngine, settings: Settings, workers: Workers,
+        mock_integrator: MockIntegratorClient) -> None:
+    mock_integrator.set_faults(latency_ms=[100, 300])
+    worker = workers.start("first", "--concurrency", "8", "--shutdown-timeout", "10")
+    messages = [invoice(f"load-{i:03d}") for i in range(300)]
+    await publish(settings, messages)
+
+    async def some_issued() -> bool:
+        return await count_in(engine, "ISSUED") >= 40
+
+    await await_until(some_issued, 60, message="40 invoices ISSUED")
+    started = time.monotonic()
+    assert worker.terminate(timeout=20) == 0
+    assert time.monotonic() - started < 10 + 5
+    stopped = events(worker, "worker_stopped")
+    assert stopped
+    assert stopped[0]["abandoned"] == 0
+    assert await count_in(engine, "SENDING") == 0  # in-flight work was finished, not dropped
+    issued_at_stop = await count_in(engine, "ISSUED")
+    assert issued_at_stop < 300  # it really was stopped under load
+
+    restarted = workers.start("restarted", "--concurrency", "8")
+
+    async def all_issued() -> bool:
+        return await count_in(engine, "ISSUED") == 300
+
+    await await_until(all_issued, 120, interval=0.5, message="300 invoices ISSUED")
+    assert_issued_exactly(await rows(engine), {m["invoice_id"] for m in messages},
+                          mock_integrator)
+    assert restarted.terminate(timeout=30) == 0
+
+
+@pytest.mark.usefixtures("series")
+async def test_shutdown_timeout_shorter_than_the_call_leaves_messages_for_redelivery(
+        engine: AsyncEngine, settings: Settings, workers: Workers,
+        mock_integrator: MockIntegratorClient) -> None:
+    lease = {"GAPLESS_LEASE_S": "2"}
+    mock_integrator.set_faults(latency_ms=[5000, 5000])
+    worker = workers.start("slow", "--concurrency", "4", "--shutdown-timeout", "0.5", env=lease)
+    messages = [invoice(f"slow-{i}") for i in range(6)]
+    await publish(settings, messages)
+
+    async def four_sending() -> bool:
+        return await count_in(engine, "SENDING") == 4
+
+    await await_until(four_sending, 30, message="4 invoices in flight")
+    started = time.monotonic()
+    assert worker.terminate(timeout=20) == 0
+    assert time.monotonic() - started < 0.5 + 4  # the deadline, not the 5 s calls
+    assert events(worker, "worker_stopped")[0]["abandoned"] == 4
+    assert await counter(engine) == 4  # the two queued behind took no number
+
+    async def leases_stale() -> bool:
+        async with engine.connect() as conn:
+            return bool((await conn.execute(text(
+                "SELECT bool_and(sending_since < now() - interval '2 seconds') FROM invoices "
+                "WHERE status = 'SENDING'"))).scalar_one())
+
+    await await_until(leases_stale, 10, message="the abandoned leases to go stale")
+    mock_integrator.set_faults(latency_ms=[0, 0])
+    restarted = workers.start("restarted", env=lease)
+
+    async def all_issued() -> bool:
+        return await count_in(engine, "ISSUED") == 6
+
+    await await_until(all_issued, 60, message="6 invoices ISSUED")
+    assert_issued_exactly(await rows(engine), {m["invoice_id"] for m in messages},
+                          mock_integrator)
+    assert restarted.terminate(timeout=30) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("series")
+async def test_a_user_message_overtakes_a_2000_message_batch_backlog(
+        engine: AsyncEngine, settings: Settings, workers: Workers,
+        mock_integrator: MockIntegratorClient) -> None:
+    mock_integrator.set_faults(latency_ms=[20, 20])
+    backlog = [invoice(f"batch-{i:04d}", priority="batch") for i in range(2000)]
+    await publish(settings, backlog)
+    await publish(settings, [invoice("urgent", priority="user")])  # after the whole backlog
+    worker = workers.start("worker", "--concurrency", "8")
+
+    async def urgent_issued() -> bool:
+        current = await rows(engine)
+        return "urgent" in current and current["urgent"].status == "ISSUED"
+
+    await await_until(urgent_issued, 60, message="the user invoice ISSUED")
+    assert worker.terminate(timeout=30) == 0
+    async with engine.connect() as conn:
+        before_urgent = (await conn.execute(text("""
+            SELECT count(*) FROM invoice_events e
+             WHERE e.kind = 'issued' AND e.invoice_id <> 'urgent'
+               AND e.sequence_id < (SELECT sequence_id FROM invoice_events
+                                     WHERE invoice_id = 'urgent' AND kind = 'issued')
+        """))).scalar_one()
+        priority = (await conn.execute(text(
+            "SELECT priority FROM invoices WHERE invoice_id = 'urgent'"))).scalar_one()
+    assert before_urgent <= 200, before_urgent  # issued before at least 90 % of the backlog
+    assert priority == 4
+
+
+def test_worker_refuses_a_foreign_cluster_an_unmigrated_database_and_no_broker(
+        gapless_env: dict[str, str], db_url: str, template_db: str) -> None:
+    foreign = run_gapless(["worker"], {**gapless_env, "GAPLESS_CLUSTER_ID": "7"}, timeout=60)
+    assert foreign.returncode == 1
+    assert "cluster" in foreign.stderr
+    assert len(foreign.stderr.strip().splitlines()) == 1
+
+    empty = f"{template_db}_empty_worker"
+    create_database(empty)
+    try:
+        unmigrated = run_gapless(["worker"], {**gapless_env,
+                                              "GAPLESS_DATABASE_URL": database_url(empty)},
+                                 timeout=60)
+    finally:
+        drop_database(empty)
+    assert unmigrated.returncode == 1
+    assert "gapless migrate" in unmigrated.stderr
+    assert len(unmigrated.stderr.strip().splitlines()) == 1
+
+    nobroker = run_gapless(["worker"], {
+        **gapless_env, "GAPLESS_AMQP_URL": f"amqp://guest:guest@127.0.0.1:{free_port()}/"},
+        timeout=60)
+    assert nobroker.returncode == 1
+    # aiormq logs its own line first; ours is the last, one line, no traceback.
+    assert nobroker.stderr.strip().splitlines()[-1].startswith("gapless: cannot connect to "
+                                                               "RabbitMQ")
+    assert "Traceback" not in nobroker.stderr
+
+
+def test_a_malformed_fault_variable_is_refused(gapless_env: dict[str, str]) -> None:
+    result = run_gapless(["worker"], {**gapless_env, "GAPLESS_FAULT_KILL_AT": "nowhere"},
+                         timeout=60)
+    assert result.returncode == 1
+    assert "GAPLESS_FAULT_KILL_AT" in result.stderr
+
