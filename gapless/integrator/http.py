@@ -37,29 +37,50 @@ if TYPE_CHECKING:
     from gapless.settings import Settings
 
 
+#: Connections per httpx client. httpcore's pool does O(connections²) work on every request
+#: start and end, so one client of 128 connections spends milliseconds of CPU per call; shards
+#: of 8 keep that small (measured in docs/benchmarks.md, "Mock integrator").
+SHARD_CONNECTIONS = 8
+
+
 class HttpIntegrator:
-    """``Integrator`` over HTTP with one pooled ``httpx.AsyncClient`` (safe to share between tasks).
+    """``Integrator`` over HTTP with pooled keep-alive connections (safe to share between tasks).
 
     Timeouts: ``settings.integrator_timeout_s`` for connect, read, write and pool wait each.
-    Pool: ``settings.integrator_max_connections`` connections, all kept alive, so that many calls
-    can be in flight at once without a new TCP handshake per call.
+    Pool: ``settings.integrator_max_connections`` connections in all, split over httpx clients of
+    at most ``SHARD_CONNECTIONS``; each call goes to the client with the fewest calls in flight.
     """
 
     def __init__(self, settings: Settings) -> None:
-        size = settings.integrator_max_connections
-        self._client = httpx.AsyncClient(
-            base_url=settings.integrator_url,
-            timeout=httpx.Timeout(settings.integrator_timeout_s),
-            limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
-            headers={"user-agent": "gapless"},
-        )
+        total = settings.integrator_max_connections
+        shards = -(-total // SHARD_CONNECTIONS)
+        self._clients = [
+            httpx.AsyncClient(
+                base_url=settings.integrator_url,
+                timeout=httpx.Timeout(settings.integrator_timeout_s),
+                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+                headers={"user-agent": "gapless"},
+            )
+            for size in (total // shards + (1 if i < total % shards else 0)
+                         for i in range(shards))
+        ]
+        self._in_flight = [0] * shards
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One HTTP exchange on the least busy shard; httpx errors propagate."""
+        shard = min(range(len(self._clients)), key=self._in_flight.__getitem__)
+        self._in_flight[shard] += 1
+        try:
+            return await self._clients[shard].request(method, path, **kwargs)
+        finally:
+            self._in_flight[shard] -= 1
 
     async def send(self, document: Document) -> Receipt:
         """POST the document under its number. Raises the classified error on any other outcome."""
         payload = {"tenant": document.tenant, "number": document.number,
                    "invoice_id": document.invoice_id, "document": document.document}
         try:
-            response = await self._client.post("/invoices", json=payload)
+            response = await self._request("POST", "/invoices", json=payload)
         except httpx.TransportError as exc:
             raise TransientIntegratorError(
                 f"send of {document.number}: {type(exc).__name__} (outcome unknown)") from exc
@@ -89,7 +110,7 @@ class HttpIntegrator:
         """Ask whether ``number`` is accepted: its receipt, or None (404). Transient otherwise."""
         path = f"/invoices/{quote(tenant, safe='')}/{quote(number, safe='')}"
         try:
-            response = await self._client.get(path)
+            response = await self._request("GET", path)
         except httpx.TransportError as exc:
             raise TransientIntegratorError(
                 f"lookup of {number}: {type(exc).__name__}") from exc
@@ -103,7 +124,8 @@ class HttpIntegrator:
         raise TransientIntegratorError(f"lookup of {number}: HTTP {response.status_code}")
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
 
 
 def _json_field(response: httpx.Response, name: str) -> str | None:

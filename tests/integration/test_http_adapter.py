@@ -21,7 +21,7 @@ from gapless.integrator.base import (
 from gapless.integrator.http import HttpIntegrator
 from gapless.mock_integrator import REJECT_REASONS
 from gapless.settings import Settings
-from tests.helpers import free_port
+from tests.helpers import await_until, free_port
 from tests.mock_client import MockIntegratorClient
 
 Outcome = Receipt | BaseException
@@ -130,6 +130,23 @@ async def test_50_concurrent_sends_of_one_number_one_receipt_49_duplicates_of_an
     others = [r for r in results if isinstance(r, DuplicateOfAnother)]
     assert (len(receipts), len(others)) == (1, 49)
     assert {d.holder_invoice_id for d in others} == {receipts[0].invoice_id}
+
+
+async def test_the_pool_carries_128_calls_in_flight_at_once(
+        mock_integrator: MockIntegratorClient) -> None:
+    adapter = HttpIntegrator(Settings(integrator_url=mock_integrator.url,
+                                      integrator_timeout_s=30))
+    assert Settings().integrator_max_connections == 128
+    mock_integrator.set_faults(latency_ms=[20_000, 20_000])  # every call stays in flight
+    tasks = [asyncio.create_task(adapter.send(document(f"P{i}", f"inv-{i}"))) for i in range(128)]
+    try:
+        await await_until(lambda: asyncio.sleep(0, mock_integrator.stats()["posts"] == 128), 15,
+                          message="128 calls to reach the mock together")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await adapter.aclose()
 
 
 def rate(count: int, out_of: int) -> float:
