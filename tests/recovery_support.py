@@ -98,7 +98,10 @@ def recovery_once(env: dict[str, str], *args: str) -> subprocess.CompletedProces
 def audit(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
     result = run_gapless(["audit", "--json", *args], env)
     assert result.returncode in (0, 1), result.stderr
-    return result.returncode, json.loads(result.stdout)
+    try:
+        return result.returncode, json.loads(result.stdout)
+    except ValueError:
+        raise AssertionError(f"not JSON: {result.stdout!r} {result.stderr!r}") from None
 
 
 def kinds(report: dict[str, Any]) -> set[str]:

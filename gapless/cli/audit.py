@@ -28,6 +28,9 @@ def audit(
     horizon: float = typer.Option(
         600.0, "--horizon", min=0,
         help="Seconds an invoice may stay SENDING before it counts as stuck (I4)."),
+    deep: bool = typer.Option(
+        False, "--deep",
+        help="Also re-render every printed number from its counter value (slower)."),
     limit: int = typer.Option(50, "--limit", min=0,
                               help="Rows of numbers-not-issued shown in the table (--json: all)."),
     database_url: str | None = DatabaseUrlOption,
@@ -36,7 +39,7 @@ def audit(
     """Check I1–I3 for every counter (and I7 with --integrator); exit 1 on any violation."""
     settings = settings_from(database_url=database_url, integrator_url=integrator_url)
     report = run(_audit(settings, tenant=tenant, series=series, integrator=integrator,
-                        horizon_s=horizon))
+                        horizon_s=horizon, deep=deep))
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
     else:
@@ -46,7 +49,7 @@ def audit(
 
 
 async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
-                 integrator: bool, horizon_s: float) -> AuditReport:
+                 integrator: bool, horizon_s: float, deep: bool) -> AuditReport:
     from gapless.audit import check_database, check_integrator
     from gapless.db import make_engine
     from gapless.integrator.base import load_integrator
@@ -54,7 +57,8 @@ async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
 
     engine = make_engine(settings.database_url, actor="audit", pool_size=2)
     try:
-        report = await check_database(engine, tenant=tenant, series=series, horizon_s=horizon_s)
+        report = await check_database(engine, tenant=tenant, series=series, horizon_s=horizon_s,
+                                      deep=deep)
         if integrator:
             guard = GuardedIntegrator(load_integrator(settings), settings, name="audit")
             try:

@@ -22,7 +22,6 @@ COUNTER_SUMMARY = text("""
     ), n AS (
         SELECT tenant, series, period_key,
                count(*) AS numbered,
-               count(DISTINCT reserved_no) AS distinct_numbers,
                max(reserved_no) AS max_no,
                count(*) FILTER (WHERE status = 'ISSUED') AS issued,
                count(*) FILTER (WHERE status = 'SENDING') AS sending,
@@ -39,7 +38,6 @@ COUNTER_SUMMARY = text("""
     )
     SELECT tenant, series, period_key, c.last_no,
            coalesce(n.numbered, 0) AS numbered,
-           coalesce(n.distinct_numbers, 0) AS distinct_numbers,
            n.max_no,
            coalesce(n.issued, 0) AS issued, coalesce(n.sending, 0) AS sending,
            coalesce(n.error, 0) AS error, coalesce(n.rejected, 0) AS rejected,
@@ -48,36 +46,55 @@ COUNTER_SUMMARY = text("""
      ORDER BY tenant, series, period_key
 """)
 
-#: I2: ranges of counter values 1..last_no that no invoice holds. ``gap`` is a hole below the
-#: highest pinned number; ``counter_ahead`` is the tail between the highest pinned number and
-#: last_no (the counter advanced without pinning). Walks the numbers in index order once.
-MISSING_RANGES = text("""
+#: I1 + I2 in one walk over the unique index order of (tenant, series, period_key, reserved_no):
+#: each pinned value is compared with the one before it (lag), so the cost is one ordered scan
+#: of the numbers, whatever the size of a hole. Kinds:
+#:   gap              — first_no..last_no reserved by the counter but on no invoice, below a
+#:                      pinned value that is within the counter;
+#:   counter_ahead    — the tail between the highest pinned value within the counter and last_no
+#:                      (the counter advanced without pinning); one index probe per counter;
+#:   duplicate_number — a value pinned on several invoices (``holders``, ``invoice_ids``).
+NUMBER_WALK = text("""
     WITH c AS (
         SELECT tenant, series, period_key, last_no FROM number_counters
          WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
            AND (CAST(:series AS text) IS NULL OR series = :series)
-    ), present AS (
-        SELECT DISTINCT i.tenant, i.series, i.period_key, i.reserved_no
-          FROM invoices i JOIN c USING (tenant, series, period_key)
-         WHERE i.reserved_no BETWEEN 1 AND c.last_no
-    ), edges AS (
+    ), walk AS (
         SELECT tenant, series, period_key, reserved_no,
                lag(reserved_no, 1, CAST(0 AS bigint)) OVER (
                    PARTITION BY tenant, series, period_key ORDER BY reserved_no) AS prev_no
-          FROM present
-    ), tops AS (
-        SELECT c.tenant, c.series, c.period_key, c.last_no,
-               coalesce(max(p.reserved_no), 0) AS top_no
-          FROM c LEFT JOIN present p USING (tenant, series, period_key)
-         GROUP BY c.tenant, c.series, c.period_key, c.last_no
+          FROM invoices
+         WHERE reserved_no IS NOT NULL
+           AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+           AND (CAST(:series AS text) IS NULL OR series = :series)
+    ), odd AS MATERIALIZED (
+        SELECT tenant, series, period_key, reserved_no, prev_no
+          FROM walk WHERE reserved_no <> prev_no + 1
     )
-    SELECT 'gap' AS kind, tenant, series, period_key, prev_no + 1 AS first_no,
-           reserved_no - 1 AS last_no
-      FROM edges WHERE reserved_no > prev_no + 1
+    SELECT 'gap' AS kind, o.tenant, o.series, o.period_key, o.prev_no + 1 AS first_no,
+           o.reserved_no - 1 AS last_no, CAST(NULL AS text) AS number,
+           CAST(NULL AS bigint) AS holders, CAST(NULL AS text[]) AS invoice_ids
+      FROM odd o JOIN c USING (tenant, series, period_key)
+     WHERE o.reserved_no > o.prev_no + 1 AND o.reserved_no <= c.last_no
     UNION ALL
-    SELECT 'counter_ahead' AS kind, tenant, series, period_key, top_no + 1 AS first_no,
-           last_no
-      FROM tops WHERE top_no < last_no
+    SELECT 'counter_ahead', c.tenant, c.series, c.period_key, coalesce(t.top_no, 0) + 1,
+           c.last_no, NULL, NULL, NULL
+      FROM c CROSS JOIN LATERAL (
+          SELECT max(i.reserved_no) AS top_no FROM invoices i
+           WHERE i.tenant = c.tenant AND i.series = c.series AND i.period_key = c.period_key
+             AND i.reserved_no <= c.last_no) t
+     WHERE coalesce(t.top_no, 0) < c.last_no
+    UNION ALL
+    SELECT 'duplicate_number', d.tenant, d.series, d.period_key, d.reserved_no, d.reserved_no,
+           h.number, h.holders, h.invoice_ids
+      FROM (SELECT DISTINCT tenant, series, period_key, reserved_no FROM odd
+             WHERE reserved_no = prev_no) d
+      CROSS JOIN LATERAL (
+          SELECT min(i.number) AS number, count(*) AS holders,
+                 array_agg(i.invoice_id ORDER BY i.invoice_id) AS invoice_ids
+            FROM invoices i
+           WHERE i.tenant = d.tenant AND i.series = d.series AND i.period_key = d.period_key
+             AND i.reserved_no = d.reserved_no) h
      ORDER BY tenant, series, period_key, first_no
 """)
 
@@ -95,35 +112,30 @@ BEYOND_COUNTER = text("""
      ORDER BY i.tenant, i.series, i.period_key, i.reserved_no
 """)
 
-#: I1: a counter value pinned on more than one invoice.
-DUPLICATE_NUMBERS = text("""
-    SELECT tenant, series, period_key, reserved_no, min(number) AS number, count(*) AS holders,
-           array_agg(invoice_id ORDER BY invoice_id) AS invoice_ids
-      FROM invoices
-     WHERE reserved_no IS NOT NULL
-       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
-       AND (CAST(:series AS text) IS NULL OR series = :series)
-     GROUP BY tenant, series, period_key, reserved_no
-    HAVING count(*) > 1
-     ORDER BY tenant, series, period_key, reserved_no
-""")
-
 #: I1: a printed number held by more than one invoice of a tenant (across its series, for ever).
+#: One walk over the (tenant, number) index order, neighbours compared; holders looked up only
+#: for the duplicates found.
 DUPLICATE_PRINTED = text("""
-    SELECT tenant, number, count(*) AS holders,
-           array_agg(invoice_id ORDER BY invoice_id) AS invoice_ids,
-           array_agg(DISTINCT series) AS series
-      FROM invoices
-     WHERE number IS NOT NULL
-       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
-     GROUP BY tenant, number
-    HAVING count(*) > 1
-       AND (CAST(:series AS text) IS NULL OR bool_or(series = :series))
-     ORDER BY tenant, number
+    WITH walk AS (
+        SELECT tenant, number, lag(number) OVER (PARTITION BY tenant ORDER BY number) AS prev
+          FROM invoices
+         WHERE number IS NOT NULL
+           AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+    )
+    SELECT d.tenant, d.number, h.holders, h.invoice_ids, h.series
+      FROM (SELECT DISTINCT tenant, number FROM walk WHERE number = prev) d
+      CROSS JOIN LATERAL (
+          SELECT count(*) AS holders, array_agg(i.invoice_id ORDER BY i.invoice_id) AS invoice_ids,
+                 array_agg(DISTINCT i.series) AS series,
+                 bool_or(i.series = :series) AS in_series
+            FROM invoices i WHERE i.tenant = d.tenant AND i.number = d.number) h
+     WHERE CAST(:series AS text) IS NULL OR h.in_series
+     ORDER BY d.tenant, d.number
 """)
 
-#: I3/I2: the printed number and the period must be what the series renders for the pinned
-#: counter value at the reservation time (a number edited by hand no longer matches its counter).
+#: I3/I2 (``--deep``): the printed number and the period must be what the series renders for
+#: the pinned counter value at the reservation time (a number edited by hand no longer matches
+#: its counter). Renders every number: the one check whose cost is per row of string work.
 NUMBER_MISMATCH = text("""
     SELECT i.tenant, i.series, i.period_key, i.reserved_no, i.number, i.invoice_id,
            gapless_render(s.format, s.prefix, s.width, i.reserved_at AT TIME ZONE s.tz,

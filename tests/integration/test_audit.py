@@ -166,11 +166,12 @@ async def test_renumbered_invoice_is_caught(
               "UPDATE invoices SET number = 'ABC2026000000099' WHERE reserved_no = 3",
               "ALTER TABLE invoices ENABLE TRIGGER invoices_guard")
 
-    code, report = audit(integrated_env, "--integrator")
+    code, report = audit(integrated_env, "--integrator", "--deep")
 
     assert code == 1
     assert kinds(report) == {"number_mismatch", "issued_unknown_to_integrator",
                              "integrator_unknown_number"}
+    assert kinds(audit(integrated_env, "--deep")[1]) == {"number_mismatch"}
 
 
 async def test_issued_invoice_unknown_to_the_integrator_is_caught(
