@@ -231,7 +231,15 @@ class RecoveryLoop:
     async def run(self) -> None:
         """Rounds until :meth:`request_stop`; a full batch is followed at once by the next."""
         while not self.stopping:
-            summary = await self.run_round()
+            try:
+                summary = await self.run_round()
+            except Exception as exc:
+                # The database is unreachable, most likely: keep the daemon up and try again
+                # after the interval. Claimed rows stay SENDING under our lease until stale.
+                metrics.ROUNDS.labels(result="failed").inc()
+                log.error("recovery_round_failed", error=type(exc).__name__,
+                          detail=str(exc).splitlines()[0] if str(exc) else "")
+                summary = RoundSummary()
             if summary.batch_full and summary.skipped is None:
                 continue
             with contextlib.suppress(TimeoutError):

@@ -12,7 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 #: What became of each claimed orphan (see ``recovery.reconcile.Outcome``).
 OUTCOMES = ("repaired", "resent", "alarm", "rejected", "error", "parked", "released",
             "superseded", "failed")
-ROUND_RESULTS = ("completed", "skipped")
+ROUND_RESULTS = ("completed", "skipped", "failed")
 
 ROUNDS = Counter("gapless_recovery_rounds_total", "Recovery rounds, by result", ["result"])
 ROUND_SECONDS = Histogram(

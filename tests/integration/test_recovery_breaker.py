@@ -158,3 +158,29 @@ async def test_half_open_breaker_is_probed_with_one_orphan_first(
     # The probe, then the rest in the same round (the failed one is due again by now).
     assert (summary.claimed, summary.outcomes["resent"]) == (4, 4)
     assert {r.status for r in (await invoice_rows(engine)).values()} == {Status.ISSUED}
+
+
+async def test_a_round_that_cannot_reach_the_database_is_logged_and_retried(
+        db_url: str, guard: GuardedIntegrator) -> None:
+    from prometheus_client import REGISTRY
+    from sqlalchemy import make_url
+
+    def failed_rounds() -> float:
+        return REGISTRY.get_sample_value("gapless_recovery_rounds_total",
+                                         {"result": "failed"}) or 0.0
+
+    missing = make_url(db_url).set(database="gapless_no_such_database").render_as_string(
+        hide_password=False)
+    engine = make_engine(missing, actor="recovery", pool_size=1)
+    loop = RecoveryLoop(engine, guard, options(interval_s=0.05))
+    before = failed_rounds()
+    task = asyncio.create_task(loop.run())
+    try:
+        async def failed_twice() -> bool:
+            return failed_rounds() >= before + 2
+        await await_until(failed_twice, 30, message="two failed rounds")
+        assert not task.done()  # the daemon keeps going
+    finally:
+        loop.request_stop()
+        await asyncio.wait_for(task, 10)
+        await engine.dispose()
