@@ -19,7 +19,7 @@ def parse_latency(value: str) -> tuple[float, float]:
     return low, high
 
 
-def mock_integrator(  # noqa: PLR0917 - typer maps each flag to a parameter
+def mock_integrator(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8085, "--port", help="Port to listen on."),
     latency_ms: str = typer.Option("0-0", "--latency-ms", metavar="MIN-MAX",
