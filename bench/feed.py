@@ -1,0 +1,434 @@
+"""Benchmark: what the commit-ordered feed costs the reservation transaction, and how fast it reads.
+
+    .venv/bin/python bench/feed.py [--seconds 10] [--slice 0.5] [--connections 1,16]
+                                   [--series 1,8] [--read-events 60000]
+
+Reservation transactions per second: the worker's claim (`claim_for_sending`: lock the invoice,
+reserve its number, take the SENDING lease, commit — two events per transaction), in three
+databases built by the same migrations, in the same run, the variants interleaved in short
+slices so that background load hits every variant alike:
+
+* on     — the schema as migrated: each event gets its sequence_id at commit, under the commit
+           lock (`invoice_events_commit_lock`, held until the commit is visible);
+* events — history rows written, but the commit-order trigger disabled (no commit lock): splits
+           the cost between writing events and serialising commits;
+* off    — the event triggers disabled (no history rows at all): the baseline.
+
+Feed read throughput: events per second through ``GET /v1/events?limit=L`` following ``next``
+from cursor 0 to the end, against a ``gapless api`` subprocess over real HTTP on 127.0.0.1, next to
+the bare SQL (`events_after`, same page size) as the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aio_pika
+import httpx
+import psycopg
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bench.common import bench_database, conninfo, machine, median, percentile, print_table
+from gapless.constants import dead_exchange_name, dead_queue_name
+from gapless.db import make_engine
+from gapless.feed import events_after
+from gapless.invoices import claim_for_sending
+from gapless.numbering import add_series, build_series_spec
+from gapless.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = ("on", "events", "off")
+#: How each variant differs from the migrated schema (bench databases only).
+VARIANT_DDL = {
+    "on": [],
+    "events": ["ALTER TABLE invoice_events DISABLE TRIGGER invoice_events_sequence_trigger"],
+    "off": ["ALTER TABLE invoices DISABLE TRIGGER invoices_history",
+            "ALTER TABLE invoice_events DISABLE TRIGGER invoice_events_sequence_trigger"],
+}
+SERIES = [f"SR{chr(ord('A') + i)}" for i in range(8)]  # SRA … SRH
+FEED_SERIES = "FED"
+
+
+def prepare(url: str, variant: str) -> None:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        for statement in VARIANT_DDL[variant]:
+            conn.execute(statement)
+
+
+def make_drafts(url: str, series: str, start: int, count: int) -> None:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO invoices (invoice_id, tenant, series, payload) "
+            "SELECT %s || '-' || g, 'bench', %s, '{}'::jsonb "
+            "FROM generate_series(%s::bigint, %s::bigint) g",
+            (series, series, start, start + count - 1))
+        conn.execute("VACUUM ANALYZE invoices")
+        conn.execute("VACUUM ANALYZE invoice_events")
+
+
+class Drafts:
+    """Hands out RECEIVED invoice ids per (database, series), creating them ahead of the run."""
+
+    def __init__(self) -> None:
+        self.made: dict[tuple[str, str], int] = defaultdict(int)
+        self.used: dict[tuple[str, str], int] = defaultdict(int)
+
+    def ensure(self, url: str, series: str, needed: int) -> None:
+        key = (url, series)
+        spare = self.made[key] - self.used[key]
+        if spare < needed:
+            make_drafts(url, series, self.made[key] + 1, needed - spare)
+            self.made[key] += needed - spare
+
+    def ids(self, url: str, series: str) -> Iterator[str]:
+        key = (url, series)
+        while True:
+            self.used[key] += 1
+            if self.used[key] > self.made[key]:
+                raise RuntimeError("bench ran out of drafts; raise the estimate")
+            yield f"{series}-{self.used[key]}"
+
+
+async def claims(engine: AsyncEngine, url: str, drafts: Drafts, connections: int,
+                 series_count: int, seconds: float) -> tuple[float, list[float]]:
+    """claim_for_sending on `connections` connections for `seconds`; (elapsed s, latencies ms).
+
+    Every latency is one committed claim; the elapsed time runs until the last one is done."""
+    latencies: list[float] = []
+    id_sources = {code: drafts.ids(url, code) for code in SERIES[:series_count]}
+    stop_at = time.perf_counter() + seconds
+
+    async def one_connection(index: int) -> None:
+        source = id_sources[SERIES[index % series_count]]
+        while time.perf_counter() < stop_at:
+            began = time.perf_counter()
+            await claim_for_sending(engine, next(source), lease_s=300, lock_timeout_ms=30_000)
+            latencies.append((time.perf_counter() - began) * 1000)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one_connection(i) for i in range(connections)))
+    return time.perf_counter() - began, latencies
+
+
+async def reservation_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
+                            seconds: float, slice_s: float, estimate: int
+                            ) -> list[list[object]]:
+    """Every (connections, series) cell runs the variants in short interleaved slices (on,
+    events, off, events, off, on, …) until each has had `seconds`; a variant's rate is its claims
+    over its time. Background load that comes and goes then hits every variant alike."""
+    engines = {v: make_engine(urls[v], actor="bench", pool_size=max(levels) + 2)
+               for v in VARIANTS}
+    drafts = Drafts()
+    rows: list[list[object]] = []
+    try:
+        for v in VARIANTS:  # warm every pooled connection's plans (plpgsql caches per session)
+            for code in SERIES:
+                drafts.ensure(urls[v], code, int(estimate / len(SERIES)) + 100)
+            await claims(engines[v], urls[v], drafts, max(levels), len(SERIES), 1.0)
+        for n in levels:
+            for s in series_levels:
+                per_series = int(estimate * seconds * 1.5 / s) + 100
+                for v in VARIANTS:
+                    for code in SERIES[:s]:
+                        drafts.ensure(urls[v], code, per_series)
+                done: dict[str, float] = defaultdict(float)
+                spent: dict[str, float] = defaultdict(float)
+                lats: dict[str, list[float]] = defaultdict(list)
+                turn = 0
+                while min(spent[v] for v in VARIANTS) < seconds:
+                    order = VARIANTS[turn % 3:] + VARIANTS[:turn % 3]
+                    if turn % 2:
+                        order = tuple(reversed(order))
+                    for v in order:
+                        elapsed, latency = await claims(engines[v], urls[v], drafts, n, s,
+                                                        slice_s)
+                        done[v] += len(latency)
+                        spent[v] += elapsed
+                        lats[v].extend(latency)
+                    turn += 1
+                rate = {v: done[v] / spent[v] for v in VARIANTS}
+                print(f"  connections {n} series {s}: " + ", ".join(
+                    f"{v} {rate[v]:,.0f}/s" for v in VARIANTS), file=sys.stderr)
+                rows.append([
+                    n, s, f"{rate['off']:,.0f}", f"{rate['events']:,.0f}", f"{rate['on']:,.0f}",
+                    f"{rate['events'] / rate['off']:.2f}", f"{rate['on'] / rate['off']:.2f}",
+                    f"{median(lats['off']):.2f} / {percentile(lats['off'], 0.99):.2f}",
+                    f"{median(lats['on']):.2f} / {percentile(lats['on'], 0.99):.2f}",
+                ])
+    finally:
+        for engine in engines.values():
+            await engine.dispose()
+    return rows
+
+
+# ---------------------------------------------------------------- the same claim, SQL only
+
+#: The claim transaction of `claim_for_sending` as plain SQL, for pgbench: no Python client in the
+#: way, so the difference between the variants is the database's own cost. Client k works on
+#: series PG<k mod S> (S substituted below); invoice ids come from one sequence per series.
+PGBENCH_CLAIM = """\\set sidx :client_id % {series}
+SELECT nextval(('pgbench_ids_' || :sidx)::regclass) AS n \\gset
+BEGIN;
+SELECT set_config('lock_timeout', '30000ms', true);
+SELECT id, status, reserved_no FROM invoices
+ WHERE invoice_id = 'PG' || chr(65 + :sidx) || '-' || :n FOR UPDATE;
+SELECT * FROM reserve_number('PG' || chr(65 + :sidx) || '-' || :n, now(), 30000);
+UPDATE invoices SET status = 'SENDING', sending_since = now(), attempts = attempts + 1,
+       next_attempt_at = NULL
+ WHERE invoice_id = 'PG' || chr(65 + :sidx) || '-' || :n;
+COMMIT;
+"""
+PG_SERIES = [f"PG{chr(ord('A') + i)}" for i in range(8)]
+
+
+def pgbench_path() -> str | None:
+    found = shutil.which("pgbench")
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"), reverse=True)
+    return str(candidates[0]) if candidates else None
+
+
+def pgbench_drafts(url: str, per_series: list[int]) -> None:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        for index, (code, count) in enumerate(zip(PG_SERIES, per_series, strict=True)):
+            make_drafts(url, code, 1, count)
+            conn.execute(f"CREATE SEQUENCE IF NOT EXISTS pgbench_ids_{index}")
+
+
+def pgbench_slice(binary: str, url: str, script: Path, clients: int,
+                  seconds: int) -> tuple[int, float]:
+    """One pgbench run: (transactions, seconds of claiming, connection time excluded)."""
+    parts = make_url(url)
+    result = subprocess.run(
+        [binary, "-n", "-h", parts.host or "127.0.0.1", "-p", str(parts.port or 5432),
+         "-U", parts.username or "postgres", "-f", str(script), "-c", str(clients),
+         "-j", str(min(clients, 2)), "-T", str(seconds), parts.database or ""],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, **({"PGPASSWORD": parts.password} if parts.password else {})})
+    done = re.search(r"number of transactions actually processed: (\d+)", result.stdout)
+    tps = re.search(r"tps = ([0-9.]+)", result.stdout)
+    if result.returncode != 0 or not done or not tps or "aborted" in result.stderr:
+        raise RuntimeError(f"pgbench failed: {result.stderr.strip()[-500:]}")
+    return int(done.group(1)), int(done.group(1)) / float(tps.group(1))
+
+
+def sql_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
+              seconds: float, estimate: int, workdir: Path) -> list[list[object]] | None:
+    binary = pgbench_path()
+    if binary is None:
+        print("  pgbench not found: the SQL-only table is skipped", file=sys.stderr)
+        return None
+    slice_s = 2
+    rounds = max(1, round(seconds / slice_s))
+    # Series k serves 1/s of the claims of every cell with s > k series.
+    share = [sum(len(levels) / s for s in series_levels if k < s) for k in range(len(PG_SERIES))]
+    for url in urls.values():
+        pgbench_drafts(url, [int(estimate * (seconds + slice_s) * 1.3 * f) + 100 for f in share])
+    rows: list[list[object]] = []
+    for n in levels:
+        for s in series_levels:
+            script = workdir / f"claim_{s}.sql"
+            script.write_text(PGBENCH_CLAIM.format(series=s))
+            done: dict[str, float] = defaultdict(float)
+            spent: dict[str, float] = defaultdict(float)
+            for turn in range(rounds):
+                order = VARIANTS[turn % 3:] + VARIANTS[:turn % 3]
+                for v in order:
+                    count, elapsed = pgbench_slice(binary, urls[v], script, n, slice_s)
+                    done[v] += count
+                    spent[v] += elapsed
+            rate = {v: done[v] / spent[v] for v in VARIANTS}
+            print(f"  pgbench connections {n} series {s}: " + ", ".join(
+                f"{v} {rate[v]:,.0f}/s" for v in VARIANTS), file=sys.stderr)
+            rows.append([n, s, f"{rate['off']:,.0f}", f"{rate['events']:,.0f}",
+                         f"{rate['on']:,.0f}", f"{rate['events'] / rate['off']:.2f}",
+                         f"{rate['on'] / rate['off']:.2f}"])
+    return rows
+
+
+async def fill_events(url: str, wanted: int) -> int:
+    """Top the feed up to `wanted` committed events (one 'received' event per draft)."""
+    engine = make_engine(url, actor="bench", pool_size=1)
+    async with engine.connect() as conn:
+        have = (await conn.execute(text("SELECT count(*) FROM invoice_events"))).scalar_one()
+    await engine.dispose()
+    if have < wanted:
+        make_drafts(url, FEED_SERIES, 1, wanted - have)
+    return max(have, wanted)
+
+
+async def walk_http(base: str, token: str, limit: int) -> tuple[int, float]:
+    count = 0
+    url: str | None = f"{base}/v1/events?cursor=0&limit={limit}"
+    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
+        began = time.perf_counter()
+        while url is not None:
+            response = await http.get(url)
+            response.raise_for_status()
+            page = response.json()
+            count += len(page["results"])
+            url = page["next"]
+        return count, time.perf_counter() - began
+
+
+async def walk_sql(url: str, limit: int) -> tuple[int, float]:
+    engine = make_engine(url, actor="bench", pool_size=1)
+    count, cursor = 0, 0
+    began = time.perf_counter()
+    async with engine.connect() as conn:
+        while page := await events_after(conn, cursor, limit):
+            count += len(page)
+            cursor = page[-1].sequence_id
+            # Rendering is part of serving a page; the API does it too.
+            rendered = [event.as_json() for event in page]
+            assert len(rendered) == len(page)
+    elapsed = time.perf_counter() - began
+    await engine.dispose()
+    return count, elapsed
+
+
+def start_api(url: str, token: str, stack: ExitStack) -> str:
+    port = _free_port()
+    queue = f"gapless_bench_feed_{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAPLESS_")}
+    env.update(GAPLESS_DATABASE_URL=url, GAPLESS_QUEUE=queue, GAPLESS_API_TOKEN=token,
+               GAPLESS_LOG_LEVEL="warning", GAPLESS_AMQP_URL=Settings().amqp_url)
+    proc = subprocess.Popen([sys.executable, "-m", "gapless", "api", "--port", str(port)],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    stack.callback(_delete_queues, queue)
+    stack.callback(_stop, proc)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return f"http://127.0.0.1:{port}"
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("gapless api did not start")
+        time.sleep(0.1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _delete_queues(prefix: str) -> None:
+    async def delete() -> None:
+        connection = await aio_pika.connect(Settings().amqp_url)
+        async with connection:
+            channel = await connection.channel()
+            for name in (prefix, dead_queue_name(prefix)):
+                await channel.queue_delete(name)
+            await channel.exchange_delete(dead_exchange_name(prefix))
+
+    asyncio.run(delete())
+
+
+def read_bench(url: str, total: int, repeats: int) -> list[list[object]]:
+    token = secrets.token_urlsafe(24)
+    rows: list[list[object]] = []
+    with ExitStack() as stack:
+        base = start_api(url, token, stack)
+        for limit in (500, 100):
+            sql_rates, http_rates = [], []
+            for _ in range(repeats):
+                count, elapsed = asyncio.run(walk_sql(url, limit))
+                assert count == total, (count, total)
+                sql_rates.append(count / elapsed)
+                count, elapsed = asyncio.run(walk_http(base, token, limit))
+                assert count == total, (count, total)
+                http_rates.append(count / elapsed)
+            rows.append([limit, f"{total:,}", f"{median(sql_rates):,.0f}",
+                         f"{median(http_rates):,.0f}",
+                         f"{median(http_rates) / median(sql_rates):.2f}",
+                         f"{1000 * limit / median(http_rates):.1f}"])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="claiming time per variant and cell")
+    parser.add_argument("--connections", default="1,16")
+    parser.add_argument("--series", default="1,8")
+    parser.add_argument("--slice", type=float, default=0.5,
+                        help="seconds per interleaved slice of one variant")
+    parser.add_argument("--estimate", type=int, default=1500,
+                        help="claims/s the fastest cell might reach (drafts are made ahead)")
+    parser.add_argument("--pg-estimate", type=int, default=4000,
+                        help="claims/s pgbench might reach (drafts are made ahead)")
+    parser.add_argument("--read-events", type=int, default=60_000)
+    parser.add_argument("--read-repeats", type=int, default=3)
+    args = parser.parse_args()
+    levels = [int(c) for c in args.connections.split(",")]
+    series_levels = [int(s) for s in args.series.split(",")]
+    if max(series_levels) > len(SERIES):
+        parser.error(f"at most {len(SERIES)} series")
+
+    with ExitStack() as stack:
+        urls = {v: stack.enter_context(bench_database(f"feed_{v}")) for v in VARIANTS}
+        for variant, url in urls.items():
+            prepare(url, variant)
+            asyncio.run(_define_series(url))
+        reservation_rows = asyncio.run(reservation_bench(
+            urls, levels, series_levels, args.seconds, args.slice, args.estimate))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        sql_rows = sql_bench(urls, levels, series_levels, args.seconds, args.pg_estimate,
+                             workdir)
+        total = asyncio.run(fill_events(urls["on"], args.read_events))
+        read_rows = read_bench(urls["on"], total, args.read_repeats)
+
+    print(f"machine: {machine()}; {args.seconds:g} s per variant and cell, in interleaved "
+          f"{args.slice:g} s slices; claim = the worker's reservation transaction "
+          "(claim_for_sending), 2 events each")
+    print_table("Claims per second, feed off / events only / feed on (higher is better); "
+                "latency ms median / p99",
+                ["connections", "series", "off/s", "events only/s", "on/s", "events ÷ off",
+                 "on ÷ off", "off latency", "on latency"], reservation_rows)
+    if sql_rows is not None:
+        print_table("The same claim as plain SQL under pgbench (no Python client; claims/s)",
+                    ["connections", "series", "off/s", "events only/s", "on/s",
+                     "events ÷ off", "on ÷ off"], sql_rows)
+    print_table("Feed read throughput, following `next` from cursor 0 (events/s)",
+                ["limit", "events", "SQL events_after/s", "HTTP GET /v1/events/s",
+                 "HTTP ÷ SQL", "ms per HTTP page"], read_rows)
+
+
+async def _define_series(url: str) -> None:
+    engine = make_engine(url, actor="bench", pool_size=1)
+    async with engine.begin() as conn:
+        for code in [*SERIES, *PG_SERIES, FEED_SERIES]:
+            await add_series(conn, build_series_spec("bench", code, prefix=code))
+    await engine.dispose()
+
+
+if __name__ == "__main__":
+    main()
