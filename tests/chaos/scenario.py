@@ -36,6 +36,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -423,6 +424,7 @@ class ChaosRun:
         self.publisher = Publisher(self.settings)
         self.stop_faults = asyncio.Event()
         self.probes = 0
+        self.probe_waits: list[asyncio.Task[None]] = []
         self.outage_until = 0.0
         self.started_at = 0.0
 
@@ -477,6 +479,7 @@ class ChaosRun:
                 raise result
         await self.heal()
         await self.settle()
+        await asyncio.gather(*self.probe_waits)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started_at
@@ -567,12 +570,14 @@ class ChaosRun:
         self.cluster.start_recovery()
 
     async def drop_amqp(self) -> None:
+        dropped_at = await self.db_now()
         closed = await close_amqp_connections(self.cluster.worker_pids(), self.settings.amqp_url)
         self.faults["amqp_drop"] += 1
         self.faults["amqp_connections_closed"] += closed
-        await self.probe("amqp_drop")
+        await self.probe("amqp_drop", dropped_at)
 
     async def terminate_backends(self) -> None:
+        dropped_at = await self.db_now()
         async with self.engine.begin() as conn:
             killed = (await conn.execute(text(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -580,7 +585,7 @@ class ChaosRun:
             ))).scalar_one()
         self.faults["pg_terminate"] += 1
         self.faults["pg_backends_terminated"] += int(killed)
-        await self.probe("pg_terminate")
+        await self.probe("pg_terminate", dropped_at)
 
     async def watch_processes(self) -> None:
         while not await self.pause(0.5):
@@ -607,8 +612,27 @@ class ChaosRun:
             return (await conn.execute(text("SELECT status FROM invoices WHERE invoice_id = :i"),
                                        {"i": invoice_id})).scalar()
 
-    async def probe(self, after: str) -> None:
-        """The consumers came back: at least one consumer, and a new invoice gets ISSUED."""
+    async def db_now(self) -> datetime:
+        async with self.engine.connect() as conn:
+            moment: datetime = (await conn.execute(text("SELECT clock_timestamp()"))).scalar_one()
+        return moment
+
+    async def rows_since(self, moment: datetime) -> int:
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(text(
+                "SELECT count(*) FROM invoices WHERE created_at > :t"), {"t": moment}))
+                .scalar_one())
+
+    async def issued_count(self) -> int:
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(text(
+                "SELECT count(*) FROM invoices WHERE status = 'ISSUED'"))).scalar_one())
+
+    async def probe(self, after: str, dropped_at: datetime) -> None:
+        """The consumers came back after a drop: at least one consumer on the queue, a message
+        consumed after the drop became a new invoice row (within 60 s), and a probe invoice
+        published now gets ISSUED (awaited beside the run: behind a long profile's backlog it
+        may take a while, so its deadline follows the system's progress)."""
         await self.wait_consumers(1, timeout=60)
         self.probes += 1
         invoice_id = f"probe{self.config.seed}-{self.probes:03d}"
@@ -617,15 +641,27 @@ class ChaosRun:
         await self.publish(Outgoing("valid", invoice_id, body, "application/json", 4,
                                     "chaos-a", "INV", "any" if "random_reject" in
                                     self.config.faults else "issued"))
-        # Lease takeover, recovery rounds and the breaker's reset all fit well inside this.
+
+        async def consuming() -> bool:
+            return await self.rows_since(dropped_at) > 0
+
+        await await_until(consuming, 60, interval=0.2,
+                          message=f"a message consumed into a new invoice after {after}")
+        self.faults[f"consuming_again_after_{after}"] += 1
+        self.probe_waits.append(asyncio.create_task(self.probe_issued(invoice_id, after)))
+
+    async def probe_issued(self, invoice_id: str, after: str) -> None:
         wanted = ("ISSUED", "REJECTED") if "random_reject" in self.config.faults else ("ISSUED",)
-
-        async def issued() -> bool:
-            return await self.status_of(invoice_id) in wanted
-
-        await await_until(issued, 90, interval=0.2,
-                          message=f"probe {invoice_id} to be ISSUED after {after}")
-        self.faults[f"probe_ok_after_{after}"] += 1
+        progress_at, issued = time.monotonic(), await self.issued_count()
+        while await self.status_of(invoice_id) not in wanted:
+            now, count = time.monotonic(), await self.issued_count()
+            if count > issued:
+                progress_at, issued = now, count
+            elif now - progress_at > SETTLE_STALL_S:
+                raise AssertionError(f"probe {invoice_id} not ISSUED after {after}, and no "
+                                     f"invoice issued for {SETTLE_STALL_S:g}s")
+            await asyncio.sleep(0.2)  # a poll interval
+        self.faults[f"probe_issued_after_{after}"] += 1
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -699,6 +735,9 @@ class ChaosRun:
 
     async def close(self) -> None:
         self.stop_faults.set()
+        for task in self.probe_waits:
+            task.cancel()
+        await asyncio.gather(*self.probe_waits, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self.publisher.close()
         await self.poller.close()
