@@ -167,6 +167,20 @@ async def mark_issued(engine: AsyncEngine, pk: int, receipt: Receipt) -> bool:
     return row is not None
 
 
+async def mark_issued_many(engine: AsyncEngine, refs: dict[int, str]) -> set[int]:
+    """Step 4 (success) for many invoices (pk -> integrator ref) in one transaction.
+
+    Locks the rows in id order. Returns the pks that became ISSUED (the others were settled).
+    """
+    if not refs:
+        return set()
+    pks = sorted(refs)
+    async with engine.begin() as conn:
+        rows = (await conn.execute(q.MARK_ISSUED_MANY, {
+            "pks": pks, "refs": [refs[pk] for pk in pks]})).all()
+    return {row.id for row in rows}
+
+
 async def mark_error(engine: AsyncEngine, sending: Sending, error: str,
                      retry_at: datetime | None) -> bool:
     """Step 4 (transient failure): ERROR, due again at ``retry_at`` (None: parked for a person).

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.invoices import Orphan, claim_orphans, release_orphan
 from gapless.logging import get_logger
 from recovery import metrics
+from recovery.outcomes import IssuedWriter
 from recovery.reconcile import Backoff, Guard, Outcome, reconcile
 
 log = get_logger("gapless.recovery")
@@ -50,6 +51,10 @@ class RecoveryOptions:
     batch: int = 100
     max_attempts: int = 10
     concurrency: int = 16
+    #: A round claims again while its claims come back full, up to this many claims; the next
+    #: claim is made while the last orphans of the previous one are still in flight, so the
+    #: integrator's slots never drain between batches.
+    claims_per_round: int = 10
     backoff: Backoff = field(default_factory=Backoff)
     #: A transient failure while the breaker is open is not due before it can half-open.
     breaker_reset_s: float = 10.0
@@ -93,6 +98,27 @@ class RoundSummary:
         return f"{head}; breaker {self.breaker}"
 
 
+class _Backlog:
+    """Orphans of a round claimed but not yet given an integrator slot."""
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.released = False
+        self._changed = asyncio.Event()
+
+    def add(self, count: int) -> None:
+        self.waiting += count
+
+    def started(self) -> None:
+        self.waiting -= 1
+        self._changed.set()
+
+    async def below(self, count: int) -> None:
+        while self.waiting >= count:
+            self._changed.clear()
+            await self._changed.wait()
+
+
 class RecoveryLoop:
     """Rounds of claim-and-reconcile over one engine (actor ``recovery``) and one guard."""
 
@@ -101,6 +127,7 @@ class RecoveryLoop:
         self.guard = guard
         self.options = options
         self._stopping = asyncio.Event()
+        self._issued = IssuedWriter(engine)
 
     def _breaker_state(self) -> str:
         return str(getattr(self.guard, "state", BREAKER_CLOSED))
@@ -112,6 +139,10 @@ class RecoveryLoop:
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    async def aclose(self) -> None:
+        """Wait for an outcome commit still in flight (after a cut-off drain)."""
+        await self._issued.aclose()
 
     async def stop_requested(self) -> None:
         """Returns once :meth:`request_stop` has been called."""
@@ -135,8 +166,9 @@ class RecoveryLoop:
                 if self._breaker_state() != BREAKER_CLOSED and summary.claimed:
                     summary.skipped = summary.skipped or "breaker_open"
             if summary.skipped is None and not self.stopping:
-                summary.add(await self._claim_and_settle(self.options.batch,
-                                                         concurrency=self.options.concurrency))
+                summary.add(await self._claim_and_settle(
+                    self.options.batch, concurrency=self.options.concurrency,
+                    max_claims=self.options.claims_per_round))
         summary.breaker = self._breaker_state()
         summary.seconds = time.perf_counter() - started
         metrics.ROUND_SECONDS.observe(summary.seconds)
@@ -149,15 +181,31 @@ class RecoveryLoop:
         log.info("recovery_round_finished", **summary.as_fields())
         return summary
 
-    async def _claim_and_settle(self, batch: int, *, concurrency: int) -> RoundSummary:
+    async def _claim_and_settle(self, batch: int, *, concurrency: int,
+                                max_claims: int = 1) -> RoundSummary:
         summary = RoundSummary()
-        orphans = await claim_orphans(self.engine, stuck_after_s=self.options.stuck_after_s,
-                                      batch=batch, max_attempts=self.options.max_attempts)
-        summary.claimed = len(orphans)
-        summary.batch_full = len(orphans) >= batch
         gate = asyncio.Semaphore(concurrency)
+        backlog = _Backlog()
+        tasks: list[asyncio.Task[str]] = []
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(self._settle(orphan, gate)) for orphan in orphans]
+            for claim in range(max_claims):
+                if claim:
+                    # Claim the next batch just before the slots run dry: once fewer orphans
+                    # than slots are still waiting for one.
+                    await backlog.below(concurrency)
+                    if (self.stopping or backlog.released
+                            or self._breaker_state() != BREAKER_CLOSED):
+                        break
+                orphans = await claim_orphans(
+                    self.engine, stuck_after_s=self.options.stuck_after_s, batch=batch,
+                    max_attempts=self.options.max_attempts)
+                summary.claimed += len(orphans)
+                summary.batch_full = len(orphans) >= batch
+                backlog.add(len(orphans))
+                tasks += [group.create_task(self._settle(orphan, gate, backlog))
+                          for orphan in orphans]
+                if not summary.batch_full:
+                    break
         for task in tasks:
             outcome = task.result()
             summary.outcomes[outcome] += 1
@@ -165,14 +213,18 @@ class RecoveryLoop:
                 summary.skipped = "breaker_open"
         return summary
 
-    async def _settle(self, orphan: Orphan, gate: asyncio.Semaphore) -> str:
+    async def _settle(self, orphan: Orphan, gate: asyncio.Semaphore, backlog: _Backlog) -> str:
         sending = orphan.sending
         metrics.FOUND.labels(was=orphan.was.value).inc()
-        if not await self._admit(gate):
+        admitted = await self._admit(gate)
+        backlog.started()
+        if not admitted:
+            backlog.released = True
             return await self._release(orphan)  # a stop came first: put it back, untouched
         try:
             if not self.guard.accepting():
                 # Not started: put it back for the next round (or another instance).
+                backlog.released = True
                 return await self._release(orphan)
             log.info("orphan_found", invoice_id=sending.invoice_id, tenant=sending.tenant,
                      series=sending.series, number=sending.number, attempt=sending.attempt,
@@ -182,7 +234,7 @@ class RecoveryLoop:
                 result = await reconcile(
                     self.engine, self.guard, sending, backoff=self.options.backoff,
                     max_attempts=self.options.max_attempts,
-                    min_delay_s=self.options.breaker_reset_s)
+                    min_delay_s=self.options.breaker_reset_s, record_issued=self._issued.issued)
             except Exception as exc:
                 # A database error while recording: the row stays SENDING under our lease and
                 # a later round (here or elsewhere) asks the integrator again.
@@ -195,6 +247,7 @@ class RecoveryLoop:
         finally:
             gate.release()
         if result.outcome is Outcome.UNAVAILABLE:
+            backlog.released = True
             return await self._release(orphan)
         metrics.count(result.outcome.value)
         return result.outcome.value
@@ -268,6 +321,7 @@ async def serve(loop: RecoveryLoop) -> None:
             task.result()
     finally:
         stop_requested.cancel()
+        await loop.aclose()
         for sig in (signal.SIGTERM, signal.SIGINT):
             running.remove_signal_handler(sig)
     log.info("recovery_stopped")

@@ -17,6 +17,7 @@ operation of :mod:`gapless.invoices`. Used by the recovery loop and by ``gapless
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -82,16 +83,28 @@ class Result:
     retry_at: datetime | None = None
 
 
+RecordIssued = Callable[[Sending, Receipt], Awaitable[bool]]
+
+
 async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
                     backoff: Backoff, max_attempts: int | None,
-                    min_delay_s: float = 0.0) -> Result:
+                    min_delay_s: float = 0.0, record_issued: RecordIssued | None = None
+                    ) -> Result:
     """Ask the integrator about ``sending.number``, resend if it is not there, record the outcome.
 
     Returns ``UNAVAILABLE`` without writing anything when the circuit breaker refuses a call, so
     the caller can put the claim back. ``min_delay_s`` floors the backoff of a transient failure
     (e.g. the breaker's reset timeout). Raises only for the unexpected (a database error): the
     invoice then stays SENDING under the caller's lease and is found again once that is stale.
+    ``record_issued`` writes an ISSUED outcome (default: ``mark_issued``, one transaction; the
+    loop passes its group-commit writer).
     """
+
+    async def issued(receipt: Receipt) -> bool:
+        if record_issued is not None:
+            return await record_issued(sending, receipt)
+        return await mark_issued(engine, sending.pk, receipt)
+
     bound = log.bind(invoice_id=sending.invoice_id, tenant=sending.tenant,
                      series=sending.series, number=sending.number, attempt=sending.attempt)
     try:
@@ -103,7 +116,7 @@ async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
                                 max_attempts=max_attempts, min_delay_s=min_delay_s)
     if found is not None:
         if found.invoice_id == sending.invoice_id:
-            if not await mark_issued(engine, sending.pk, found):
+            if not await issued(found):
                 return _superseded(bound, "repaired")
             bound.info("orphan_repaired", ref=found.ref)
             return Result(Outcome.REPAIRED, found.ref, receipt=found)
@@ -125,7 +138,7 @@ async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
     except IntegratorError as exc:
         return await _transient(engine, guard, sending, exc, bound, backoff=backoff,
                                 max_attempts=max_attempts, min_delay_s=min_delay_s)
-    if not await mark_issued(engine, sending.pk, receipt):
+    if not await issued(receipt):
         return _superseded(bound, "resent")
     bound.info("orphan_resent", ref=receipt.ref)
     return Result(Outcome.RESENT, receipt.ref, receipt=receipt)

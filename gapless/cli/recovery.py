@@ -20,8 +20,10 @@ def recovery(
     stuck_after: float = typer.Option(
         300.0, "--stuck-after", min=0,
         help="A SENDING invoice whose lease is older than this many seconds is an orphan."),
-    batch: int = typer.Option(100, "--batch", min=1, max=100_000,
-                              help="Orphans claimed per round."),
+    batch: int = typer.Option(
+        100, "--batch", min=1, max=100_000,
+        help="Orphans per claim; a round claims again while claims come back full (up to 10 "
+             "claims), --once claims once."),
     max_attempts: int = typer.Option(
         10, "--max-attempts", min=1,
         help="After this many attempts a failing invoice stays ERROR for an operator."),
@@ -61,6 +63,8 @@ def recovery(
 
 async def _recovery(settings: Settings, options: object, *, once: bool,
                     metrics_port: int | None) -> str | None:
+    from dataclasses import replace
+
     from gapless.db import check_cluster, make_engine
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
@@ -74,9 +78,11 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
         await check_cluster(engine, settings.cluster_id)
         guard = GuardedIntegrator(load_integrator(settings), settings, name="recovery")
         try:
-            loop = RecoveryLoop(engine, guard, options)
             if once:
-                return (await loop.run_round()).line()
+                # One claim of --batch orphans, settled, then exit.
+                once_loop = RecoveryLoop(engine, guard, replace(options, claims_per_round=1))
+                return (await once_loop.run_round()).line()
+            loop = RecoveryLoop(engine, guard, options)
             if metrics_port is not None:
                 metrics.serve(metrics_port)
             await serve(loop)

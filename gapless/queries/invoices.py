@@ -47,6 +47,26 @@ MARK_ISSUED = text("""
     RETURNING id
 """)
 
+#: Outcome: accepted, for many invoices in one statement (group commit: one transaction, one
+#: commit-lock turn, one WAL flush for all). Rows are locked in id order. Unfenced like MARK_ISSUED.
+MARK_ISSUED_MANY = text("""
+    WITH v AS (
+        SELECT v.id, v.ref
+          FROM unnest(CAST(:pks AS bigint[]), CAST(:refs AS text[])) AS v(id, ref)
+    ), locked AS (
+        SELECT i.id FROM invoices i JOIN v ON v.id = i.id
+         WHERE i.status IN ('SENDING', 'ERROR')
+         ORDER BY i.id
+           FOR UPDATE OF i
+    )
+    UPDATE invoices i
+       SET status = 'ISSUED', integrator_ref = v.ref, issued_at = now(), last_error = NULL,
+           next_attempt_at = NULL, sending_since = NULL
+      FROM v JOIN locked USING (id)
+     WHERE i.id = v.id AND i.status IN ('SENDING', 'ERROR')
+    RETURNING i.id
+""")
+
 #: Outcome: transient failure, retry at :retry_at (NULL parks it for an operator). Fenced by the
 #: attempt that sent it, so a stale sender never overwrites a newer attempt's state.
 MARK_ERROR = text("""

@@ -1,0 +1,79 @@
+"""Group commit of ISSUED outcomes (``recovery.outcomes.IssuedWriter``) against real PostgreSQL:
+concurrent outcomes share transactions, each caller learns its own result after the commit, and a
+batch that fails is retried one invoice at a time so one bad row cannot fail its neighbours."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.constants import Status
+from gapless.integrator.base import Receipt
+from gapless.invoices import Sending, mark_issued
+from recovery.outcomes import IssuedWriter
+from tests.recovery_support import define_series, invoice_rows, make_sending
+
+
+def receipt(sending: Sending) -> Receipt:
+    return Receipt(sending.tenant, sending.number, sending.invoice_id, f"ref-{sending.reserved_no}")
+
+
+async def test_concurrent_outcomes_share_transactions_and_each_learns_its_own(
+        engine: AsyncEngine) -> None:
+    await define_series(engine)
+    orphans = await make_sending(engine, [f"inv-{i:02d}" for i in range(40)])
+    settled_before = orphans[0]
+    await mark_issued(engine, settled_before.pk, receipt(settled_before))
+    writer = IssuedWriter(engine)
+
+    results = await asyncio.gather(*(writer.issued(s, receipt(s)) for s in orphans))
+    await writer.aclose()
+
+    assert results == [False] + [True] * 39  # the one settled before was not touched again
+    rows = await invoice_rows(engine)
+    for sending in orphans:
+        row = rows[sending.invoice_id]
+        assert (row.status, row.integrator_ref) == (Status.ISSUED, f"ref-{sending.reserved_no}")
+    async with engine.connect() as conn:
+        transactions = (await conn.execute(text(
+            "SELECT count(DISTINCT created_at) FROM invoice_events WHERE kind = 'issued' "
+            "AND invoice_id <> :first"), {"first": settled_before.invoice_id})).scalar_one()
+    assert transactions < 39  # grouped: fewer commits than outcomes
+
+
+async def test_a_failing_batch_is_retried_one_by_one(engine: AsyncEngine) -> None:
+    await define_series(engine)
+    orphans = await make_sending(engine, ["good-1", "bad", "good-2"])
+    async with engine.begin() as conn:  # a row that cannot be updated, whatever the statement
+        await conn.execute(text("""
+            CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.invoice_id = 'bad' AND NEW.status = 'ISSUED' THEN
+                    RAISE EXCEPTION 'refused';
+                END IF;
+                RETURN NEW;
+            END $$"""))
+        await conn.execute(text("CREATE TRIGGER refuse_bad BEFORE UPDATE ON invoices "
+                                "FOR EACH ROW EXECUTE FUNCTION refuse_bad()"))
+    writer = IssuedWriter(engine)
+
+    results = await asyncio.gather(*(writer.issued(s, receipt(s)) for s in orphans),
+                                   return_exceptions=True)
+
+    assert results[0] is True
+    assert results[2] is True
+    assert isinstance(results[1], Exception)
+    assert "refused" in str(results[1])
+    rows = await invoice_rows(engine)
+    assert [rows[i].status for i in ("good-1", "bad", "good-2")] == [
+        Status.ISSUED, Status.SENDING, Status.ISSUED]
+
+
+async def test_a_lone_outcome_is_written_at_once(engine: AsyncEngine) -> None:
+    await define_series(engine)
+    [sending] = await make_sending(engine, ["alone"])
+    writer = IssuedWriter(engine)
+    assert await asyncio.wait_for(writer.issued(sending, receipt(sending)), 10) is True
+    assert (await invoice_rows(engine))["alone"].status == Status.ISSUED
