@@ -187,8 +187,10 @@ class RecoveryLoop:
         gate = asyncio.Semaphore(concurrency)
         backlog = _Backlog()
         tasks: list[asyncio.Task[str]] = []
+        first_claim = time.monotonic()
         async with asyncio.TaskGroup() as group:
             for claim in range(max_claims):
+                stuck_after_s = self.options.stuck_after_s
                 if claim:
                     # Claim the next batch just before the slots run dry: once fewer orphans
                     # than slots are still waiting for one.
@@ -196,8 +198,11 @@ class RecoveryLoop:
                     if (self.stopping or backlog.released
                             or self._breaker_state() != BREAKER_CLOSED):
                         break
+                    # Never our own orphans still in flight: their leases are younger than
+                    # this round (a second past it, for the clocks of two hosts).
+                    stuck_after_s = max(stuck_after_s, time.monotonic() - first_claim + 1.0)
                 orphans = await claim_orphans(
-                    self.engine, stuck_after_s=self.options.stuck_after_s, batch=batch,
+                    self.engine, stuck_after_s=stuck_after_s, batch=batch,
                     max_attempts=self.options.max_attempts)
                 summary.claimed += len(orphans)
                 summary.batch_full = len(orphans) >= batch

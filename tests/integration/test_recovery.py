@@ -122,6 +122,18 @@ async def test_fresh_leases_and_errors_not_yet_due_are_left_alone(
     assert (rows["fresh"].status, rows["later"].status) == (Status.SENDING, Status.ERROR)
 
 
+async def test_once_claims_a_single_batch(
+        engine: AsyncEngine, mock_integrator: MockIntegratorClient,
+        integrated_env: dict[str, str]) -> None:
+    await define_series(engine)
+    await make_sending(engine, ["a", "b", "c"])
+
+    assert "claimed 2 orphan(s): repaired 0, resent 2" in recovery_once(
+        integrated_env, "--batch", "2").stdout
+    assert sorted(r.status for r in (await invoice_rows(engine)).values()) == [
+        Status.ISSUED, Status.ISSUED, Status.SENDING]
+
+
 async def test_transient_failures_back_off_per_invoice_then_park_after_max_attempts(
         engine: AsyncEngine, mock_integrator: MockIntegratorClient,
         integrated_env: dict[str, str]) -> None:

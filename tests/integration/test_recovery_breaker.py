@@ -184,3 +184,40 @@ async def test_a_round_that_cannot_reach_the_database_is_logged_and_retried(
         loop.request_stop()
         await asyncio.wait_for(task, 10)
         await engine.dispose()
+
+
+async def test_a_round_claims_again_while_claims_come_back_full(
+        engine: AsyncEngine, recovery_engine: AsyncEngine, guard: GuardedIntegrator,
+        mock_integrator: MockIntegratorClient) -> None:
+    await define_series(engine)
+    await make_sending(engine, [f"inv-{i:02d}" for i in range(23)])
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE invoices SET sending_since = now() - interval '1 hour'"))
+    loop = RecoveryLoop(recovery_engine, guard, options(batch=5, concurrency=3,
+                                                        claims_per_round=3))
+
+    first = await loop.run_round()
+    assert (first.claimed, first.batch_full) == (15, True)  # three full claims
+    second = await loop.run_round()
+    assert (second.claimed, second.batch_full) == (8, False)  # 5, then 3: the round ends
+    assert second.outcomes["resent"] == 8
+    assert mock_integrator.stats()["max_posts_per_number"] == 1
+
+
+async def test_a_refill_never_claims_the_rounds_own_orphans_in_flight(
+        engine: AsyncEngine, recovery_engine: AsyncEngine, guard: GuardedIntegrator,
+        mock_integrator: MockIntegratorClient) -> None:
+    await define_series(engine)
+    await make_sending(engine, [f"inv-{i:02d}" for i in range(12)])
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE invoices SET sending_since = now() - interval '1 hour'"))
+    mock_integrator.set_faults(latency_ms=[300, 300])
+    # stuck_after 0: by age alone, a lease taken a moment ago would already be an orphan.
+    loop = RecoveryLoop(recovery_engine, guard, options(batch=4, concurrency=4,
+                                                        claims_per_round=5))
+
+    summary = await loop.run_round()
+
+    assert (summary.claimed, summary.outcomes["resent"]) == (12, 12)
+    stats = mock_integrator.stats()
+    assert (stats["lookups"], stats["posts"], stats["max_posts_per_number"]) == (12, 12, 1)
