@@ -15,8 +15,13 @@ Each round:
    transaction (:func:`recovery.reconcile.reconcile`: ask first, then resend). An orphan whose
    call the breaker refused — or that had not started when the breaker opened or a stop was
    requested — is put back exactly as it was (``release_orphan``), burning no attempt.
+   ISSUED outcomes are group-committed (:mod:`recovery.outcomes`).
+4. **Refill.** While claims come back full (up to ``claims_per_round``), the next batch is
+   claimed as soon as fewer orphans than slots are still waiting, so the integrator's slots never
+   drain between batches. A refill only takes leases older than the round itself: never one of
+   its own orphans still in flight, however small ``stuck_after_s``.
 
-A round that claimed a full batch is followed at once by the next; otherwise the loop waits
+A round whose last claim was full is followed at once by the next; otherwise the loop waits
 ``interval_s``. SIGTERM/SIGINT: no new round starts, orphans not yet started are put back,
 in-flight ones get ``drain_timeout_s`` to finish; then the process exits 0. An orphan cut off
 mid-call stays SENDING under this process's lease, and the next round anywhere asks first.
