@@ -39,6 +39,7 @@ from gapless.integrator.base import (
     TransientIntegratorError,
 )
 from gapless.invoices import (
+    Claim,
     ClaimKind,
     Draft,
     Sending,
@@ -64,6 +65,9 @@ RETRY_CAP_S = 300.0
 #: How long an outcome write keeps retrying a lost database connection before giving up (the
 #: invoice then stays SENDING and recovery settles it once the lease is stale).
 OUTCOME_WRITE_BUDGET_S = 60.0
+#: Claims of one series a process runs at once: one holding the counter row, one queued behind
+#: it in PostgreSQL so the row never idles between them; the rest wait in the process.
+CLAIMS_PER_SERIES = 2
 
 
 class GuardLike(Protocol):
@@ -121,6 +125,7 @@ class IssuingFlow:
         self.settings = settings
         self.faults = faults or Faults()
         self._stopping = stopping
+        self._gates: dict[tuple[str, str], asyncio.Semaphore] = {}
 
     async def handle(self, delivery: Delivery) -> Verdict:
         """Run the flow for one delivery and say what to do with it.
@@ -149,26 +154,45 @@ class IssuingFlow:
         if draft.status in (Status.ERROR, Status.REJECTED):
             log.info("invoice_parked", status=draft.status.value)
             return Verdict(Action.ACK, "parked")
-        if self._stopping():
-            # No number is reserved once a stop is requested; the message waits in the queue.
-            return self._requeue("worker_stopping")
-        if not self.guard.accepting():
-            # Breaker open: reserving now would only turn the queue into ERRORs.
-            return self._requeue("breaker_open", pause=True)
-        return await self._claim_and_send(message.invoice_id)
+        async with self._gate(message.tenant, message.series):
+            if self._stopping():
+                # No number is reserved once a stop is requested; the message waits in the queue.
+                return self._requeue("worker_stopping")
+            if not self.guard.accepting():
+                # Breaker open: reserving now would only turn the queue into ERRORs.
+                return self._requeue("breaker_open", pause=True)
+            verdict_or_claim = await self._claim(message.invoice_id)
+        if isinstance(verdict_or_claim, Verdict):
+            return verdict_or_claim
+        return await self._after_claim(verdict_or_claim)
 
-    async def _claim_and_send(self, invoice_id: str) -> Verdict:
+    def _gate(self, tenant: str, series: str) -> asyncio.Semaphore:
+        """At most CLAIMS_PER_SERIES claims of one series in flight from this process.
+
+        Claims of one series serialise on its counter row anyway. Letting every delivery wait
+        for that row inside PostgreSQL would park a pooled connection per waiter — starving
+        the outcome writes that free the slots — and lengthen the lock queue; they wait here
+        instead, holding nothing.
+        """
+        gate = self._gates.get((tenant, series))
+        if gate is None:
+            gate = self._gates[(tenant, series)] = asyncio.Semaphore(CLAIMS_PER_SERIES)
+        return gate
+
+    async def _claim(self, invoice_id: str) -> Claim | Verdict:
         started = time.perf_counter()
         try:
-            claim = await claim_for_sending(
+            return await claim_for_sending(
                 self.engine, invoice_id, lease_s=self.settings.lease_s,
                 lock_timeout_ms=self.settings.lock_timeout_ms,
-                before_commit=self._before_reserve_commit)
+                before_commit=self._before_reserve_commit if self.faults.active else None)
         except ReservationLockTimeout:
             log.warning("reservation_lock_timeout", lock_timeout_ms=self.settings.lock_timeout_ms)
             return self._requeue("lock_timeout", backoff_s=1.0)
         finally:
             metrics.RESERVATION_SECONDS.observe(time.perf_counter() - started)
+
+    async def _after_claim(self, claim: Claim) -> Verdict:
         if claim.kind is ClaimKind.FINAL:
             log.info("message_already_final", status=claim.status.value)
             return Verdict(Action.ACK, "already_final")

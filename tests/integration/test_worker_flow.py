@@ -25,7 +25,7 @@ from gapless.invoices import Draft, upsert_draft
 from gapless.numbering import add_series, build_series_spec
 from gapless.publisher import Publisher
 from gapless.settings import Settings
-from tests.helpers import await_until
+from tests.helpers import await_until, run_gapless
 from tests.mock_client import MockIntegratorClient
 from worker.consumer import Worker
 from worker.faults import Faults
@@ -345,7 +345,7 @@ async def test_a_locked_invoice_row_is_requeued_without_consuming_a_number(
 
 @pytest.mark.usefixtures("series")
 async def test_integrator_outage_opens_the_breaker_pauses_consuming_and_resumes_by_itself(
-        engine: AsyncEngine, worker_settings: Settings,
+        engine: AsyncEngine, worker_settings: Settings, gapless_env: dict[str, str],
         mock_integrator: MockIntegratorClient) -> None:
     reset_s = 1.0
     settings = worker_settings.with_overrides(breaker_fail_max=3, breaker_reset_timeout_s=reset_s,
@@ -395,6 +395,22 @@ async def test_integrator_outage_opens_the_breaker_pauses_consuming_and_resumes_
     assert len(errors) <= 4
     assert all(row.next_attempt_at is not None and row.reserved_no for row in errors)
     assert {row.status for row in current.values()} <= {"ISSUED", "ERROR"}
+    assert sorted(row.reserved_no for row in current.values()) == list(range(1, 46))
+    assert_ledger_matches_database(mock_integrator, current)
+
+    # Recovery owns those: once they are due it resends them with their pinned numbers.
+    async def errors_due() -> bool:
+        async with engine.connect() as conn:
+            return bool((await conn.execute(text(
+                "SELECT coalesce(bool_and(next_attempt_at <= now()), true) FROM invoices "
+                "WHERE status = 'ERROR'"))).scalar_one())
+
+    await await_until(errors_due, 30, message="the ERROR invoices to fall due")
+    recovery = run_gapless(["recovery", "--once"],
+                           {**gapless_env, "GAPLESS_INTEGRATOR_URL": mock_integrator.url})
+    assert recovery.returncode == 0, recovery.stderr[-2000:]
+    current = await rows(engine)
+    assert {row.status for row in current.values()} == {"ISSUED"}
     assert sorted(row.reserved_no for row in current.values()) == list(range(1, 46))
     assert_ledger_matches_database(mock_integrator, current)
 
