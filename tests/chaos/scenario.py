@@ -66,6 +66,8 @@ FAULT_KINDS = ("worker_kill", "recovery_kill", "amqp_drop", "pg_terminate", "out
 #: tax id must end ISSUED (a sharper check than "ISSUED or REJECTED").
 DEFAULT_FAULTS = frozenset(FAULT_KINDS) - {"random_reject"}
 
+#: Publishes awaiting their broker confirm at once.
+PUBLISH_WINDOW = 64
 #: Settling gives up after this long without the backlog shrinking.
 SETTLE_STALL_S = 90.0
 #: The outage the issue asks for.
@@ -466,7 +468,7 @@ class ChaosRun:
                  asyncio.create_task(self.timeline(), name="timeline"),
                  asyncio.create_task(self.watch_processes(), name="watch")]
         try:
-            await asyncio.wait_for(tasks[0], timeout=self.config.duration_s + 120)
+            await asyncio.wait_for(tasks[0], timeout=self.config.duration_s + 300)
             remaining = self.config.duration_s - self.elapsed()
             if remaining > 0:
                 with contextlib.suppress(TimeoutError):
@@ -485,12 +487,31 @@ class ChaosRun:
         return time.monotonic() - self.started_at
 
     async def publish_load(self, plan: list[Group]) -> None:
-        for group in plan:
-            delay = group.at_s - self.elapsed()
-            if delay > 0:
-                await asyncio.sleep(delay)  # the load's pace, not a synchronisation
-            for message in group.messages:
+        """Publish the plan at its pace. Confirms are pipelined (up to PUBLISH_WINDOW messages
+        in flight): a busy broker confirms slowly, and waiting for each confirm in turn would
+        let the broker's latency, not the plan, set the load."""
+        window = asyncio.Semaphore(PUBLISH_WINDOW)
+        sent: list[asyncio.Task[None]] = []
+
+        async def one(message: Outgoing) -> None:
+            try:
                 await self.publish(message)
+            finally:
+                window.release()
+
+        try:
+            for group in plan:
+                delay = group.at_s - self.elapsed()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # the load's pace, not a synchronisation
+                for message in group.messages:
+                    await window.acquire()
+                    sent.append(asyncio.create_task(one(message)))
+            await asyncio.gather(*sent)
+        finally:
+            for task in sent:
+                task.cancel()  # no-op for the finished ones
+            await asyncio.gather(*sent, return_exceptions=True)
 
     async def publish(self, message: Outgoing) -> None:
         for _ in range(5):
