@@ -138,6 +138,9 @@ async def test_duplicate_messages_consume_one_number_per_invoice(
     assert set(current) == expected
     assert sorted(row.reserved_no for row in current.values()) == list(range(1, 52))
     assert await counter(engine) == 51
+    # Copies that met their invoice SENDING were acked, not sent again: one claim, one POST each.
+    assert {row.attempts for row in current.values()} == {1}
+    assert mock_integrator.stats()["posts"] == 51
     ledger = mock_integrator.ledger()
     assert sorted(entry["invoice_id"] for entry in ledger) == sorted(expected)
     assert_ledger_matches_database(mock_integrator, current)
