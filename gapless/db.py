@@ -33,18 +33,20 @@ def sqlalchemy_url(database_url: str, *, driver: str = "psycopg") -> URL:
 
 
 def make_engine(database_url: str, *, actor: str = "sql", application_name: str | None = None,
-                pool_size: int = 10, **kwargs: Any) -> AsyncEngine:
+                pool_size: int = 10, pre_ping: bool = True, **kwargs: Any) -> AsyncEngine:
     """An async engine for one kind of process.
 
     ``actor`` (worker, recovery, operator, api) is recorded on every event the process causes
     (the ``gapless.actor`` setting read by the history trigger); ``application_name``
-    (default ``gapless-<actor>``) lets operators find the process's backends.
+    (default ``gapless-<actor>``) lets operators find the process's backends. ``pre_ping``
+    tests each pooled connection before use (a round trip); the worker turns it off because it
+    treats a dead connection as a passing database error and retries the delivery.
     """
     return create_async_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         connect_args={
             "application_name": application_name or f"gapless-{actor}",
             "connect_timeout": 10,

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gapless.constants import Status
-from gapless.db import is_lock_timeout, set_lock_timeout, sqlstate
+from gapless.db import is_lock_timeout, sqlstate
 from gapless.errors import (
     InvalidTransition,
     InvoiceNotFound,
@@ -25,7 +25,6 @@ from gapless.errors import (
     UnknownSeriesError,
 )
 from gapless.integrator.base import Document, Receipt
-from gapless.numbering import reserve_number
 from gapless.queries import invoices as q
 
 FOREIGN_KEY_VIOLATION = "23503"
@@ -123,9 +122,17 @@ async def claim_for_sending(engine: AsyncEngine, invoice_id: str, *, lease_s: fl
     """
     try:
         async with engine.begin() as conn:
-            await set_lock_timeout(conn, lock_timeout_ms)
-            return await _claim(conn, invoice_id, lease_s=lease_s, lock_timeout_ms=lock_timeout_ms,
-                                at=at, before_commit=before_commit)
+            row = (await conn.execute(q.CLAIM_INVOICE, {
+                "invoice_id": invoice_id, "lease_s": lease_s,
+                "lock_timeout_ms": lock_timeout_ms, "at": at})).first()
+            if row is None:
+                raise InvoiceNotFound(invoice_id)
+            kind = ClaimKind(row.kind)
+            if kind is not ClaimKind.SEND:
+                return Claim(kind, Status(row.status))
+            if before_commit is not None:
+                await before_commit()
+            return Claim(ClaimKind.SEND, Status.SENDING, _sending(row), fresh_number=row.fresh)
     except DBAPIError as exc:
         # The invoice row lock, or the event commit lock taken at COMMIT, was not granted in time;
         # the transaction rolled back, so nothing was consumed.
@@ -133,31 +140,6 @@ async def claim_for_sending(engine: AsyncEngine, invoice_id: str, *, lease_s: fl
             raise ReservationLockTimeout(
                 f"invoice {invoice_id!r}: lock not granted within {lock_timeout_ms} ms") from exc
         raise
-
-
-async def _claim(conn: AsyncConnection, invoice_id: str, *, lease_s: float, lock_timeout_ms: int,
-                 at: datetime | None,
-                 before_commit: Callable[[], Awaitable[None]] | None) -> Claim:
-    row = (await conn.execute(q.LOCK_INVOICE,
-                              {"invoice_id": invoice_id, "lease_s": lease_s})).first()
-    if row is None:
-        raise InvoiceNotFound(invoice_id)
-    status = Status(row.status)
-    if status in (Status.ISSUED, Status.CANCELLED, Status.VOIDED):
-        return Claim(ClaimKind.FINAL, status)
-    if status in (Status.ERROR, Status.REJECTED):
-        return Claim(ClaimKind.PARKED, status)
-    if status is Status.SENDING and row.lease_fresh:
-        return Claim(ClaimKind.BUSY, status)
-    fresh = False
-    if row.reserved_no is None:
-        reservation = await reserve_number(conn, invoice_id, at=at,
-                                           lock_timeout_ms=lock_timeout_ms)
-        fresh = reservation.fresh
-    started = (await conn.execute(q.START_SENDING, {"pk": row.id})).one()
-    if before_commit is not None:
-        await before_commit()
-    return Claim(ClaimKind.SEND, Status.SENDING, _sending(started), fresh_number=fresh)
 
 
 async def mark_issued(engine: AsyncEngine, pk: int, receipt: Receipt) -> bool:

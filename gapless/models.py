@@ -125,5 +125,5 @@ invoice_events_commit_lock = Table("invoice_events_commit_lock", metadata)
 EXPECTED_FUNCTIONS = frozenset({
     "gapless_next_id", "gapless_period_key", "gapless_render", "format_number", "next_number",
     "preview_number", "reserve_number", "gapless_event_sequence", "gapless_event_immutable",
-    "gapless_invoice_guard", "gapless_invoice_history",
+    "gapless_invoice_guard", "gapless_invoice_history", "claim_invoice",
 })

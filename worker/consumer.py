@@ -101,8 +101,11 @@ class Worker:
         """Consume until a stop is requested; raises ConfigurationError before consuming when
         the database is unmigrated or belongs to another cluster."""
         settings = self.settings
+        # No pre-ping round trip per transaction: a connection that died is invalidated on first
+        # use and the delivery is requeued (see worker.errors.is_database_unavailable).
         engine = make_engine(settings.database_url, actor="worker",
-                             pool_size=min(self.concurrency, settings.db_pool_size))
+                             pool_size=min(self.concurrency, settings.db_pool_size),
+                             pre_ping=False)
         try:
             await check_cluster(engine, settings.cluster_id)
             integrator = load_integrator(settings)

@@ -22,11 +22,22 @@ GET_INVOICE = text("""
 """)
 
 #: Lock one invoice row for a state decision; the lease is fresh while sending_since is recent.
+#: (claim_invoice does this server-side; bench/issue.py uses it for the naive design.)
 LOCK_INVOICE = text("""
     SELECT id, status, reserved_no, number, attempts,
            (sending_since > now() - make_interval(secs => :lease_s)) AS lease_fresh
       FROM invoices WHERE invoice_id = :invoice_id
        FOR UPDATE
+""")
+
+#: Step 2 in one statement (claim_invoice in schema/sql/0003): lock the invoice, decide (send,
+#: final, busy, parked), pin a number if it has none and take the sending lease. Locks the invoice
+#: row and, for a fresh reservation, the counter row until the caller commits. No row: unknown.
+CLAIM_INVOICE = text("""
+    SELECT kind, status, id, invoice_id, tenant, series, number, reserved_no, payload, attempts,
+           fresh
+      FROM claim_invoice(:invoice_id, :lease_s, :lock_timeout_ms,
+                         coalesce(CAST(:at AS timestamptz), now()))
 """)
 
 #: Take the sending lease (row already locked by LOCK_INVOICE or a recovery claim).

@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS claim_invoice(text, double precision, integer, timestamptz);
