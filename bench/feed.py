@@ -268,7 +268,7 @@ async def fill_events(url: str, wanted: int) -> int:
     """Top the feed up to `wanted` committed events (one 'received' event per draft)."""
     engine = make_engine(url, actor="bench", pool_size=1)
     async with engine.connect() as conn:
-        have = (await conn.execute(text("SELECT count(*) FROM invoice_events"))).scalar_one()
+        have = int((await conn.execute(text("SELECT count(*) FROM invoice_events"))).scalar_one())
     await engine.dispose()
     if have < wanted:
         make_drafts(url, FEED_SERIES, 1, wanted - have)
