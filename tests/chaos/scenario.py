@@ -279,11 +279,25 @@ class Cluster:
         self.workers: list[GaplessProcess] = []
         self.recovery: GaplessProcess | None = None
         self.unexpected_exits: list[str] = []
+        #: Workers that exited 1 at start-up because the run terminated their database backend
+        #: before they were consuming (the CLI's documented one-line "cannot reach" exit).
+        self.startup_exits: list[str] = []
         self.starts: Counter[str] = Counter()
+        self._log_offsets: dict[int, int] = {}
 
     def _start(self, args: list[str], name: str) -> GaplessProcess:
         self.starts[name] += 1
-        return GaplessProcess(args, self.env, self.log_dir, name)
+        log_path = self.log_dir / f"{name}.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        proc = GaplessProcess(args, self.env, self.log_dir, name)
+        self._log_offsets[proc.pid] = offset
+        return proc
+
+    def output_of(self, proc: GaplessProcess) -> str:
+        """What this process (not its predecessors under the same name) wrote."""
+        with proc.log_path.open("rb") as log:
+            log.seek(self._log_offsets.get(proc.pid, 0))
+            return log.read().decode(errors="replace")
 
     def start_worker(self, index: int) -> None:
         proc = self._start(["worker", "--concurrency", str(self.config.concurrency),
@@ -319,8 +333,13 @@ class Cluster:
         """Restart any process that died without being killed by the run (and note it)."""
         for index, proc in enumerate(self.workers):
             if not proc.alive() and proc.proc.returncode != -9:
-                self.unexpected_exits.append(
-                    f"worker-{index} pid {proc.pid} exited {proc.proc.returncode}")
+                what = f"worker-{index} pid {proc.pid} exited {proc.proc.returncode}"
+                output = self.output_of(proc)
+                if proc.proc.returncode == 1 and '"worker_started"' not in output and \
+                        "gapless: cannot reach the database" in output:
+                    self.startup_exits.append(what)
+                else:
+                    self.unexpected_exits.append(f"{what}: {output[-2000:]}")
                 self.start_worker(index)
         if self.recovery is not None and not self.recovery.alive() and \
                 self.recovery.proc.returncode != -9:
@@ -751,6 +770,7 @@ class ChaosRun:
         self.faults["integrator_rejected_random"] = stats["rejected"] - stats["rejected_tax_id"]
         self.faults["integrator_duplicate_409"] = stats["duplicate"]
         self.faults["poller_errors"] = self.poller.errors
+        self.faults["worker_startup_exit_on_db_drop"] = len(self.cluster.startup_exits)
         self.history.faults = +self.faults
         return exit_codes
 
