@@ -11,10 +11,12 @@ Each round:
    ERROR rows that are due and below ``max_attempts``, with ``FOR UPDATE SKIP LOCKED``, taking
    the lease in the same statement and committing at once. Several recovery instances and the
    workers never hold the same invoice: whoever took the lease owns it until it goes stale.
-3. **Reconcile** each claimed invoice, at most ``concurrency`` at a time, outside any
-   transaction (:func:`recovery.reconcile.reconcile`: ask first, then resend). An orphan whose
-   call the breaker refused — or that had not started when the breaker opened or a stop was
-   requested — is put back exactly as it was (``release_orphan``), burning no attempt.
+3. **Reconcile** each claimed invoice outside any transaction
+   (:func:`recovery.reconcile.reconcile`: ask first, then resend), the integrator calls of at
+   most ``concurrency`` of them at a time (a slot is given back before the outcome is written,
+   so slow commits never hold the integrator's slots). An orphan whose call the breaker
+   refused — or that had not started when the breaker opened or a stop was requested — is put
+   back exactly as it was (``release_orphan``), burning no attempt.
    ISSUED outcomes are group-committed (:mod:`recovery.outcomes`).
 4. **Refill.** While claims come back full (up to ``claims_per_round``), the next batch is
    claimed as soon as fewer orphans than slots are still waiting, so the integrator's slots never
@@ -101,6 +103,18 @@ class RoundSummary:
         if self.skipped:
             head += f"; integrator work skipped ({self.skipped})"
         return f"{head}; breaker {self.breaker}"
+
+
+class _Slot:
+    """One held place of the gate, given back once (whichever comes first)."""
+
+    def __init__(self, gate: asyncio.Semaphore) -> None:
+        self._gate: asyncio.Semaphore | None = gate
+
+    def release(self) -> None:
+        if self._gate is not None:
+            self._gate.release()
+            self._gate = None
 
 
 class _Backlog:
@@ -231,6 +245,7 @@ class RecoveryLoop:
         if not admitted:
             backlog.released = True
             return await self._release(orphan)  # a stop came first: put it back, untouched
+        slot = _Slot(gate)
         try:
             if not self.guard.accepting():
                 # Not started: put it back for the next round (or another instance).
@@ -244,7 +259,8 @@ class RecoveryLoop:
                 result = await reconcile(
                     self.engine, self.guard, sending, backoff=self.options.backoff,
                     max_attempts=self.options.max_attempts,
-                    min_delay_s=self.options.breaker_reset_s, record_issued=self._issued.issued)
+                    min_delay_s=self.options.breaker_reset_s, record_issued=self._issued.issued,
+                    calls_done=slot.release)  # the slot bounds integrator calls, not writes
             except Exception as exc:
                 # A database error while recording: the row stays SENDING under our lease and
                 # a later round (here or elsewhere) asks the integrator again.
@@ -255,7 +271,7 @@ class RecoveryLoop:
             finally:
                 metrics.IN_FLIGHT.dec()
         finally:
-            gate.release()
+            slot.release()
         if result.outcome is Outcome.UNAVAILABLE:
             backlog.released = True
             return await self._release(orphan)

@@ -86,62 +86,91 @@ class Result:
 RecordIssued = Callable[[Sending, Receipt], Awaitable[bool]]
 
 
-async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
-                    backoff: Backoff, max_attempts: int | None,
-                    min_delay_s: float = 0.0, record_issued: RecordIssued | None = None
-                    ) -> Result:
-    """Ask the integrator about ``sending.number``, resend if it is not there, record the outcome.
+@dataclass(frozen=True)
+class _Answer:
+    """What the integrator said about one number (phase 1, calls only)."""
 
-    Returns ``UNAVAILABLE`` without writing anything when the circuit breaker refuses a call, so
-    the caller can put the claim back. ``min_delay_s`` floors the backoff of a transient failure
-    (e.g. the breaker's reset timeout). Raises only for the unexpected (a database error): the
-    invoice then stays SENDING under the caller's lease and is found again once that is stale.
-    ``record_issued`` writes an ISSUED outcome (default: ``mark_issued``, one transaction; the
-    loop passes its group-commit writer).
-    """
+    outcome: Outcome           # REPAIRED, RESENT, ALARM, REJECTED, ERROR or UNAVAILABLE
+    receipt: Receipt | None = None
+    holder: str = ""
+    error: Exception | None = None
+    reason: str = ""
 
-    async def issued(receipt: Receipt) -> bool:
-        if record_issued is not None:
-            return await record_issued(sending, receipt)
-        return await mark_issued(engine, sending.pk, receipt)
 
-    bound = log.bind(invoice_id=sending.invoice_id, tenant=sending.tenant,
-                     series=sending.series, number=sending.number, attempt=sending.attempt)
+async def _ask_then_send(guard: Guard, sending: Sending) -> _Answer:
     try:
         found = await guard.lookup(sending.tenant, sending.number)
     except IntegratorUnavailable as exc:
-        return Result(Outcome.UNAVAILABLE, str(exc))
+        return _Answer(Outcome.UNAVAILABLE, error=exc)
     except IntegratorError as exc:
-        return await _transient(engine, guard, sending, exc, bound, backoff=backoff,
-                                max_attempts=max_attempts, min_delay_s=min_delay_s)
+        return _Answer(Outcome.ERROR, error=exc)
     if found is not None:
         if found.invoice_id == sending.invoice_id:
-            if not await issued(found):
-                return _superseded(bound, "repaired")
-            bound.info("orphan_repaired", ref=found.ref)
-            return Result(Outcome.REPAIRED, found.ref, receipt=found)
-        return await _alarm(engine, sending, found.invoice_id, bound)
-
+            return _Answer(Outcome.REPAIRED, receipt=found)
+        return _Answer(Outcome.ALARM, holder=found.invoice_id)
     try:
         receipt = await guard.send(sending.document())
     except IntegratorUnavailable as exc:
-        return Result(Outcome.UNAVAILABLE, str(exc))
+        # Refused by the breaker, possibly after an earlier attempt of this send whose outcome
+        # is unknown: putting the claim back is still safe, the next claim asks first.
+        return _Answer(Outcome.UNAVAILABLE, error=exc)
     except DuplicateOfMine as exc:
-        receipt = exc.receipt
+        return _Answer(Outcome.RESENT, receipt=exc.receipt)
     except DuplicateOfAnother as exc:
-        return await _alarm(engine, sending, exc.holder_invoice_id, bound)
+        return _Answer(Outcome.ALARM, holder=exc.holder_invoice_id)
     except PermanentRejection as exc:
-        if not await mark_rejected(engine, sending, exc.reason):
-            return _superseded(bound, "rejected")
-        bound.warning("orphan_rejected", reason=exc.reason)
-        return Result(Outcome.REJECTED, exc.reason)
+        return _Answer(Outcome.REJECTED, reason=exc.reason)
     except IntegratorError as exc:
-        return await _transient(engine, guard, sending, exc, bound, backoff=backoff,
+        return _Answer(Outcome.ERROR, error=exc)
+    return _Answer(Outcome.RESENT, receipt=receipt)
+
+
+async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
+                    backoff: Backoff, max_attempts: int | None,
+                    min_delay_s: float = 0.0, record_issued: RecordIssued | None = None,
+                    calls_done: Callable[[], None] | None = None) -> Result:
+    """Ask the integrator about ``sending.number``, resend if it is not there, record the outcome.
+
+    Two phases: the integrator calls, then one fenced write of the outcome (``calls_done`` is
+    called in between, so a caller bounding integrator concurrency can free its slot before the
+    database write). Returns ``UNAVAILABLE`` without writing anything when the circuit breaker
+    refuses a call, so the caller can put the claim back. ``min_delay_s`` floors the backoff of
+    a transient failure (e.g. the breaker's reset timeout). Raises only for the unexpected (a
+    database error): the invoice then stays SENDING under the caller's lease and is found again
+    once that is stale. ``record_issued`` writes an ISSUED outcome (default: ``mark_issued``,
+    one transaction; the loop passes its group-commit writer).
+    """
+    answer = await _ask_then_send(guard, sending)
+    if calls_done is not None:
+        calls_done()
+    bound = log.bind(invoice_id=sending.invoice_id, tenant=sending.tenant,
+                     series=sending.series, number=sending.number, attempt=sending.attempt)
+    if answer.outcome is Outcome.UNAVAILABLE:
+        return Result(Outcome.UNAVAILABLE, str(answer.error))
+    if answer.outcome is Outcome.ALARM:
+        return await _alarm(engine, sending, answer.holder, bound)
+    if answer.outcome is Outcome.ERROR:
+        assert answer.error is not None
+        return await _transient(engine, guard, sending, answer.error, bound, backoff=backoff,
                                 max_attempts=max_attempts, min_delay_s=min_delay_s)
-    if not await issued(receipt):
-        return _superseded(bound, "resent")
-    bound.info("orphan_resent", ref=receipt.ref)
-    return Result(Outcome.RESENT, receipt.ref, receipt=receipt)
+    if answer.outcome is Outcome.REJECTED:
+        if not await mark_rejected(engine, sending, answer.reason):
+            return _superseded(bound, "rejected")
+        bound.warning("orphan_rejected", reason=answer.reason)
+        return Result(Outcome.REJECTED, answer.reason)
+    receipt = answer.receipt
+    assert receipt is not None
+    if record_issued is not None:
+        recorded = await record_issued(sending, receipt)
+    else:
+        recorded = await mark_issued(engine, sending.pk, receipt)
+    if not recorded:
+        return _superseded(bound, answer.outcome.value)
+    if answer.outcome is Outcome.REPAIRED:
+        bound.info("orphan_repaired", ref=receipt.ref)
+    else:
+        bound.info("orphan_resent", ref=receipt.ref)
+    return Result(answer.outcome, receipt.ref, receipt=receipt)
 
 
 async def _alarm(engine: AsyncEngine, sending: Sending, holder: str,
