@@ -181,8 +181,8 @@ async def test_second_transaction_waits_for_the_first_commit(engine: AsyncEngine
             events.append(f"first reserved {got.reserved_no}")
             first_reserved.set()
             await release_first.wait()
+            # Recorded before COMMIT is sent: the second cannot have its number before this.
             events.append("first commits")
-        events.append("first committed")
 
     async def second() -> None:
         await first_reserved.wait()
@@ -209,8 +209,7 @@ async def test_second_transaction_waits_for_the_first_commit(engine: AsyncEngine
         release_first.set()
 
     await asyncio.gather(first(), second(), observer())
-    assert events == ["first reserved 1", "second waits", "first commits", "first committed",
-                      "second reserved 2"]
+    assert events == ["first reserved 1", "second waits", "first commits", "second reserved 2"]
 
 
 async def test_lock_timeout_raises_a_clear_error_and_consumes_nothing(engine: AsyncEngine) -> None:
