@@ -64,11 +64,11 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[obje
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = [f"**{title}**", ""]
-    lines.append("| " + " | ".join(h.ljust(w) for h, w in zip(cells[0], widths, strict=True)) + " |")
-    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in cells[1:]:
+    for index, row in enumerate(cells):
         padded = (c.ljust(w) for c, w in zip(row, widths, strict=True))
         lines.append("| " + " | ".join(padded) + " |")
+        if index == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     text = "\n".join(lines)
     print(text)
     print()
