@@ -129,6 +129,14 @@ class Processes:
     def worker(self, name: str, *args: str, env: dict[str, str] | None = None) -> GaplessProcess:
         return self.start(name, ["worker", *args], env=env, ready="worker_started")
 
+    def doomed_worker(self, name: str, *args: str, env: dict[str, str]) -> GaplessProcess:
+        """A worker set to kill itself at a fault point; returns once it has."""
+        proc = self.start(name, ["worker", *args], env=env)
+        # It may die before it logs worker_started (it consumes first, then says so).
+        wait_until(lambda: not proc.alive(), 60, message=f"{name} to kill itself")
+        assert log_events(proc, "fault_kill"), proc.output()[-3000:]
+        return proc
+
     def recovery(self, name: str, *args: str,
                  env: dict[str, str] | None = None) -> GaplessProcess:
         return self.start(name, ["recovery", *args], env=env, ready="recovery_round_started")

@@ -52,9 +52,8 @@ async def test_two_recoveries_and_two_workers_never_handle_an_invoice_twice(
     # Kind 2: reserved, never sent (the worker dies right after its reservation commits).
     for n in range(NEVER_SENT):
         publish_demo(integrated_env, 1)
-        worker = procs.worker(f"worker-dies-{n}", "--concurrency", "1",
-                              env={"GAPLESS_FAULT_KILL_AT": "after_reserve_commit:1"})
-        wait_until(lambda w=worker: not w.alive(), 60, message="the worker to kill itself")  # type: ignore[misc]
+        procs.doomed_worker(f"worker-dies-{n}", "--concurrency", "1",
+                            env={"GAPLESS_FAULT_KILL_AT": "after_reserve_commit:1"})
     orphans = LOST + NEVER_SENT
     assert await count_status(engine, "SENDING") == orphans
     assert mock_integrator.stats()["lookups"] == 0

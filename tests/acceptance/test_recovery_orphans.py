@@ -25,7 +25,6 @@ from tests.recovery_support import (
     define_series,
     invoice_rows,
     last_no,
-    log_events,
     publish_demo,
     recovery_once,
 )
@@ -85,9 +84,7 @@ async def test_orphans_never_sent_are_resent_with_their_pinned_numbers(
     for n in range(orphans):
         # Each worker acks the redelivered (BUSY) message of its predecessor, reserves the next
         # number, and dies before calling the integrator.
-        worker = procs.worker(f"worker-{n}", "--concurrency", "1", env=die_after_reserving)
-        wait_until(lambda w=worker: not w.alive(), 60, message="the worker to kill itself")  # type: ignore[misc]
-        assert log_events(worker, "fault_kill")
+        procs.doomed_worker(f"worker-{n}", "--concurrency", "1", env=die_after_reserving)
 
     async def all_pinned() -> bool:
         return await count_status(engine, "SENDING") == orphans
