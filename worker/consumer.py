@@ -45,6 +45,8 @@ from worker.faults import Faults
 from worker.flow import Action, Delivery, IssuingFlow, Verdict
 
 log = get_logger("gapless.worker")
+#: How long a starting worker keeps retrying a database that is briefly unreachable.
+STARTUP_DB_RETRY_S = 15.0
 
 #: A lookup of this number answers "not found" at any sane integrator; it tests reachability
 #: without consuming a number.
@@ -106,8 +108,16 @@ class Worker:
         engine = make_engine(settings.database_url, actor="worker",
                              pool_size=min(self.concurrency, settings.db_pool_size),
                              pre_ping=False)
+        if install_signal_handlers:
+            # Installed before anything else, so a SIGTERM during start-up is a clean stop too.
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.request_stop)
         try:
-            await check_cluster(engine, settings.cluster_id)
+            await self._check_cluster(engine)
+            if self.stopping:
+                log.info("worker_stopped", before="consuming")
+                return
             integrator = load_integrator(settings)
             try:
                 await self._run(engine, integrator, install_signal_handlers)
@@ -116,16 +126,29 @@ class Worker:
         finally:
             await engine.dispose()
 
+    async def _check_cluster(self, engine: AsyncEngine) -> None:
+        """The start-up cluster check, retried while the database is briefly unreachable (a
+        restart or a terminated backend must not end the process); a mismatch fails at once."""
+        deadline = time.monotonic() + STARTUP_DB_RETRY_S
+        while True:
+            try:
+                await check_cluster(engine, self.settings.cluster_id)
+                return
+            except Exception as exc:
+                if is_database_unavailable(exc) and self.stopping:
+                    return  # asked to stop while waiting: a clean stop, nothing was consumed
+                if not is_database_unavailable(exc) or time.monotonic() > deadline:
+                    raise
+                log.warning("database_unavailable_at_start", error=type(exc).__name__)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=1.0)
+
     async def _run(self, engine: AsyncEngine, integrator: Integrator,
                    install_signal_handlers: bool) -> None:
         settings = self.settings
         self._guard = GuardedIntegrator(integrator, settings, name="worker")
         self._flow = IssuingFlow(engine, self._guard, settings, faults=self.faults,
                                  stopping=lambda: self.stopping)
-        if install_signal_handlers:
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, self.request_stop)
         if self.metrics_port is not None:
             metrics.serve(self.metrics_port)
         if self.faults.active:

@@ -392,3 +392,18 @@ def test_a_malformed_fault_variable_is_refused(gapless_env: dict[str, str]) -> N
     assert result.returncode == 1
     assert "GAPLESS_FAULT_KILL_AT" in result.stderr
 
+
+
+def test_sigterm_while_the_database_is_unreachable_at_start_up_is_a_clean_stop(
+        gapless_env: dict[str, str], log_dir: Path) -> None:
+    """A worker that cannot reach its database yet keeps trying (a restart or a terminated backend
+    must not end it), and a SIGTERM meanwhile is a graceful stop: exit 0."""
+    env = {**gapless_env, "GAPLESS_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/gapless"}
+    proc = GaplessProcess(["worker"], env, log_dir, "worker-no-db")
+    try:
+        wait_until(lambda: "database_unavailable_at_start" in proc.output(), 30,
+                   message="the worker to retry the unreachable database")
+        assert proc.alive()
+        assert proc.terminate(timeout=20) == 0
+    finally:
+        proc.close()
