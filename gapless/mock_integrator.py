@@ -37,6 +37,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from starlette.requests import ClientDisconnect
 
 from gapless.logging import get_logger
 
@@ -287,7 +288,12 @@ def create_app(faults: Faults | None = None, seed: int | None = None) -> FastAPI
     async def submit(request: Request) -> JSONResponse:
         # Parsed here rather than by a FastAPI body parameter: a third of the CPU per request.
         try:
-            submission = Submission.model_validate_json(await request.body())
+            body = await request.body()
+        except ClientDisconnect:
+            # The client went away mid-request (a killed worker): nothing arrived, nothing to do.
+            return JSONResponse({"error": "client disconnected"}, status_code=400)
+        try:
+            submission = Submission.model_validate_json(body)
         except ValidationError as exc:
             return _invalid(exc)
         state.stats["posts"] += 1
