@@ -6,11 +6,23 @@ Usage errors print one line and exit 2; gapless errors print one line and exit 1
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import typer
 
 from gapless.errors import GaplessError
+
+
+def _stop_before_start(signum: int, frame: object) -> None:
+    """SIGTERM while a command is still starting (imports, connecting): nothing has been done
+    yet, so stopping is clean — exit 0. Long-running commands install their own graceful
+    handler (drain, then exit 0) as soon as their event loop runs."""
+    raise SystemExit(0)
+
+
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _stop_before_start)
 
 app = typer.Typer(
     name="gapless",
