@@ -1,7 +1,7 @@
-"""Fault injection points of the issuing flow — for tests and the chaos suite only.
+"""Fault injection at the issuing flow's steps — worker hooks for the test suites only.
 
-Two environment variables, read once when the worker starts; both are **test-only** and must
-never be set in production:
+A worker started with ``GAPLESS_WORKER_HOOKS=tests.faults:from_env`` (see :func:`fault_env`)
+reads these variables once at start:
 
 ``GAPLESS_FAULT_KILL_AT="<step>[:<nth>]"``
     The worker kills itself with SIGKILL (no clean-up, no ack, no final log but one
@@ -10,19 +10,9 @@ never be set in production:
 ``GAPLESS_FAULT_PAUSE_AT="<step>:<seconds>"``
     Every message that reaches ``step`` waits that long there (to make a window reachable).
 
-Steps, in the order a message meets them:
-
-``before_reserve_commit``
-    inside the claim transaction, number pinned and lease taken, not yet committed (locks held);
-``after_reserve_commit``
-    the claim committed, the integrator not yet called;
-``during_call``
-    the integrator call has started; the kill lands ``GAPLESS_FAULT_DURING_CALL_MS`` (default
-    50) milliseconds later, or as the call returns if it is quicker;
-``after_call``
-    the integrator answered (any outcome), nothing recorded yet;
-``after_outcome_commit``
-    the outcome committed, the message not yet acked.
+Steps: those of :mod:`worker.hooks`. At ``during_call`` the kill lands
+``GAPLESS_FAULT_DURING_CALL_MS`` (default 50) milliseconds after the call started, or as the call
+returns if it is quicker.
 """
 
 from __future__ import annotations
@@ -37,11 +27,10 @@ from typing import TypeVar
 
 from gapless.errors import ConfigurationError
 from gapless.logging import get_logger
+from worker.hooks import HOOKS_ENV, STEPS
 
 T = TypeVar("T")
 
-STEPS = ("before_reserve_commit", "after_reserve_commit", "during_call", "after_call",
-         "after_outcome_commit")
 KILL_ENV = "GAPLESS_FAULT_KILL_AT"
 PAUSE_ENV = "GAPLESS_FAULT_PAUSE_AT"
 DURING_CALL_ENV = "GAPLESS_FAULT_DURING_CALL_MS"
@@ -49,9 +38,28 @@ DURING_CALL_ENV = "GAPLESS_FAULT_DURING_CALL_MS"
 log = get_logger("gapless.worker.faults")
 
 
+def fault_env(*, kill_at: str | None = None, pause_at: str | None = None,
+              during_call_ms: float | None = None) -> dict[str, str]:
+    """Environment for a ``gapless worker`` subprocess that kills or pauses itself at a step."""
+    env = {HOOKS_ENV: "tests.faults:from_env"}
+    if kill_at is not None:
+        env[KILL_ENV] = kill_at
+    if pause_at is not None:
+        env[PAUSE_ENV] = pause_at
+    if during_call_ms is not None:
+        env[DURING_CALL_ENV] = f"{during_call_ms:g}"
+    return env
+
+
+def from_env() -> Faults:
+    """The hooks factory named by ``GAPLESS_WORKER_HOOKS=tests.faults:from_env``."""
+    return Faults.from_env()
+
+
 @dataclass
 class Faults:
-    """The configured fault points; a default instance does nothing."""
+    """The configured fault points (a :class:`worker.hooks.FlowHooks`); a default instance does
+    nothing."""
 
     kill_step: str | None = None
     kill_nth: int = 1
@@ -83,6 +91,9 @@ class Faults:
     @property
     def active(self) -> bool:
         return self.kill_step is not None or self.pause_step is not None
+
+    def wants(self, step: str) -> bool:
+        return step in (self.kill_step, self.pause_step)
 
     async def reached(self, step: str) -> None:
         """A message has reached ``step``: pause and/or die there if so configured."""

@@ -1,0 +1,98 @@
+"""The FastAPI application: lifespan (engine, publisher), middleware, error handlers, routers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from gapless import feed
+from gapless.api import events, health, invoices
+from gapless.api.auth import Authenticator
+from gapless.api.observe import ApiMetrics, RequestObserver
+from gapless.db import check_cluster, make_engine
+from gapless.logging import get_logger
+from gapless.publisher import Publisher
+from gapless.settings import Settings
+
+log = get_logger("gapless.api")
+
+
+def lifespan(settings: Settings, auth: Authenticator
+             ) -> Callable[[FastAPI], Any]:
+    """Open the engine (checking the cluster id, so an unmigrated or foreign database stops the
+    API at start-up) and a Publisher (which declares the queue topology); position the feed's
+    waiting events in the background (:func:`gapless.feed.keep_positioning`); close all after."""
+
+    @asynccontextmanager
+    async def run(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.database_url, actor="api",
+                             pool_size=settings.db_pool_size)
+        try:
+            await check_cluster(engine, settings.cluster_id)
+            async with Publisher(settings) as publisher:
+                app.state.engine = engine
+                app.state.snapshot_engine = engine.execution_options(
+                    isolation_level="REPEATABLE READ")
+                app.state.publisher = publisher
+                log.info("api_started", queue=settings.queue, auth=(
+                    "none (insecure)" if auth.insecure_no_auth else "bearer"),
+                    tokens=len(auth.tokens),
+                    scoped_tenants=sorted({t.tenant for t in auth.tokens if t.tenant}))
+                positioning = asyncio.create_task(feed.keep_positioning(engine))
+                try:
+                    yield
+                finally:
+                    positioning.cancel()
+                    with suppress(asyncio.CancelledError):
+                        await positioning
+        finally:
+            await engine.dispose()
+            log.info("api_stopped")
+
+    return run
+
+
+async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """The database went away mid-request: a retryable 503, not a 500 with a traceback."""
+    log.warning("api_database_unavailable", route=request.url.path, error=type(exc).__name__)
+    return JSONResponse({"detail": "database unavailable; retry later"}, status_code=503,
+                        headers={"Retry-After": "5"})
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The API for ``settings``. Raises ConfigurationError for an unusable token setting."""
+    auth = Authenticator.from_settings(settings)
+    metrics = ApiMetrics()
+    app = FastAPI(
+        title="gapless",
+        summary="Issue invoices with gap-free numbers; follow their commit-ordered events.",
+        version="1",
+        lifespan=lifespan(settings, auth),
+    )
+    app.state.settings = settings
+    app.state.auth = auth
+    app.state.metrics = metrics
+    app.add_middleware(RequestObserver, metrics=metrics)
+    app.add_exception_handler(OperationalError, database_unavailable)
+    app.add_exception_handler(InterfaceError, database_unavailable)
+    for module in (invoices, events, health):
+        app.include_router(module.router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, summary=app.summary,
+                                 routes=app.routes)
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(
+                invoices.MESSAGE_DEFINITIONS)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

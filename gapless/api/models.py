@@ -1,0 +1,74 @@
+"""The API's response models (the OpenAPI schema); the feed's events are
+:class:`gapless.feed.FeedEvent` itself."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, get_type_hints
+
+from pydantic import BaseModel, Field, create_model
+
+from gapless.feed import FeedEvent
+
+
+class Accepted(BaseModel):
+    invoice_id: str
+    status_url: str = Field(description="Poll this for the invoice's state.")
+    published: bool = Field(description="False when the database already had the invoice "
+                                        "past RECEIVED (nothing to publish again).")
+    status: str | None = Field(description="The state the database knows, or null if none yet.")
+
+
+def _history_event_model() -> type[BaseModel]:
+    """One entry of an invoice's history: a feed event (:class:`gapless.feed.FeedEvent`, one
+    definition of its fields) without the invoice's own fields, with the document in force.
+    ``sequence_id`` is null while the event waits for its feed position."""
+    hints = get_type_hints(FeedEvent)
+    fields: dict[str, Any] = {name: (hints[name], ...) for name in hints
+                              if name not in ("invoice_id", "tenant", "series")}
+    fields.update(
+        sequence_id=(int | None, ...),
+        created_at=(str, ...),
+        document_sha256=(str | None, Field(
+            description="SHA-256 of the document in force when this happened (none before the "
+                        "first send)")))
+    return create_model("EventOut", **fields)
+
+
+if TYPE_CHECKING:
+    class EventOut(BaseModel):
+        """Built by :func:`_history_event_model`."""
+else:
+    EventOut = _history_event_model()
+
+
+class InvoiceOut(BaseModel):
+    invoice_id: str
+    tenant: str
+    series: str
+    status: str
+    number: str | None
+    reserved_no: int | None
+    uuid: str = Field(description="The document's UUID (ETTN), fixed when the invoice was "
+                                  "first stored; the same in every send.")
+    document_sha256: str | None = Field(description="SHA-256 of the document sent (none "
+                                                    "before the first send)")
+    attempts: int
+    last_error: str | None
+    integrator_ref: str | None
+    created_at: str
+    updated_at: str
+    reserved_at: str | None
+    issued_at: str | None
+    next_attempt_at: str | None
+    events: list[EventOut]
+
+
+class FeedPage(BaseModel):
+    results: list[FeedEvent]
+    next: str | None = Field(description="The next page while this one was full; else null.")
+    poll_more: str = Field(description="Ask this later for whatever commits after this page.")
+
+
+class Health(BaseModel):
+    database: str
+    broker: str

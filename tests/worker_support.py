@@ -1,0 +1,102 @@
+"""Running the worker in-process, publishing to it, and reading what it did: shared by the
+worker-flow tests (real RabbitMQ, PostgreSQL and mock integrator)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aio_pika
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.constants import dead_queue_name
+from gapless.publisher import Publisher
+from gapless.settings import Settings
+from tests.helpers import await_until
+from tests.mock_client import MockIntegratorClient
+from worker.consumer import Worker
+from worker.flow import Clock
+from worker.hooks import NO_HOOKS
+
+
+@asynccontextmanager
+async def running_worker(settings: Settings, *, concurrency: int = 8,
+                         clock: Clock | None = None) -> AsyncIterator[Worker]:
+    """A :class:`worker.consumer.Worker` running on the test's event loop until the block ends
+    (then stopped gracefully); ``clock`` fixes its seal moment and "today"."""
+    worker = Worker(settings, concurrency=concurrency, shutdown_timeout=20, hooks=NO_HOOKS,
+                    clock=clock)
+    task = asyncio.create_task(worker.run(install_signal_handlers=False))
+    started = asyncio.create_task(worker.started.wait())
+    await asyncio.wait({task, started}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        started.cancel()
+        task.result()  # re-raise why it could not start
+    assert worker.started.is_set(), "worker did not start"
+    try:
+        yield worker
+        assert not task.done(), "the worker stopped by itself"
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, timeout=60)
+
+
+async def rows(engine: AsyncEngine) -> dict[str, Any]:
+    async with engine.connect() as conn:
+        result = await conn.execute(text(
+            "SELECT invoice_id, status, reserved_no, number, priority, attempts, last_error, "
+            "integrator_ref, next_attempt_at FROM invoices ORDER BY reserved_no NULLS LAST"))
+        return {row.invoice_id: row for row in result}
+
+
+async def statuses(engine: AsyncEngine) -> dict[str, str]:
+    return {invoice_id: row.status for invoice_id, row in (await rows(engine)).items()}
+
+
+async def all_in(engine: AsyncEngine, ids: set[str], status: str) -> bool:
+    current = await statuses(engine)
+    return all(current.get(invoice_id) == status for invoice_id in ids)
+
+
+async def counter(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        value = (await conn.execute(text(
+            "SELECT coalesce(max(last_no), 0) FROM number_counters"))).scalar_one()
+    return int(value)
+
+
+async def publish(settings: Settings, *messages: dict[str, Any]) -> None:
+    async with Publisher(settings) as publisher:
+        for message in messages:
+            await publisher.publish(message)
+
+
+def ledger_by_number(mock: MockIntegratorClient) -> dict[str, dict[str, Any]]:
+    return {entry["number"]: entry for entry in mock.ledger()}
+
+
+def assert_ledger_matches_database(mock: MockIntegratorClient, current: dict[str, Any]) -> None:
+    issued = {row.number: (row.invoice_id, row.integrator_ref)
+              for row in current.values() if row.status == "ISSUED"}
+    ledger = {entry["number"]: (entry["invoice_id"], entry["ref"]) for entry in mock.ledger()}
+    assert ledger == issued
+
+
+async def drain_dead(settings: Settings, expected: int) -> list[aio_pika.abc.AbstractMessage]:
+    """Read (and remove) ``expected`` messages from ``<prefix>.dead``, waiting for them."""
+    got: list[aio_pika.abc.AbstractMessage] = []
+    connection = await aio_pika.connect(settings.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(dead_queue_name(settings.queue), passive=True)
+
+        async def more() -> bool:
+            while (message := await queue.get(no_ack=True, fail=False)) is not None:
+                got.append(message)
+            return len(got) >= expected
+
+        await await_until(more, 60, message=f"{expected} dead-lettered messages")
+    return got
