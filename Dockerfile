@@ -8,18 +8,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # Install the project from a throw-away copy of the sources: only the installed distribution
-# stays in the image, so no source tree can shadow it. psycopg[binary] ships wheels, so the
-# slim image needs no compiler.
+# stays in the image, so no source tree can shadow it. The distribution carries the migrations
+# (schema/ becomes gapless/_schema), so `gapless migrate` needs no GAPLESS_SCHEMA_DIR.
+# psycopg[binary] ships wheels, so the slim image needs no compiler.
 COPY pyproject.toml README.md /tmp/src/
 COPY gapless /tmp/src/gapless
 COPY worker /tmp/src/worker
 COPY recovery /tmp/src/recovery
+COPY schema /tmp/src/schema
 RUN pip install /tmp/src && rm -rf /tmp/src
-
-# The migrations are not part of the Python package (schema/ is a folder, not an import
-# package); `gapless migrate` finds them through GAPLESS_SCHEMA_DIR.
-COPY schema /opt/gapless/schema
-ENV GAPLESS_SCHEMA_DIR=/opt/gapless/schema
 
 RUN useradd --system --uid 10001 --home-dir /home/gapless --create-home gapless
 USER gapless

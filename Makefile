@@ -13,9 +13,11 @@ install:
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e ".[dev]"
 
-## The test command (README, CI): every tier, the chaos short profile included.
+## The test command (README, CI): every tier, the chaos short profile included, on $(TEST_WORKERS)
+## processes (pytest-xdist; every process has its own template database and queue prefixes).
+TEST_WORKERS ?= 2
 test:
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint:
 	$(PY) -m ruff check gapless worker recovery tests bench

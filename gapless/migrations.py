@@ -21,15 +21,45 @@ from gapless.errors import ClusterMismatchError, ConfigurationError
 
 # Any constant works; it only has to be the same for every `gapless migrate`.
 MIGRATE_LOCK_KEY = 0x6761706C657373  # "gapless"
+#: Seconds to wait for PostgreSQL to accept a connection (as every gapless engine does).
+CONNECT_TIMEOUT_S = 10
+
+
+#: Where an installed distribution carries ``schema/`` (mapped in pyproject.toml).
+PACKAGED_SCHEMA = Path(__file__).resolve().parent / "_schema"
+#: ``schema/`` of a source checkout, beside the package (the editable install runs from it).
+CHECKOUT_SCHEMA = Path(__file__).resolve().parent.parent / "schema"
+
+
+def is_schema_dir(path: Path) -> bool:
+    """True when ``path`` holds gapless's migrations (an Alembic env and its versions)."""
+    return (path / "env.py").is_file() and (path / "versions").is_dir() and (
+        path / "sql").is_dir()
 
 
 def schema_dir() -> Path:
-    """Where the migrations live: ``GAPLESS_SCHEMA_DIR`` or ``schema/`` beside the package."""
+    """Where the migrations live, first match wins:
+
+    1. ``GAPLESS_SCHEMA_DIR`` when set: an explicit override, used as given (never a fallback);
+    2. ``gapless/_schema`` inside the installed package (a wheel, the Docker image);
+    3. ``schema/`` beside the package (a source checkout, the editable install).
+
+    Needs no working directory and no environment variable in cases 2 and 3.
+    """
     configured = os.environ.get("GAPLESS_SCHEMA_DIR")
-    path = Path(configured) if configured else Path(__file__).resolve().parent.parent / "schema"
-    if not (path / "env.py").is_file():
-        raise ConfigurationError(f"no migrations found in {path}; set GAPLESS_SCHEMA_DIR")
-    return path
+    if configured:
+        path = Path(configured)
+        if not is_schema_dir(path):
+            raise ConfigurationError(f"GAPLESS_SCHEMA_DIR={configured} holds no gapless "
+                                     "migrations (env.py, versions/, sql/); unset it to use "
+                                     "the ones installed with gapless")
+        return path
+    for path in (PACKAGED_SCHEMA, CHECKOUT_SCHEMA):
+        if is_schema_dir(path):
+            return path
+    raise ConfigurationError(f"no migrations found in {PACKAGED_SCHEMA} or {CHECKOUT_SCHEMA}: "
+                             "this gapless is installed without its schema; reinstall it from "
+                             "a wheel or the repository, or set GAPLESS_SCHEMA_DIR")
 
 
 def run_sql_file(bind: Connection, name: str) -> None:
@@ -64,7 +94,8 @@ def ensure_database(database_url: str) -> bool:
     name = make_url(database_url).database
     if not name:
         raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
-    with psycopg.connect(_conninfo(database_url, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(_conninfo(database_url, "postgres"), autocommit=True,
+                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             return False
         try:
@@ -98,7 +129,8 @@ def migrate(database_url: str, cluster_id: int) -> MigrateResult:
     """Bring the database to the newest schema and pin its cluster id (refusing a different one)."""
     created = ensure_database(database_url)
     cfg = alembic_config(database_url)
-    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
+    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool,
+                           connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATE_LOCK_KEY})

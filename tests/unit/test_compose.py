@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 EXPECTED_SERVICES = {"postgres", "rabbitmq", "migrate", "setup", "worker", "recovery",
                      "mock-integrator", "api", "demo-publisher"}
 #: Variables read outside Settings, and by whom.
-NON_SETTINGS_VARIABLES = {"GAPLESS_SCHEMA_DIR"}  # gapless.migrations.schema_dir()
+NON_SETTINGS_VARIABLES = {"GAPLESS_SCHEMA_DIR"}  # gapless.migrations.schema_dir() (an override)
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 SHELLS = {"sh", "/bin/sh", "bash", "/bin/bash"}
 
@@ -86,6 +87,12 @@ def parse_command(argv: list[str]) -> tuple[str, dict[str, Any]]:
     while hasattr(command, "commands"):  # a group: the next word names a sub-command
         if not args:
             raise typer.BadParameter(f"{' '.join(path)} needs a sub-command")
+        if args[0].startswith("-"):  # the group's own flag, e.g. `gapless --version`
+            flags = {opt: param for param in command.params if getattr(param, "is_flag", False)
+                     for opt in param.opts}
+            if args[0] not in flags or len(args) > 1:
+                raise typer.BadParameter(f"no such option: {' '.join([*path, *args])}")
+            return " ".join(path), {flags[args[0]].name: True}
         name, args = args[0], args[1:]
         parent = command.make_context(" ".join(path), [name], parent=parent,
                                       resilient_parsing=True)
@@ -126,6 +133,9 @@ def test_the_checker_refuses_bad_commands() -> None:
         parse_command(["worker", "--no-such-flag"])
     with pytest.raises(UsageError, match="no such command"):
         parse_command(["no-such-command"])
+    assert parse_command(["--version"]) == ("gapless", {"version": True})
+    with pytest.raises(UsageError, match="no such option"):
+        parse_command(["--no-such-flag"])
     with pytest.raises(UsageError, match="valid integer"):
         parse_command(["worker", "--concurrency", "many"])
     with pytest.raises(UsageError, match="greater than or equal to 1"):
@@ -274,19 +284,45 @@ def test_image_runs_gapless_as_a_non_root_user() -> None:
     assert install[-1] < last_index
 
 
-def test_image_ships_the_migrations_where_gapless_looks_for_them() -> None:
+def test_image_installs_the_distribution_with_its_migrations() -> None:
+    """Everything the wheel is built from (pyproject's packages, the folders mapped into them
+    — schema/ — and the readme) is copied into the tree that pip installs, so the migrations
+    come with the package and no GAPLESS_SCHEMA_DIR work-around is needed."""
     instructions = dockerfile_instructions()
     env = {}
     for keyword, args in instructions:
         if keyword == "ENV":
             for key, value in re.findall(r"(\w+)=(\S+)", args):
                 env[key] = value
-    copies = [shlex.split(args) for keyword, args in instructions if keyword == "COPY"]
-    assert ["schema", env["GAPLESS_SCHEMA_DIR"]] in copies
+    assert "GAPLESS_SCHEMA_DIR" not in env
     fields = {f"GAPLESS_{name.upper()}" for name in Settings.model_fields}
     for key in env:
         if key.startswith("GAPLESS_"):
             assert key in fields | NON_SETTINGS_VARIABLES
+
+    installs = [re.search(r"pip install (\S+)", args) for keyword, args in instructions
+                if keyword == "RUN"]
+    source = next(match.group(1) for match in installs if match).rstrip("/")
+    copied: set[str] = set()
+    for keyword, args in instructions:
+        if keyword != "COPY" or args.startswith("--from"):
+            continue
+        *sources, dest = shlex.split(args)
+        for item in sources:
+            name = Path(item).name
+            # A directory's contents land in `dest`, so it must name the folder itself.
+            expected = {f"{source}/{name}"} | ({source} if (ROOT / item).is_file() else set())
+            if dest.rstrip("/") in expected:
+                copied.add(item)
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "tool"]["setuptools"]
+    mapped = setuptools.get("package-dir", {})
+    needed = {"pyproject.toml", "README.md", *mapped.values()}
+    needed |= {package.split(".")[0] for package in setuptools["packages"]
+               if not any(package == key or package.startswith(f"{key}.") for key in mapped)}
+    assert "schema" in needed
+    assert needed <= copied, f"not copied into {source}: {sorted(needed - copied)}"
 
 
 def test_everything_the_image_copies_exists_and_is_not_ignored() -> None:
