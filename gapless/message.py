@@ -7,6 +7,13 @@ ends agree on what is valid. The parser's guarantee: whatever the bytes, it retu
 reason it gives is one short line, safe to put in a dead-letter header (it names the field path
 and the problem, never a tax id nor the payload).
 
+Optional fields (a UBL-TR document needs them; a message for a tenant without an issuer profile
+may omit them): ``customer.tax_office``, ``customer.address``, ``customer.person``,
+``lines[].unit_code``, ``profile``, ``type``, ``note`` and ``exchange_rate``. Whether a message
+has what its tenant's document needs is decided later, against the tenant's issuer profile
+(:func:`gapless.documents.check_ubl_inputs`); here only their shapes are checked. A field the
+producer did not send is not added to the payload.
+
 Rules beyond the plain types, and why:
 
 * **Money and quantities are decimal strings** (``"10.00"``), never JSON numbers: a float cannot
@@ -62,6 +69,12 @@ _DECIMAL_RE = re.compile(r"-?([0-9]+)(?:\.([0-9]+))?")
 _TAX_ID_RE = re.compile(r"[0-9]{10,11}")
 _CURRENCY_RE = re.compile(r"[A-Z]{3}")
 _ISO_DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_UNIT_CODE_RE = re.compile(r"[A-Z0-9]{1,4}")
+#: Document profiles (GİB scenario) a message may ask for; the UBL-TR document's default is the
+#: first.
+PROFILES = ("TEMELFATURA", "TICARIFATURA", "EARSIVFATURA")
+#: Invoice type codes gapless renders (GİB has more: each needs fields of its own first).
+INVOICE_TYPES = ("SATIS",)
 # Field names shown in a reason; anything else (digits that might be a tax id, odd text) is masked.
 _SAFE_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,39}")
 
@@ -166,6 +179,24 @@ def _check_tax_id(value: Any) -> str:
     return text
 
 
+def _check_unit_code(value: Any) -> str:
+    text = _string(value)
+    if not _UNIT_CODE_RE.fullmatch(text):
+        raise _error("must be a UN/ECE Rec. 20 unit code: 1 to 4 upper-case letters or digits, "
+                     "e.g. C62")
+    return text
+
+
+def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        text = _string(value)
+        if text not in allowed:
+            raise _error(f"must be one of {', '.join(allowed)}")
+        return text
+
+    return check
+
+
 def _text_rule(limit: int, *, multiline: bool) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         text = _string(value)
@@ -244,29 +275,59 @@ UnitPrice = Annotated[str, BeforeValidator(_decimal_rule(
     minimum=Decimal(0), inclusive=True, maximum=None, int_digits=15, frac_digits=8))]
 VatRate = Annotated[str, BeforeValidator(_decimal_rule(
     minimum=Decimal(0), inclusive=True, maximum=Decimal(100), int_digits=3, frac_digits=2))]
+ExchangeRate = Annotated[str, BeforeValidator(_decimal_rule(
+    minimum=Decimal(0), inclusive=False, maximum=None, int_digits=15, frac_digits=6))]
+UnitCode = Annotated[str, BeforeValidator(_check_unit_code)]
+Profile = Annotated[str, BeforeValidator(_choice(PROFILES))]
+InvoiceType = Annotated[str, BeforeValidator(_choice(INVOICE_TYPES))]
+#: Free text for the document (cbc:Note); as long as the body allows, blank allowed (not shown).
+Note = Annotated[str, BeforeValidator(_string)]
 
 
 # --- the model ------------------------------------------------------------------------------------
 
 
-class Customer(BaseModel):
-    """The buyer. ``tax_id`` is personal data: never log it at info level nor put it in a reason."""
+class _Part(BaseModel):
+    """A part of the message: immutable, and no field outside the contract."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Address(_Part):
+    """A postal address; a UBL-TR document needs at least the district and the city."""
+
+    street: Name | None = None
+    district: Name | None = None
+    city: Name | None = None
+    postal_zone: Name | None = None
+    country: Name | None = None
+
+
+class Person(_Part):
+    """A natural person's name (a customer identified by an 11-digit TCKN)."""
+
+    first_name: Name
+    family_name: Name
+
+
+class Customer(_Part):
+    """The buyer. ``tax_id`` is personal data: never log it at info level nor put it in a reason."""
 
     tax_id: TaxId
     name: Name
+    tax_office: Name | None = None
+    address: Address | None = None
+    person: Person | None = None
 
 
-class Line(BaseModel):
+class Line(_Part):
     """One invoice line; amounts are decimal strings exactly as the producer wrote them."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     description: Description
     quantity: Quantity
     unit_price: UnitPrice
     vat_rate: VatRate
+    unit_code: UnitCode | None = None
 
     @property
     def quantity_value(self) -> Decimal:
@@ -300,6 +361,10 @@ class InvoiceMessage(BaseModel):
     currency: Currency
     customer: Customer
     lines: list[Line] = Field(min_length=1, max_length=MAX_LINES)
+    profile: Profile | None = None
+    type: InvoiceType | None = None
+    note: Note | None = None
+    exchange_rate: ExchangeRate | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -330,9 +395,10 @@ class InvoiceMessage(BaseModel):
 
     def payload(self) -> dict[str, Any]:
         """The JSON-safe dict stored as the invoice payload and sent as the integrator document:
-        the contract fields (amounts as the producer's strings, ``priority`` only when given) and
-        every unknown top-level field, unchanged."""
-        data = self.model_dump(mode="json")
+        the contract fields (amounts as the producer's strings; optional fields only when the
+        producer sent them, ``priority`` only when not null) and every unknown top-level field,
+        unchanged."""
+        data = self.model_dump(mode="json", exclude_unset=True)
         if data.get("priority") is None:
             data.pop("priority", None)
         return data

@@ -11,6 +11,11 @@ real one does, each fault drawn from its own seeded random stream so a run can b
   connection, or no answer until it gives up (``lost_response_mode``);
 - down: 503 for every non-admin endpoint.
 
+Documents: a UBL-TR document (an XML string) is parsed (no entities, no network) and refused with
+422 unless it is a UBL Invoice whose ``cbc:ID`` is the submitted number and whose ``cbc:UUID`` is
+the submitted UUID; a UUID already accepted under another number answers 409. The document is
+kept exactly as accepted and served at ``GET /invoices/{tenant}/{number}/document``.
+
 The ledger is keyed by (tenant, number) and kept in acceptance order for the life of the process.
 Concurrency: one asyncio event loop in one process; the check-and-insert of a number runs without
 an ``await`` in between, so it is atomic with respect to every other request.
@@ -23,12 +28,14 @@ import contextlib
 import random
 import signal
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from lxml import etree
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -45,6 +52,11 @@ log = get_logger("gapless.mock_integrator")
 
 #: Customers with this tax id are always rejected (422), whatever the fault settings.
 REJECTED_TAX_ID = "0000000000"
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+UBL_INVOICE = "{urn:oasis:names:specification:ubl:schema:xsd:Invoice-2}Invoice"
+_UBL_NS = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
+           "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
+_XML_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
 LostResponseMode = Literal["500", "drop", "timeout", "mixed"]
 LOST_MODES: tuple[Literal["500", "drop", "timeout"], ...] = ("500", "drop", "timeout")
 #: Business reasons a random rejection picks from (never the tax id itself).
@@ -101,12 +113,13 @@ class FaultsPatch(BaseModel):
 
 
 class Submission(BaseModel):
-    """``POST /invoices``."""
+    """``POST /invoices``: ``document`` is UBL-TR XML (a string) or the message's JSON."""
 
     tenant: str = Field(min_length=1)
     number: str = Field(min_length=1)
     invoice_id: str = Field(min_length=1)
-    document: dict[str, Any] = Field(default_factory=dict)
+    uuid: str | None = Field(None, pattern=UUID_PATTERN)
+    document: dict[str, Any] | str = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,12 +127,15 @@ class LedgerEntry:
     tenant: str
     number: str
     invoice_id: str
+    uuid: str | None
     ref: str
     accepted_at: str
+    #: The document exactly as accepted (XML text, or the JSON object).
+    document: dict[str, Any] | str
 
-    def as_json(self) -> dict[str, str]:
+    def as_json(self) -> dict[str, str | None]:
         return {"tenant": self.tenant, "number": self.number, "invoice_id": self.invoice_id,
-                "ref": self.ref, "accepted_at": self.accepted_at}
+                "uuid": self.uuid, "ref": self.ref, "accepted_at": self.accepted_at}
 
 
 @dataclass
@@ -161,6 +177,7 @@ class MockState:
         self.faults = faults or Faults()
         self.seed = seed
         self.ledger: dict[tuple[str, str], LedgerEntry] = {}  # insertion order = acceptance order
+        self.uuids: dict[tuple[str, str], LedgerEntry] = {}  # (tenant, lower-case uuid)
         self.stats: Counter[str] = Counter()
         self.posts_per_number: Counter[str] = Counter()
         self.latency = LatencyStats()
@@ -179,6 +196,7 @@ class MockState:
     def reset(self) -> None:
         """Forget the ledger and the statistics; re-seed the random streams. Faults stay."""
         self.ledger.clear()
+        self.uuids.clear()
         self.stats.clear()
         self.posts_per_number.clear()
         self.latency = LatencyStats()
@@ -211,8 +229,12 @@ class MockState:
     def holder(self, tenant: str, number: str) -> LedgerEntry | None:
         return self.ledger.get((tenant, number))
 
+    def uuid_holder(self, tenant: str, uuid: str | None) -> LedgerEntry | None:
+        return None if uuid is None else self.uuids.get((tenant, uuid.lower()))
+
     def accept(self, submission: Submission) -> LedgerEntry:
-        """Record ``submission`` under a new ref. The caller has just seen the number free.
+        """Record ``submission`` under a new ref. The caller has just seen the number (and the
+        UUID) free.
 
         Synchronous on purpose: the caller checks ``holder`` and calls this without an ``await``
         in between, so no other request can take the number in the meantime.
@@ -222,8 +244,11 @@ class MockState:
             raise RuntimeError("accept() called for a number already in the ledger")
         self._refs += 1
         entry = LedgerEntry(submission.tenant, submission.number, submission.invoice_id,
-                            f"MI-{self._refs:08d}", datetime.now(UTC).isoformat())
+                            submission.uuid, f"MI-{self._refs:08d}",
+                            datetime.now(UTC).isoformat(), submission.document)
         self.ledger[key] = entry
+        if submission.uuid is not None:
+            self.uuids[(submission.tenant, submission.uuid.lower())] = entry
         return entry
 
     def stats_json(self) -> dict[str, Any]:
@@ -240,13 +265,41 @@ class MockState:
 
 
 #: Outcome counters of ``GET /admin/stats`` (every key is always present).
-STAT_NAMES = ("posts", "accepted", "duplicate", "rejected", "rejected_tax_id", "transient",
-              "lost_response", "down", "lookups", "lookups_found", "lookups_missing")
+STAT_NAMES = ("posts", "accepted", "duplicate", "duplicate_uuid", "rejected",
+              "rejected_tax_id", "rejected_document", "transient", "lost_response", "down",
+              "lookups", "lookups_found", "lookups_missing")
 
 
-def _tax_id(document: dict[str, Any]) -> object:
-    customer = document.get("customer")
-    return customer.get("tax_id") if isinstance(customer, dict) else None
+@dataclass(frozen=True)
+class Examined:
+    """What the mock reads of a document: the customer's tax id, or why it refuses it."""
+
+    tax_id: object = None
+    problem: str | None = None
+
+
+def examine(submission: Submission) -> Examined:
+    """Read the customer's tax id; for a UBL-TR document also check that it is a UBL Invoice
+    whose ID and UUID are the submitted number and UUID (``problem`` says what is wrong)."""
+    document = submission.document
+    if isinstance(document, dict):
+        customer = document.get("customer")
+        return Examined(customer.get("tax_id") if isinstance(customer, dict) else None)
+    try:
+        root = etree.fromstring(document.encode(), _XML_PARSER)
+    except etree.XMLSyntaxError:
+        return Examined(problem="document is not well-formed XML")
+    if root.tag != UBL_INVOICE:
+        return Examined(problem="document is not a UBL-TR Invoice")
+    number = root.findtext("cbc:ID", namespaces=_UBL_NS)
+    uuid = root.findtext("cbc:UUID", namespaces=_UBL_NS)
+    if number != submission.number:
+        return Examined(problem="cbc:ID of the document differs from the submitted number")
+    if submission.uuid is None or (uuid or "").lower() != submission.uuid.lower():
+        return Examined(problem="cbc:UUID of the document differs from the submitted uuid")
+    tax_id = root.findtext("cac:AccountingCustomerParty/cac:Party/cac:PartyIdentification/"
+                           "cbc:ID", namespaces=_UBL_NS)
+    return Examined(tax_id)
 
 
 def _unavailable() -> JSONResponse:
@@ -277,111 +330,192 @@ async def _lose_response(request: Request, state: MockState) -> JSONResponse:
     return JSONResponse({"error": "response lost"}, status_code=500)
 
 
+def _state(request: Request) -> MockState:
+    state: MockState = request.app.state.mock
+    return state
+
+
+invoices = APIRouter()
+admin = APIRouter(prefix="/admin")
+
+
+@invoices.post("/invoices")
+async def submit(request: Request) -> JSONResponse:
+    """Accept a document under its number (or answer with the fault drawn for this call)."""
+    state = _state(request)
+    # Parsed here rather than by a FastAPI body parameter: a third of the CPU per request.
+    try:
+        body = await request.body()
+    except ClientDisconnect:
+        # The client went away mid-request (a killed worker): nothing arrived, nothing to do.
+        return JSONResponse({"error": "client disconnected"}, status_code=400)
+    try:
+        submission = Submission.model_validate_json(body)
+    except ValidationError as exc:
+        return _invalid(exc)
+    state.stats["posts"] += 1
+    state.posts_per_number[f"{submission.tenant}/{submission.number}"] += 1
+    if state.faults.down:
+        state.stats["down"] += 1
+        return _unavailable()
+    draws = state.draw()
+    if draws.latency_s:
+        await asyncio.sleep(draws.latency_s)
+    if draws.transient:
+        state.stats["transient"] += 1
+        return JSONResponse({"error": "temporarily unavailable"}, status_code=503)
+    refusal = _refusal(state, submission, draws)  # from here to accept(): no await
+    if refusal is not None:
+        return refusal
+    accepted = state.accept(submission)
+    state.stats["accepted"] += 1
+    if draws.lost:
+        state.stats["lost_response"] += 1
+        return await _lose_response(request, state)
+    return JSONResponse({"ref": accepted.ref}, status_code=201)
+
+
+def _refusal(state: MockState, submission: Submission, draws: Draws) -> JSONResponse | None:
+    """Why the submission is not accepted (409, 422), or None. Synchronous: the check and the
+    insert that follows it are atomic with respect to every other request.
+
+    A number already accepted answers 409 before any business check, so a resend of an accepted
+    document is always recognisable as "mine"; so does a UUID accepted under another number.
+    """
+    holder = state.holder(submission.tenant, submission.number)
+    if holder is not None:
+        state.stats["duplicate"] += 1
+        return _duplicate(holder, "number already accepted")
+    holder = state.uuid_holder(submission.tenant, submission.uuid)
+    if holder is not None:
+        state.stats["duplicate_uuid"] += 1
+        return _duplicate(holder, "uuid already accepted under another number")
+    examined = examine(submission)
+    if examined.problem is not None:
+        state.stats["rejected"] += 1
+        state.stats["rejected_document"] += 1
+        return JSONResponse({"reason": examined.problem}, status_code=422)
+    if examined.tax_id == REJECTED_TAX_ID:
+        state.stats["rejected"] += 1
+        state.stats["rejected_tax_id"] += 1
+        return JSONResponse({"reason": "invalid tax id"}, status_code=422)
+    if draws.reject:
+        state.stats["rejected"] += 1
+        return JSONResponse({"reason": state.reject_reason()}, status_code=422)
+    return None
+
+
+class _Answer(Exception):
+    """Raised by :func:`_looked_up` to answer a lookup without an entry (503 or 404)."""
+
+    def __init__(self, response: JSONResponse) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+async def _answer(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, _Answer)
+    return exc.response
+
+
+async def _looked_up(request: Request, find: Callable[[MockState], LedgerEntry | None]
+                     ) -> LedgerEntry:
+    """A lookup's ledger entry; raises _Answer with the answer instead (503 down or transient,
+    404 not there)."""
+    state = _state(request)
+    if state.faults.down:
+        state.stats["down"] += 1
+        raise _Answer(_unavailable())
+    draws = state.draw()
+    if draws.latency_s:
+        await asyncio.sleep(draws.latency_s)
+    state.stats["lookups"] += 1
+    if draws.transient:
+        state.stats["transient"] += 1
+        raise _Answer(JSONResponse({"error": "temporarily unavailable"}, status_code=503))
+    entry = find(state)
+    if entry is None:
+        state.stats["lookups_missing"] += 1
+        raise _Answer(JSONResponse({"error": "not found"}, status_code=404))
+    state.stats["lookups_found"] += 1
+    return entry
+
+
+@invoices.get("/invoices/{tenant}/by-uuid/{uuid}")
+async def lookup_uuid(request: Request, tenant: str, uuid: str) -> JSONResponse:
+    """The document accepted with this UUID, under whichever number."""
+    entry = await _looked_up(request, lambda state: state.uuid_holder(tenant, uuid))
+    return JSONResponse({"number": entry.number, "invoice_id": entry.invoice_id,
+                         "uuid": entry.uuid, "ref": entry.ref})
+
+
+@invoices.get("/invoices/{tenant}/{number}/document")
+async def document(request: Request, tenant: str, number: str) -> Response:
+    """The document exactly as accepted: XML for UBL-TR, JSON otherwise."""
+    entry = await _looked_up(request, lambda state: state.holder(tenant, number))
+    if isinstance(entry.document, str):
+        return Response(entry.document.encode(), media_type="application/xml")
+    return JSONResponse(entry.document)
+
+
+@invoices.get("/invoices/{tenant}/{number}")
+async def lookup(request: Request, tenant: str, number: str) -> JSONResponse:
+    """Whether ``number`` is accepted, and for which invoice."""
+    entry = await _looked_up(request, lambda state: state.holder(tenant, number))
+    return JSONResponse({"number": entry.number, "invoice_id": entry.invoice_id,
+                         "ref": entry.ref})
+
+
+@invoices.get("/ledger")
+async def ledger(request: Request) -> JSONResponse:
+    state = _state(request)
+    if state.faults.down:
+        state.stats["down"] += 1
+        return _unavailable()
+    return JSONResponse([entry.as_json() for entry in state.ledger.values()])
+
+
+@admin.get("/faults")
+async def get_faults(request: Request) -> JSONResponse:
+    return JSONResponse(_state(request).faults.model_dump(mode="json"))
+
+
+@admin.put("/faults")
+async def put_faults(request: Request, patch: FaultsPatch) -> JSONResponse:
+    state = _state(request)
+    changes = patch.model_dump(exclude_unset=True)
+    try:
+        # Validate the whole result before anything changes: a bad patch changes nothing.
+        updated = Faults.model_validate({**state.faults.model_dump(), **changes})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return JSONResponse({"detail": f"{where}: {first['msg']}"}, status_code=422)
+    state.faults = updated
+    log.info("mock_faults_changed", changed=sorted(changes))
+    return JSONResponse(state.faults.model_dump(mode="json"))
+
+
+@admin.get("/stats")
+async def stats(request: Request) -> JSONResponse:
+    return JSONResponse(_state(request).stats_json())
+
+
+@admin.post("/reset")
+async def reset(request: Request) -> JSONResponse:
+    state = _state(request)
+    state.reset()
+    return JSONResponse(state.stats_json())
+
+
 def create_app(faults: Faults | None = None, seed: int | None = None) -> FastAPI:
     """A mock integrator application with its own ledger (``app.state.mock``)."""
-    state = MockState(faults, seed)
     app = FastAPI(title="gapless mock integrator", docs_url=None, redoc_url=None,
                   openapi_url=None)
-    app.state.mock = state
-
-    @app.post("/invoices")
-    async def submit(request: Request) -> JSONResponse:
-        # Parsed here rather than by a FastAPI body parameter: a third of the CPU per request.
-        try:
-            body = await request.body()
-        except ClientDisconnect:
-            # The client went away mid-request (a killed worker): nothing arrived, nothing to do.
-            return JSONResponse({"error": "client disconnected"}, status_code=400)
-        try:
-            submission = Submission.model_validate_json(body)
-        except ValidationError as exc:
-            return _invalid(exc)
-        state.stats["posts"] += 1
-        state.posts_per_number[f"{submission.tenant}/{submission.number}"] += 1
-        if state.faults.down:
-            state.stats["down"] += 1
-            return _unavailable()
-        draws = state.draw()
-        if draws.latency_s:
-            await asyncio.sleep(draws.latency_s)
-        if draws.transient:
-            state.stats["transient"] += 1
-            return JSONResponse({"error": "temporarily unavailable"}, status_code=503)
-        # A number already accepted answers 409 before any business check, so a resend of an
-        # accepted document is always recognisable as "mine".
-        # From here to state.accept() there is no await: check-and-insert is atomic.
-        holder = state.holder(submission.tenant, submission.number)
-        if holder is not None:
-            state.stats["duplicate"] += 1
-            return _duplicate(holder)
-        if _tax_id(submission.document) == REJECTED_TAX_ID:
-            state.stats["rejected"] += 1
-            state.stats["rejected_tax_id"] += 1
-            return JSONResponse({"reason": "invalid tax id"}, status_code=422)
-        if draws.reject:
-            state.stats["rejected"] += 1
-            return JSONResponse({"reason": state.reject_reason()}, status_code=422)
-        accepted = state.accept(submission)
-        state.stats["accepted"] += 1
-        if draws.lost:
-            state.stats["lost_response"] += 1
-            return await _lose_response(request, state)
-        return JSONResponse({"ref": accepted.ref}, status_code=201)
-
-    @app.get("/invoices/{tenant}/{number}")
-    async def lookup(tenant: str, number: str) -> JSONResponse:
-        if state.faults.down:
-            state.stats["down"] += 1
-            return _unavailable()
-        draws = state.draw()
-        if draws.latency_s:
-            await asyncio.sleep(draws.latency_s)
-        state.stats["lookups"] += 1
-        if draws.transient:
-            state.stats["transient"] += 1
-            return JSONResponse({"error": "temporarily unavailable"}, status_code=503)
-        entry = state.holder(tenant, number)
-        if entry is None:
-            state.stats["lookups_missing"] += 1
-            return JSONResponse({"error": "not found"}, status_code=404)
-        state.stats["lookups_found"] += 1
-        return JSONResponse({"number": entry.number, "invoice_id": entry.invoice_id,
-                             "ref": entry.ref})
-
-    @app.get("/ledger")
-    async def ledger() -> JSONResponse:
-        if state.faults.down:
-            state.stats["down"] += 1
-            return _unavailable()
-        return JSONResponse([entry.as_json() for entry in state.ledger.values()])
-
-    @app.get("/admin/faults")
-    async def get_faults() -> JSONResponse:
-        return JSONResponse(state.faults.model_dump(mode="json"))
-
-    @app.put("/admin/faults")
-    async def put_faults(patch: FaultsPatch) -> JSONResponse:
-        changes = patch.model_dump(exclude_unset=True)
-        try:
-            # Validate the whole result before anything changes: a bad patch changes nothing.
-            updated = Faults.model_validate({**state.faults.model_dump(), **changes})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            return JSONResponse({"detail": f"{where}: {first['msg']}"}, status_code=422)
-        state.faults = updated
-        log.info("mock_faults_changed", changed=sorted(changes))
-        return JSONResponse(state.faults.model_dump(mode="json"))
-
-    @app.get("/admin/stats")
-    async def stats() -> JSONResponse:
-        return JSONResponse(state.stats_json())
-
-    @app.post("/admin/reset")
-    async def reset() -> JSONResponse:
-        state.reset()
-        return JSONResponse(state.stats_json())
-
+    app.state.mock = MockState(faults, seed)
+    app.add_exception_handler(_Answer, _answer)
+    app.include_router(invoices)
+    app.include_router(admin)
     return app
 
 
@@ -392,9 +526,9 @@ def _invalid(exc: ValidationError) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=422)
 
 
-def _duplicate(holder: LedgerEntry) -> JSONResponse:
-    return JSONResponse({"reason": "number already accepted", "tenant": holder.tenant,
-                         "number": holder.number, "invoice_id": holder.invoice_id,
+def _duplicate(holder: LedgerEntry, reason: str) -> JSONResponse:
+    return JSONResponse({"reason": reason, "tenant": holder.tenant, "number": holder.number,
+                         "invoice_id": holder.invoice_id, "uuid": holder.uuid,
                          "ref": holder.ref}, status_code=409)
 
 

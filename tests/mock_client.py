@@ -43,6 +43,13 @@ class MockIntegratorClient:
     def get(self, tenant: str, number: str) -> httpx.Response:
         return self._http.get(f"/invoices/{tenant}/{number}")
 
+    def document(self, tenant: str, number: str) -> httpx.Response:
+        """GET /invoices/{tenant}/{number}/document: the document exactly as accepted."""
+        return self._http.get(f"/invoices/{tenant}/{number}/document")
+
+    def by_uuid(self, tenant: str, uuid: str) -> httpx.Response:
+        return self._http.get(f"/invoices/{tenant}/by-uuid/{uuid}")
+
     def post(self, document: dict[str, Any]) -> httpx.Response:
         return self._http.post("/invoices", json=document)
 

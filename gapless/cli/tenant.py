@@ -1,0 +1,132 @@
+"""``gapless tenant set|show``: a tenant's issuer profile (the supplier party of its documents).
+
+A tenant with a profile gets UBL-TR 2.1 documents; one without keeps the message's JSON. ``set``
+adds a version when something changed (identical: nothing written); invoices already sealed keep
+the version they were sealed with.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gapless.cli.common import DatabaseUrlOption, run, settings_from
+from gapless.settings import Settings
+
+tenant_app = typer.Typer(help="Issuer profiles: who issues a tenant's documents.",
+                         no_args_is_help=True)
+
+TenantArgument = typer.Argument(..., metavar="TENANT", help="The tenant (company).")
+
+
+@tenant_app.command("set")
+def tenant_set(
+    tenant: str = TenantArgument,
+    tax_id: str = typer.Option(..., "--tax-id", help="VKN (10 digits) or TCKN (11 digits)."),
+    name: str = typer.Option(..., "--name", help="Registered name (title)."),
+    tax_office: str = typer.Option(..., "--tax-office", help="Tax office (vergi dairesi)."),
+    street: str = typer.Option(..., "--street", help="Street and number."),
+    district: str = typer.Option(..., "--district", help="District (ilçe)."),
+    city: str = typer.Option(..., "--city", help="City (il)."),
+    country: str = typer.Option("Türkiye", "--country", help="Country name."),
+    postal_zone: str | None = typer.Option(None, "--postal-zone", help="Postal code."),
+    email: str | None = typer.Option(None, "--email", help="Contact e-mail."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """Set the tenant's issuer profile: its documents become UBL-TR 2.1."""
+    from gapless.documents import IssuerError, build_issuer
+    from gapless.numbering import TENANT_RE
+
+    if not TENANT_RE.fullmatch(tenant):
+        raise typer.BadParameter(f"invalid tenant {tenant!r}: use 1-64 letters, digits, '.', "
+                                 "'_' or '-', starting with a letter or digit")
+    try:
+        issuer = build_issuer(tax_id=tax_id, name=name, tax_office=tax_office, street=street,
+                              district=district, city=city, country=country,
+                              postal_zone=postal_zone, email=email)
+    except IssuerError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    settings = settings_from(database_url=database_url)
+    version, problems = run(_set(settings, tenant, issuer))
+    if version is None:
+        typer.echo(f"tenant {tenant}: profile unchanged (identical to the one in force)")
+    else:
+        typer.echo(f"tenant {tenant}: profile version {version} in force; its invoices sealed "
+                   "from now on get UBL-TR 2.1 documents")
+    for problem in problems:
+        typer.echo(f"warning: {problem}; messages of that series will be dead-lettered",
+                   err=True)
+
+
+async def _set(settings: Settings, tenant: str, issuer: Any) -> tuple[int | None, list[str]]:
+    """Write the profile; also say which of the tenant's series cannot print GİB numbers."""
+    from gapless.db import make_engine
+    from gapless.numbering import gib_layout_problem, series_spec
+    from gapless.queries import numbering as nq
+    from gapless.tenants import set_profile
+
+    engine = make_engine(settings.database_url, actor="operator", pool_size=1)
+    try:
+        version = await set_profile(engine, tenant, issuer)
+        async with engine.connect() as conn:
+            rows = (await conn.execute(nq.LIST_SERIES, {"tenant": tenant, "code": None})).all()
+        specs = {row.code: series_spec(row) for row in rows}
+        problems = [problem for spec in specs.values()
+                    if (problem := gib_layout_problem(spec)) is not None]
+        return version, problems
+    finally:
+        await engine.dispose()
+
+
+@tenant_app.command("show")
+def tenant_show(
+    tenant: str | None = typer.Argument(None, metavar="[TENANT]",
+                                        help="One tenant (default: every tenant with a profile)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """The issuer profile in force (tax ids are shown: this is the operator's own data)."""
+    settings = settings_from(database_url=database_url)
+    profiles = run(_profiles(settings, tenant))
+    if tenant is not None and not profiles:
+        typer.echo(f"tenant {tenant}: no issuer profile (its documents are the message's JSON)")
+        raise typer.Exit(1)
+    if as_json:
+        typer.echo(json.dumps([_as_dict(p) for p in profiles], ensure_ascii=False, indent=2))
+        return
+    table = Table(title="issuer profiles", title_justify="left")
+    for column in ("tenant", "version", "tax id", "name", "tax office", "address", "e-mail"):
+        table.add_column(column, overflow="fold")
+    for profile in profiles:
+        issuer = profile.issuer
+        address = ", ".join(part for part in (issuer.street, issuer.district, issuer.city,
+                                              issuer.postal_zone, issuer.country) if part)
+        table.add_row(profile.tenant, str(profile.version), issuer.tax_id, issuer.name,
+                      issuer.tax_office, address, issuer.email or "-")
+    Console(width=120).print(table)
+
+
+def _as_dict(profile: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {"tenant": profile.tenant, "version": profile.version,
+            **asdict(profile.issuer), "created_at": profile.created_at.isoformat()}
+
+
+async def _profiles(settings: Settings, tenant: str | None) -> list[Any]:
+    from gapless.db import make_engine
+    from gapless.tenants import profiles_in_force
+
+    engine = make_engine(settings.database_url, actor="operator", pool_size=1)
+    try:
+        return await profiles_in_force(engine, tenant)
+    finally:
+        await engine.dispose()
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tenant_app, name="tenant")

@@ -1,0 +1,44 @@
+"""Legal documents: UBL-TR 2.1 e-Fatura / e-Arşiv invoices, pure functions (no I/O).
+
+A tenant with an issuer profile (:class:`Issuer`, set with ``gapless tenant set``) gets UBL-TR
+documents; one without keeps the message's JSON (:mod:`gapless.render`). The issuing flow calls:
+
+* :func:`check_ubl_inputs` — before a number is sealed: does the message have everything its
+  document needs (the customer's address, tax office or name, known unit codes, currency and VAT
+  rates…)? A refusal is a one-line reason naming the field; the message is dead-lettered.
+* :func:`render_ubl_tr` — once the number, the UUID (ETTN) and the seal moment are fixed: the
+  document's bytes, the same in every process (:data:`FORMAT` names the rendering).
+* :func:`build_issuer` — validates a profile (``gapless tenant set``).
+* :func:`summarize` — a few facts of a rendered document, for people.
+* :func:`is_gib_number` — whether a number has GİB's layout (``ABC2026000000001``).
+
+Amounts: :mod:`gapless.documents.amounts` (one rounding rule); code lists:
+:mod:`gapless.documents.codes`.
+"""
+
+from gapless.documents.parties import Issuer, IssuerError, build_issuer, valid_tckn
+from gapless.documents.ubl_tr import (
+    FORMAT,
+    MEDIA_TYPE,
+    PLACEHOLDER_NS,
+    VAT_RATES,
+    check_ubl_inputs,
+    is_gib_number,
+    render_ubl_tr,
+    summarize,
+)
+
+__all__ = [
+    "FORMAT",
+    "MEDIA_TYPE",
+    "PLACEHOLDER_NS",
+    "VAT_RATES",
+    "Issuer",
+    "IssuerError",
+    "build_issuer",
+    "check_ubl_inputs",
+    "is_gib_number",
+    "render_ubl_tr",
+    "summarize",
+    "valid_tckn",
+]

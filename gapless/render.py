@@ -1,0 +1,81 @@
+"""The document an invoice sends: its stored bytes on a resend, else rendered from the invoice.
+
+Rendering is a pure function of what the seal fixed — the stored payload, the number, the UUID,
+the seal moment in the series' time zone and the issuer profile version pinned on the invoice —
+so a process that re-renders an invoice whose first send crashed before its outcome was
+recorded (recovery, a lease takeover) produces the very bytes the first sender sent. Once an
+outcome is recorded the bytes are stored with it, and every later send sends those.
+
+* a tenant with an issuer profile (pinned ``profile_version``): UBL-TR 2.1 XML
+  (:func:`gapless.documents.render_ubl_tr`);
+* without one: the message's JSON, canonical (sorted keys, compact, UTF-8), so the bytes do not
+  depend on where the payload came from (the message or the database's jsonb).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from gapless.catalog import Catalog
+from gapless.documents import FORMAT as UBL_FORMAT
+from gapless.documents import check_ubl_inputs, render_ubl_tr
+from gapless.integrator.base import MEDIA_JSON, MEDIA_XML, Document
+from gapless.invoices import Sending
+from gapless.message import InvalidMessage, InvoiceMessage, validate_message
+
+JSON_FORMAT = "json/1"
+
+
+class RenderError(Exception):
+    """The invoice's document cannot be made from what is stored (its number is sealed: an
+    operator fixes the payload with ``gapless invoice retry --payload``, or voids it)."""
+
+
+def canonical_json(payload: dict[str, Any]) -> bytes:
+    """The JSON document of a tenant without an issuer profile (deterministic bytes)."""
+    return json.dumps(payload, ensure_ascii=False, sort_keys=True,
+                      separators=(",", ":")).encode()
+
+
+class Renderer:
+    """Makes the :class:`~gapless.integrator.base.Document` of an invoice under a lease."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    async def document(self, sending: Sending, message: InvoiceMessage | None = None) -> Document:
+        """The stored bytes if the invoice sent a document before, else a fresh rendering.
+
+        ``message``: the validated message when the caller has it and it *is* the stored payload
+        (the worker, for a draft it has just created), to save validating the payload again.
+        Raises RenderError when the stored payload cannot make the document.
+        """
+        stored = sending.document
+        if stored is not None:
+            return Document(sending.tenant, sending.number, sending.invoice_id, sending.uuid,
+                            stored.body, stored.media_type, stored.format, stored.sha256,
+                            stored=True)
+        if sending.profile_version is None:
+            body, media_type, fmt = canonical_json(sending.payload), MEDIA_JSON, JSON_FORMAT
+        else:
+            body, media_type, fmt = await self._ubl(sending, message), MEDIA_XML, UBL_FORMAT
+        return Document.of(tenant=sending.tenant, number=sending.number,
+                           invoice_id=sending.invoice_id, uuid=sending.uuid, body=body,
+                           media_type=media_type, format=fmt)
+
+    async def _ubl(self, sending: Sending, message: InvoiceMessage | None) -> bytes:
+        assert sending.profile_version is not None
+        profile = await self.catalog.profile(sending.tenant, sending.profile_version)
+        series = await self.catalog.series(sending.tenant, sending.series)
+        if series is None:  # invoices reference their series: it cannot be missing
+            raise RenderError(f"series {sending.series!r} of tenant {sending.tenant!r} is gone")
+        try:
+            parsed = message if message is not None else validate_message(sending.payload)
+            check_ubl_inputs(parsed, profile.issuer)
+        except InvalidMessage as exc:
+            raise RenderError(f"the stored message cannot make a UBL-TR document: "
+                              f"{exc.reason}") from exc
+        return render_ubl_tr(parsed, number=sending.number, uuid=uuid.UUID(sending.uuid),
+                             sealed_at=sending.sealed_at, tz=series.tz, issuer=profile.issuer)
