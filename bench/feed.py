@@ -8,11 +8,16 @@ reserve its number, take the SENDING lease, commit — two events per transactio
 databases built by the same migrations, in the same run, the variants interleaved in short
 slices so that background load hits every variant alike:
 
-* on     — the schema as migrated: each event gets its sequence_id at commit, under the commit
-           lock (`invoice_events_commit_lock`, held until the commit is visible);
-* events — history rows written, but the commit-order trigger disabled (no commit lock): splits
-           the cost between writing events and serialising commits;
-* off    — the event triggers disabled (no history rows at all): the baseline.
+* on     — the schema as migrated (version 0005): writers commit events without a position and
+           without a lock; a feed client in its own process follows the feed all along (every
+           50 ms when caught up), and its reads give the committed events their positions
+           (`gapless_feed_assign()`), so the cost of positioning is in the figure;
+* events — as migrated, but no feed client: the events are written and never positioned (the
+           cost of the history alone);
+* lock   — the previous design, the schema at version 0004: each event gets its sequence_id at
+           commit under the commit lock (`invoice_events_commit_lock`, held until the commit is
+           visible); the same kind of feed client follows it;
+* off    — the history trigger disabled (no events, no feed at all): the baseline.
 
 Feed read throughput: events per second through ``GET /v1/events?limit=L`` following ``next``
 from cursor 0 to the end, against a ``gapless api`` subprocess over real HTTP on 127.0.0.1, next to
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import re
 import secrets
@@ -34,8 +40,9 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -50,23 +57,30 @@ from gapless.constants import dead_exchange_name, dead_queue_name
 from gapless.db import make_engine
 from gapless.feed import events_after
 from gapless.invoices import claim_for_sending
+from gapless.migrations import downgrade
 from gapless.numbering import add_series, build_series_spec
 from gapless.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("on", "events", "off")
+VARIANTS = ("on", "events", "lock", "off")
 #: How each variant differs from the migrated schema (bench databases only).
 VARIANT_DDL = {
     "on": [],
-    "events": ["ALTER TABLE invoice_events DISABLE TRIGGER invoice_events_sequence_trigger"],
-    "off": ["ALTER TABLE invoices DISABLE TRIGGER invoices_history",
-            "ALTER TABLE invoice_events DISABLE TRIGGER invoice_events_sequence_trigger"],
+    "events": [],  # as migrated, but no feed client: events are written, never positioned
+    "lock": [],    # downgraded to schema version 0004 instead (see prepare)
+    "off": ["ALTER TABLE invoices DISABLE TRIGGER invoices_history"],
 }
+#: The schema version of the previous design (positions given at commit, under a lock).
+LOCK_REVISION = "0004"
+#: The feed client's pause when it has caught up (a downstream client's poll interval).
+POLL_INTERVAL_S = 0.05
 SERIES = [f"SR{chr(ord('A') + i)}" for i in range(8)]  # SRA … SRH
 FEED_SERIES = "FED"
 
 
 def prepare(url: str, variant: str) -> None:
+    if variant == "lock":
+        downgrade(url, LOCK_REVISION)
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         for statement in VARIANT_DDL[variant]:
             conn.execute(statement)
@@ -104,6 +118,45 @@ class Drafts:
             if self.used[key] > self.made[key]:
                 raise RuntimeError("bench ran out of drafts; raise the estimate")
             yield f"{series}-{self.used[key]}"
+
+
+def follow_feed(url: str, positions: bool, stop: Any) -> None:
+    """A feed client in its own process: pages of 500 after its cursor until caught up, then a
+    pause; with ``positions`` it first gives committed events their positions, as the feed does
+    (schema 0005). Runs until ``stop`` is set."""
+    cursor = 0
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        while not stop.is_set():
+            if positions:
+                conn.execute("SELECT gapless_feed_assign()")
+            rows = conn.execute(FEED_PAGE, (cursor,)).fetchall()
+            if rows:
+                cursor = rows[-1][0]
+            if len(rows) < 500:
+                time.sleep(POLL_INTERVAL_S)
+
+
+FEED_PAGE = """SELECT sequence_id, invoice_id, tenant, series, kind, from_status, to_status,
+                      number, attempts, detail, actor, created_at
+                 FROM invoice_events
+                WHERE sequence_id IS NOT NULL AND sequence_id > %s
+                ORDER BY sequence_id LIMIT 500"""
+
+
+@contextmanager
+def feed_clients(urls: dict[str, str]) -> Iterator[None]:
+    """One feed client per variant that has a feed, for the whole claim benchmark."""
+    stop = multiprocessing.Event()
+    clients = [multiprocessing.Process(target=follow_feed, args=(urls[v], v == "on", stop),
+                                       daemon=True) for v in ("on", "lock")]
+    for client in clients:
+        client.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for client in clients:
+            client.join(timeout=30)
 
 
 async def claims(engine: AsyncEngine, url: str, drafts: Drafts, connections: int,
@@ -153,7 +206,7 @@ async def reservation_bench(urls: dict[str, str], levels: list[int], series_leve
                 lats: dict[str, list[float]] = defaultdict(list)
                 turn = 0
                 while min(spent[v] for v in VARIANTS) < seconds:
-                    order = VARIANTS[turn % 3:] + VARIANTS[:turn % 3]
+                    order = VARIANTS[turn % len(VARIANTS):] + VARIANTS[:turn % len(VARIANTS)]
                     if turn % 2:
                         order = tuple(reversed(order))
                     for v in order:
@@ -167,8 +220,10 @@ async def reservation_bench(urls: dict[str, str], levels: list[int], series_leve
                 print(f"  connections {n} series {s}: " + ", ".join(
                     f"{v} {rate[v]:,.0f}/s" for v in VARIANTS), file=sys.stderr)
                 rows.append([
-                    n, s, f"{rate['off']:,.0f}", f"{rate['events']:,.0f}", f"{rate['on']:,.0f}",
-                    f"{rate['events'] / rate['off']:.2f}", f"{rate['on'] / rate['off']:.2f}",
+                    n, s, f"{rate['off']:,.0f}", f"{rate['events']:,.0f}",
+                    f"{rate['lock']:,.0f}", f"{rate['on']:,.0f}",
+                    f"{rate['events'] / rate['off']:.2f}", f"{rate['lock'] / rate['off']:.2f}",
+                    f"{rate['on'] / rate['off']:.2f}", f"{rate['on'] / rate['events']:.2f}",
                     f"{median(lats['off']):.2f} / {percentile(lats['off'], 0.99):.2f}",
                     f"{median(lats['on']):.2f} / {percentile(lats['on'], 0.99):.2f}",
                 ])
@@ -250,7 +305,7 @@ def sql_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
             done: dict[str, float] = defaultdict(float)
             spent: dict[str, float] = defaultdict(float)
             for turn in range(rounds):
-                order = VARIANTS[turn % 3:] + VARIANTS[:turn % 3]
+                order = VARIANTS[turn % len(VARIANTS):] + VARIANTS[:turn % len(VARIANTS)]
                 for v in order:
                     count, elapsed = pgbench_slice(binary, urls[v], script, n, slice_s)
                     done[v] += count
@@ -259,8 +314,10 @@ def sql_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
             print(f"  pgbench connections {n} series {s}: " + ", ".join(
                 f"{v} {rate[v]:,.0f}/s" for v in VARIANTS), file=sys.stderr)
             rows.append([n, s, f"{rate['off']:,.0f}", f"{rate['events']:,.0f}",
-                         f"{rate['on']:,.0f}", f"{rate['events'] / rate['off']:.2f}",
-                         f"{rate['on'] / rate['off']:.2f}"])
+                         f"{rate['lock']:,.0f}", f"{rate['on']:,.0f}",
+                         f"{rate['events'] / rate['off']:.2f}",
+                         f"{rate['lock'] / rate['off']:.2f}", f"{rate['on'] / rate['off']:.2f}",
+                         f"{rate['on'] / rate['events']:.2f}"])
     return rows
 
 
@@ -398,25 +455,27 @@ def main() -> None:
         for variant, url in urls.items():
             prepare(url, variant)
             asyncio.run(_define_series(url))
-        reservation_rows = asyncio.run(reservation_bench(
-            urls, levels, series_levels, args.seconds, args.slice, args.estimate))
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        sql_rows = sql_bench(urls, levels, series_levels, args.seconds, args.pg_estimate,
-                             workdir)
+        with feed_clients(urls):
+            reservation_rows = asyncio.run(reservation_bench(
+                urls, levels, series_levels, args.seconds, args.slice, args.estimate))
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            sql_rows = sql_bench(urls, levels, series_levels, args.seconds, args.pg_estimate,
+                                 workdir)
         total = asyncio.run(fill_events(urls["on"], args.read_events))
         read_rows = read_bench(urls["on"], total, args.read_repeats)
 
     print(f"machine: {machine()}; {args.seconds:g} s per variant and cell, in interleaved "
           f"{args.slice:g} s slices; claim = the worker's reservation transaction "
           "(claim_for_sending), 2 events each")
-    print_table("Claims per second, feed off / events only / feed on (higher is better); "
-                "latency ms median / p99",
-                ["connections", "series", "off/s", "events only/s", "on/s", "events ÷ off",
-                 "on ÷ off", "off latency", "on latency"], reservation_rows)
+    print_table("Claims per second: no history / history without a feed / previous feed "
+                "design (commit lock) / feed on (higher is better); latency ms median / p99",
+                ["connections", "series", "off/s", "events/s", "lock/s", "on/s",
+                 "events ÷ off", "lock ÷ off", "on ÷ off", "on ÷ events", "off latency",
+                 "on latency"], reservation_rows)
     if sql_rows is not None:
         print_table("The same claim as plain SQL under pgbench (no Python client; claims/s)",
-                    ["connections", "series", "off/s", "events only/s", "on/s",
-                     "events ÷ off", "on ÷ off"], sql_rows)
+                    ["connections", "series", "off/s", "events/s", "lock/s", "on/s",
+                     "events ÷ off", "lock ÷ off", "on ÷ off", "on ÷ events"], sql_rows)
     print_table("Feed read throughput, following `next` from cursor 0 (events/s)",
                 ["limit", "events", "SQL events_after/s", "HTTP GET /v1/events/s",
                  "HTTP ÷ SQL", "ms per HTTP page"], read_rows)

@@ -1,31 +1,46 @@
 """The commit-ordered event feed: "everything after cursor N", for pollers that must miss nothing.
 
-Every invoice state change writes an ``invoice_events`` row (the history trigger), and the row's
-``sequence_id`` is assigned when its transaction commits, under the commit lock, so ids grow in
-commit order and the lock is only released once the commit is visible (schema/sql/0001). A reader
-that has seen id N can therefore never later find a committed row below N: a client that keeps
-asking for ``sequence_id > last id seen`` sees every event exactly once (I6), however writers
-interleave. Ids may have holes (a transaction that rolled back after taking its id); a cursor only
-ever moves forward over them.
+Every invoice state change writes an ``invoice_events`` row (the history trigger). Writers commit
+it without a position and without any lock, so they never wait for each other. Its ``sequence_id``
+is given afterwards by :func:`position_events` (``gapless_feed_assign()``, schema/sql/0005): the
+committed events still waiting, numbered on from the largest position given, in insertion order,
+in one short transaction under a lock that only position-givers take and that is released only
+once the batch is visible. A reader that has seen position N can therefore never later find a
+position below N: a client that keeps asking for ``sequence_id > last id seen`` sees every event
+exactly once (I6), however writers interleave and whatever order they commit in. An invoice's own
+events keep their causal order (a transaction that changed it after another committed inserted
+its events later). Positions are dense.
 
-Reading takes no lock and never waits for writers.
+:func:`events_after` positions what is waiting, then reads; the read takes no lock.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gapless.db import is_lock_timeout
 from gapless.errors import InvalidFeedRequest
 from gapless.queries import feed as q
+
+log = structlog.get_logger("gapless.feed")
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
 #: sequence_id is a bigint; a larger cursor can only be a client bug.
 MAX_CURSOR = 2**63 - 1
+#: Events positioned per call of :func:`position_events` (one transaction).
+ASSIGN_BATCH = 10_000
+#: How long a reader waits for another position-giver before reading what is already positioned.
+ASSIGN_WAIT_MS = 250
+#: How often the API positions waiting events when nobody polls (sequence_id filled in for SQL
+#: readers of invoice_events within about this long of a commit).
+POSITION_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -68,24 +83,69 @@ def iso_utc(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+async def position_events(conn: AsyncConnection, *, wait_ms: int = ASSIGN_WAIT_MS,
+                          batch: int = ASSIGN_BATCH) -> int:
+    """Give the committed events still waiting their feed positions; how many got one.
+
+    Runs in a transaction of its own on ``conn`` (which must have none open) and commits it, so the
+    positions are visible when this returns. Nothing waiting: one index probe, no lock, no write.
+    If another session holds the position lock for longer than ``wait_ms`` this gives up and
+    returns 0: what that session positions appears as soon as it commits.
+    """
+    try:
+        async with conn.begin():
+            done = (await conn.execute(q.ASSIGN, {"wait_ms": wait_ms, "batch": batch})).one().done
+    except Exception as exc:
+        if not is_lock_timeout(exc):
+            raise
+        log.debug("feed_position_lock_busy", wait_ms=wait_ms)
+        return 0
+    return int(done)
+
+
+async def keep_positioning(engine: AsyncEngine,
+                           interval: float = POSITION_INTERVAL_S) -> None:
+    """Position waiting events every ``interval`` seconds until cancelled (``gapless api`` runs
+    it). A failed round (database away) is logged once and retried on the next."""
+    failing = False
+    while True:
+        try:
+            async with engine.connect() as conn:
+                await position_events(conn)
+        except Exception as exc:  # any failure: the next round retries
+            if not failing:
+                log.warning("feed_positioning_failed", error=type(exc).__name__)
+            failing = True
+        else:
+            if failing:
+                log.info("feed_positioning_resumed")
+            failing = False
+        await asyncio.sleep(interval)
+
+
 async def events_after(conn: AsyncConnection, cursor: int, limit: int,
                        tenant: str | None = None) -> list[FeedEvent]:
     """Committed events with ``sequence_id > cursor``, oldest first, at most ``limit``.
 
-    With ``tenant`` only that tenant's events. Rows of transactions still in flight are not
-    returned (they have no ``sequence_id`` yet, and are invisible anyway); they will appear above
-    any id this call returns. One statement, one snapshot; no lock.
+    With ``tenant`` only that tenant's events. Positions what is waiting first
+    (:func:`position_events`), then reads in one statement, one snapshot, no lock. ``conn`` must
+    have no transaction open; none is left open. Events of transactions still in flight are not
+    returned (they are invisible, and have no position yet); they will appear above any position
+    this call returns.
     """
     check_cursor(cursor)
     check_limit(limit)
+    await position_events(conn)
     params: dict[str, Any] = {"cursor": cursor, "limit": limit}
-    if tenant is None:
-        result = await conn.execute(q.EVENTS_AFTER, params)
-    else:
-        result = await conn.execute(q.TENANT_EVENTS_AFTER, {**params, "tenant": tenant})
+    async with conn.begin():
+        if tenant is None:
+            result = await conn.execute(q.EVENTS_AFTER, params)
+        else:
+            result = await conn.execute(q.TENANT_EVENTS_AFTER, {**params, "tenant": tenant})
+        rows = result.all()
     return [FeedEvent(row.sequence_id, row.invoice_id, row.tenant, row.series, row.kind,
                       row.from_status, row.to_status, row.number, row.attempts, row.detail,
-                      row.actor, row.created_at) for row in result]
+                      row.actor, row.created_at) for row in rows]
 
 
 def check_cursor(cursor: int) -> int:

@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     SmallInteger,
@@ -22,7 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
 
 metadata = MetaData()
 TZ = TIMESTAMP(timezone=True)
@@ -58,6 +59,7 @@ number_counters = Table(
     Column("last_no", BigInteger, nullable=False),
     Column("created_at", TZ, nullable=False, server_default=text("now()")),
     Column("updated_at", TZ, nullable=False, server_default=text("now()")),
+    Column("last_at", TZ),
     PrimaryKeyConstraint("tenant", "series", "period_key", name="number_counters_pkey"),
     ForeignKeyConstraint(["tenant", "series"], ["series.tenant", "series.code"],
                          name="number_counters_series_fkey"),
@@ -85,7 +87,11 @@ invoices = Table(
     Column("created_at", TZ, nullable=False, server_default=text("now()")),
     Column("updated_at", TZ, nullable=False, server_default=text("now()")),
     Column("issued_at", TZ),
+    Column("uuid", UUID(as_uuid=True), nullable=False, server_default=text("gen_random_uuid()")),
+    Column("profile_version", Integer),
+    Column("document_sha256", Text),
     UniqueConstraint("invoice_id", name="invoices_invoice_id_key"),
+    UniqueConstraint("uuid", name="invoices_uuid_key"),
     ForeignKeyConstraint(["tenant", "series"], ["series.tenant", "series.code"],
                          name="invoices_series_fkey"),
     Index("invoices_counter_no_key", "tenant", "series", "period_key", "reserved_no",
@@ -114,16 +120,62 @@ invoice_events = Table(
     Column("detail", Text),
     Column("actor", Text, nullable=False, server_default=text("'sql'")),
     Column("created_at", TZ, nullable=False, server_default=text("now()")),
-    UniqueConstraint("sequence_id", name="invoice_events_sequence_id_key"),
+    Column("document_sha256", Text),
+    Index("invoice_events_sequence_id_key", "sequence_id", unique=True,
+          postgresql_where=text("sequence_id IS NOT NULL")),
     Index("invoice_events_invoice_pk_idx", "invoice_pk"),
-    Index("invoice_events_tenant_sequence_idx", "tenant", "sequence_id"),
+    Index("invoice_events_tenant_sequence_idx", "tenant", "sequence_id",
+          postgresql_where=text("sequence_id IS NOT NULL")),
+    Index("invoice_events_unpositioned_idx", "id", postgresql_where=text("sequence_id IS NULL")),
 )
 
-invoice_events_commit_lock = Table("invoice_events_commit_lock", metadata)
+#: The feed's one row (the floor of positions); locked by gapless_feed_assign() while it gives
+#: committed events their positions.
+invoice_events_feed = Table(
+    "invoice_events_feed", metadata,
+    Column("one_row", Boolean, primary_key=True, server_default=text("true")),
+    Column("floor", BigInteger, nullable=False, server_default=text("0")),
+    CheckConstraint("one_row", name="invoice_events_feed_one_row"),
+    CheckConstraint("floor >= 0", name="invoice_events_feed_floor_nonnegative"),
+)
+
+tenant_profiles = Table(
+    "tenant_profiles", metadata,
+    Column("tenant", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("tax_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("tax_office", Text, nullable=False),
+    Column("street", Text, nullable=False),
+    Column("district", Text, nullable=False),
+    Column("city", Text, nullable=False),
+    Column("country", Text, nullable=False, server_default=text("'Türkiye'")),
+    Column("postal_zone", Text),
+    Column("email", Text),
+    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("tenant", "version", name="tenant_profiles_pkey"),
+    CheckConstraint("version > 0", name="tenant_profiles_version_positive"),
+    CheckConstraint("tax_id ~ '^[0-9]{10,11}$'", name="tenant_profiles_tax_id_digits"),
+)
+
+invoice_documents = Table(
+    "invoice_documents", metadata,
+    Column("invoice_pk", BigInteger, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("media_type", Text, nullable=False),
+    Column("format", Text, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("invoice_pk", "sha256", name="invoice_documents_pkey"),
+    ForeignKeyConstraint(["invoice_pk"], ["invoices.id"], name="invoice_documents_invoice_fkey"),
+    CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="invoice_documents_sha256_hex"),
+)
 
 #: SQL functions the code (and producers in other frameworks) call.
 EXPECTED_FUNCTIONS = frozenset({
     "gapless_next_id", "gapless_period_key", "gapless_render", "format_number", "next_number",
-    "preview_number", "reserve_number", "gapless_event_sequence", "gapless_event_immutable",
+    "preview_number", "reserve_number", "gapless_feed_assign", "gapless_event_immutable",
     "gapless_invoice_guard", "gapless_invoice_history", "claim_invoice",
+    "gapless_seal", "gapless_profile_version", "gapless_take", "gapless_claim_row",
+    "intake_invoice", "gapless_append_only", "gapless_durable_commit",
 })

@@ -1,13 +1,37 @@
-"""The commit-ordered event feed: reading ``invoice_events`` by ``sequence_id``.
+"""The commit-ordered event feed: positioning committed events, reading them by ``sequence_id``.
 
-``sequence_id`` is assigned at commit, one transaction at a time, under the commit lock
-(``invoice_events_commit_lock``, see schema/sql/0001_initial.up.sql); the lock is released only
-after the commit is visible. So once a reader sees ``sequence_id`` N, every committed row below N is
-visible to it too, and ``sequence_id > :cursor`` never skips a row that commits later.
-These statements only read: no locks beyond the snapshot, and they never wait for writers.
+Writers commit events without a position and without a lock. ``gapless_feed_assign()``
+(schema/sql/0005) gives the committed ones their positions afterwards, a batch at a time, under
+``invoice_events_feed``, which only it takes and which is released only after the batch is
+visible. So once a reader sees ``sequence_id`` N, every position below N is visible to it too, and
+``sequence_id > :cursor`` never skips an event that is positioned later.
+The page statements only read: no locks beyond the snapshot, and they never wait for writers.
 """
 
 from sqlalchemy import text
+
+#: Position the committed events still waiting (at most :batch), in a transaction of its own, and
+#: say how many. Waits at most :wait_ms for another position-giver; never for a writer.
+ASSIGN = text("""
+    SELECT set_config('lock_timeout', :wait_ms || 'ms', true), gapless_feed_assign(:batch) AS done
+""")
+
+#: What the feed is waiting for (gapless status, docs/api.md): committed events without a position
+#: yet, and the session that holds the position lock, if any, with how long it has held it.
+BACKLOG = text("""
+    SELECT (SELECT count(*) FROM invoice_events WHERE sequence_id IS NULL) AS waiting,
+           (SELECT max(sequence_id) FROM invoice_events) AS top,
+           holder.pid AS holder_pid,
+           extract(epoch FROM now() - holder.xact_start)::float8 AS holder_s,
+           holder.state AS holder_state
+      FROM (SELECT 1) AS one
+      LEFT JOIN LATERAL (
+            SELECT a.pid, a.xact_start, a.state
+              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'relation' AND l.granted
+               AND l.relation = 'invoice_events_feed'::regclass
+             LIMIT 1) AS holder ON true
+""")
 
 _COLUMNS = """sequence_id, invoice_id, tenant, series, kind, from_status, to_status, number,
            attempts, detail, actor, created_at"""

@@ -8,7 +8,7 @@ import asyncio
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gapless.feed import MAX_LIMIT
+from gapless.feed import MAX_LIMIT, events_after, position_events
 from gapless.integrator.base import Receipt
 from gapless.invoices import (
     Draft,
@@ -73,13 +73,15 @@ async def feed_api(api_servers: ApiServers, engine: AsyncEngine) -> AsyncIterato
 
 async def insert_draft(conn: AsyncConnection, invoice_id: str, tenant: str = "acme",
                        series: str = "ABC") -> None:
-    await conn.execute(qi.INSERT_DRAFT, {"invoice_id": invoice_id, "tenant": tenant,
+    await conn.exec_driver_sql(qi.UPSERT_DRAFT, {"invoice_id": invoice_id, "tenant": tenant,
                                          "series": series, "priority": 1, "payload": "{}"})
 
 
 async def table(engine: AsyncEngine) -> list[dict[str, Any]]:
-    """The whole invoice_events table in sequence_id order, as the feed renders it."""
+    """The whole invoice_events table in sequence_id order, as the feed renders it (every
+    committed event positioned first)."""
     async with engine.connect() as conn:
+        await position_events(conn)
         rows = await conn.execute(text(
             f"SELECT {', '.join(FEED_COLUMNS)} FROM invoice_events "
             "ORDER BY sequence_id"))
@@ -242,13 +244,32 @@ class Writer:
             await mark_error(self.engine, claim.sending, "integrator down", None)
 
 
+class SqlPoller:
+    """A second kind of feed client: ``events_after`` on its own connection. Every poller also
+    gives positions, so position-givers race each other as well as the writers."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.cursor = 0
+        self.seen: list[dict[str, Any]] = []
+
+    async def poll_once(self) -> bool:
+        async with self.engine.connect() as conn:
+            page = await events_after(conn, self.cursor, 50)
+        self.seen.extend(e.as_json() for e in page)
+        if page:
+            self.cursor = page[-1].sequence_id
+        return len(page) < 50
+
+
 @pytest.mark.slow
-async def test_soak_poller_sees_exactly_the_table_in_order(feed_api: Feed,
-                                                           engine: AsyncEngine) -> None:
+async def test_soak_pollers_see_exactly_the_table_in_order(feed_api: Feed,
+                                                            engine: AsyncEngine) -> None:
     deadline = time.monotonic() + SOAK_SECONDS
     writers = [Writer(engine, i, deadline) for i in range(WRITERS)]
     collected: list[dict[str, Any]] = []
     url = f"{feed_api.start}?limit=50"
+    sql_pollers = [SqlPoller(engine) for _ in range(2)]
 
     async def poll_once() -> bool:
         """One request; True when the poller is caught up (no next page)."""
@@ -258,23 +279,32 @@ async def test_soak_poller_sees_exactly_the_table_in_order(feed_api: Feed,
         url = page["next"] or page["poll_more"]
         return page["next"] is None
 
-    async def poller(stop: asyncio.Event) -> None:
+    async def poller(stop: asyncio.Event, once: Callable[[], Awaitable[bool]]) -> None:
         while not stop.is_set():
-            if await poll_once():
+            if await once():
                 # Poll cadence of a downstream client, not a synchronisation.
                 await asyncio.sleep(0.02)
 
     stop = asyncio.Event()
-    polling = asyncio.create_task(poller(stop))
+    polling = [asyncio.create_task(poller(stop, once))
+               for once in (poll_once, *(p.poll_once for p in sql_pollers))]
     await asyncio.gather(*(writer.run() for writer in writers))
     stop.set()
-    await polling
-    while not await poll_once():  # the writers are done: drain to the end
-        pass
+    await asyncio.gather(*polling)
+    for once in (poll_once, *(p.poll_once for p in sql_pollers)):
+        while not await once():  # the writers are done: drain to the end
+            pass
 
     final = await table(engine)
-    assert [e["sequence_id"] for e in collected] == sorted({e["sequence_id"] for e in collected})
-    assert comparable(collected) == comparable(final)
+    for seen in (collected, *(p.seen for p in sql_pollers)):
+        assert [e["sequence_id"] for e in seen] == sorted({e["sequence_id"] for e in seen})
+        assert comparable(seen) == comparable(final)
+    # Each invoice's history is in causal order along the feed: every event starts where the
+    # invoice's previous one ended.
+    last: dict[str, str] = {}
+    for event in final:
+        assert event["from_status"] == last.get(event["invoice_id"]), event
+        last[event["invoice_id"]] = event["to_status"]
     # The run really exercised the hazard: plenty of events, rollbacks, and commits in another
     # order than the events were written (insertion id order disagrees with sequence_id order).
     assert len(final) > 300

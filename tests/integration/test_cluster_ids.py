@@ -73,9 +73,10 @@ def test_rows_of_two_regions_copy_into_one_database(regional: dict[int, str]) ->
                             target.cursor().copy(f"COPY {table} FROM STDIN") as into:
                         for chunk in out:
                             into.write(chunk)
+        target.commit()
         # Feed positions are local to a database: the target gives merged events its own.
-        target.execute("UPDATE invoice_events SET sequence_id = "
-                       "nextval('invoice_events_sequence_id_seq') WHERE sequence_id IS NULL")
+        target.execute("SET session_replication_role = DEFAULT")
+        positioned = target.execute("SELECT gapless_feed_assign()").fetchone()
         target.commit()
         counts = target.execute(
             "SELECT count(*), count(DISTINCT id) FROM invoices").fetchone()
@@ -87,6 +88,7 @@ def test_rows_of_two_regions_copy_into_one_database(regional: dict[int, str]) ->
     assert clusters == [1, 2]
     assert events is not None
     assert events[0] == events[1] > 0
+    assert positioned == (events[0],)
 
 
 def test_a_process_whose_cluster_id_disagrees_refuses_to_start(regional: dict[int, str]) -> None:

@@ -1,12 +1,14 @@
 """The commit-ordered feed at the SQL level, with real concurrent transactions (I6).
 
 Transactions are ordered with explicit steps on separate connections (each its own PostgreSQL
-backend), never with sleeps; a blocked commit is observed in pg_locks.
+backend), never with sleeps; a blocked position-giver is observed in pg_locks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -17,6 +19,7 @@ from gapless.errors import InvalidFeedRequest
 from gapless.feed import MAX_CURSOR, MAX_LIMIT, FeedEvent, events_after, parse_cursor, parse_limit
 from gapless.invoices import Draft, claim_for_sending, upsert_draft
 from gapless.numbering import add_series, build_series_spec
+from gapless.queries import feed as q_feed
 from gapless.queries import invoices as qi
 from tests.helpers import await_until
 
@@ -29,7 +32,7 @@ async def define(engine: AsyncEngine, tenant: str = "acme", code: str = "ABC") -
 async def insert_draft(conn: AsyncConnection, invoice_id: str, tenant: str = "acme",
                        series: str = "ABC") -> None:
     """The worker's draft insert, inside the caller's (open) transaction."""
-    await conn.execute(qi.INSERT_DRAFT, {"invoice_id": invoice_id, "tenant": tenant,
+    await conn.exec_driver_sql(qi.UPSERT_DRAFT, {"invoice_id": invoice_id, "tenant": tenant,
                                          "series": series, "priority": 1, "payload": "{}"})
 
 
@@ -53,7 +56,7 @@ async def test_late_commit_of_an_early_insert_is_not_skipped(engine: AsyncEngine
     async with engine.connect() as a, engine.connect() as b:
         await a.begin()
         await insert_draft(a, "inv-a")
-        # Inside A the event exists but has no position yet: it gets one at commit.
+        # Inside A the event exists but has no position yet: it gets one after A commits.
         own = (await a.execute(text(
             "SELECT id, sequence_id FROM invoice_events WHERE invoice_id = 'inv-a'"))).one()
         assert own.sequence_id is None
@@ -80,52 +83,139 @@ async def test_late_commit_of_an_early_insert_is_not_skipped(engine: AsyncEngine
     assert own.id == ids["inv-a"]
 
 
-async def test_a_commit_waits_for_the_commit_lock_and_is_ordered_after_its_holder(
-        engine: AsyncEngine) -> None:
-    """The commit lock directly: while A holds it (its sequence trigger has run), B's COMMIT
-    waits; a poller sees neither; once A commits, B's commit completes with a higher id."""
+async def hold_feed_lock(conn: AsyncConnection) -> None:
+    """Take the position lock in ``conn``'s open transaction, as a position-giver does."""
+    await conn.execute(text("LOCK TABLE invoice_events_feed IN EXCLUSIVE MODE"))
+
+
+async def test_writers_never_wait_for_the_feed_nor_for_each_other(engine: AsyncEngine) -> None:
+    """While a position-giver holds the feed lock and another writer's transaction is open, a
+    writer commits at once; a reader does not hang either (it reads what is positioned). Once
+    the lock is free, the next poll positions and returns the committed event."""
     await define(engine)
-    async with engine.connect() as a, engine.connect() as b:
+    async with engine.connect() as holder, engine.connect() as a, engine.connect() as b:
+        await holder.begin()
+        await hold_feed_lock(holder)
         await a.begin()
         await insert_draft(a, "inv-a")
-        # Fire A's deferred sequence trigger now: it takes the commit lock until A ends.
-        await a.execute(text("SET CONSTRAINTS invoice_events_sequence_trigger IMMEDIATE"))
-        a_seq = (await a.execute(text(
-            "SELECT sequence_id FROM invoice_events WHERE invoice_id = 'inv-a'"))).scalar_one()
-        assert a_seq is not None
 
         await b.begin()
         await insert_draft(b, "inv-b")
-        b_pid = (await b.execute(text("SELECT pg_backend_pid()"))).scalar_one()
-        b_commit = asyncio.create_task(b.commit())
-        await await_until(lambda: backend_waits_for_lock(engine, b_pid), 10,
-                          message="B's commit to wait for the commit lock")
-        assert not b_commit.done()
-        assert await poll(engine, 0) == []
+        await asyncio.wait_for(b.commit(), 10)  # would hang if writers took any shared lock
 
+        assert await asyncio.wait_for(poll(engine, 0), 10) == []  # gave up on the lock
+        await holder.rollback()
+        assert [e.invoice_id for e in await poll(engine, 0)] == ["inv-b"]
         await a.commit()
-        await asyncio.wait_for(b_commit, 10)
+    assert [e.invoice_id for e in await poll(engine, 0)] == ["inv-b", "inv-a"]
+
+
+async def test_a_position_giver_waits_for_another_and_numbers_above_its_batch(
+        engine: AsyncEngine) -> None:
+    """Position-givers take turns: while L1's batch is uncommitted, L2 waits for the lock and a
+    poller sees neither batch; L1 commits, L2 numbers the rest above L1's batch."""
+    await define(engine)
+    async with engine.begin() as conn:
+        await insert_draft(conn, "first")
+    async with engine.connect() as l1, engine.connect() as l2:
+        await l1.begin()
+        assert (await l1.execute(text("SELECT gapless_feed_assign()"))).scalar_one() == 1
+        async with engine.begin() as conn:
+            await insert_draft(conn, "second")
+
+        await l2.begin()
+        l2_pid = (await l2.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        l2_assign = asyncio.create_task(l2.execute(text("SELECT gapless_feed_assign()")))
+        await await_until(lambda: backend_waits_for_lock(engine, l2_pid), 10,
+                          message="L2 to wait for the position lock")
+        assert not l2_assign.done()
+        async with engine.connect() as reader:  # a plain read: L1's batch is not visible yet
+            assert (await reader.execute(q_feed.EVENTS_AFTER,
+                                         {"cursor": 0, "limit": 10})).all() == []
+
+        await l1.commit()
+        assert (await asyncio.wait_for(l2_assign, 10)).scalar_one() == 1
+        await l2.commit()
 
     events = await poll(engine, 0)
-    assert [e.invoice_id for e in events] == ["inv-a", "inv-b"]
-    assert events[0].sequence_id == a_seq < events[1].sequence_id
+    assert [(e.invoice_id, e.sequence_id) for e in events] == [("first", 1), ("second", 2)]
 
 
-async def test_rolled_back_events_never_appear_and_their_hole_is_passed(
+async def test_rolled_back_writers_and_batches_leave_no_trace_and_no_hole(
         engine: AsyncEngine) -> None:
     await define(engine)
     async with engine.connect() as conn:
         await conn.begin()
         await insert_draft(conn, "gone")
-        await conn.execute(text("SET CONSTRAINTS invoice_events_sequence_trigger IMMEDIATE"))
-        lost = (await conn.execute(text("SELECT sequence_id FROM invoice_events"))).scalar_one()
         await conn.rollback()
     async with engine.begin() as conn:
         await insert_draft(conn, "kept")
+    async with engine.connect() as conn:  # a batch that rolls back: its positions are reused
+        await conn.begin()
+        assert (await conn.execute(text("SELECT gapless_feed_assign()"))).scalar_one() == 1
+        await conn.rollback()
+    async with engine.begin() as conn:
+        await insert_draft(conn, "later")
     events = await poll(engine, 0)
-    assert [e.invoice_id for e in events] == ["kept"]
-    # The rolled-back transaction took an id before it died; the feed just moves past the hole.
-    assert events[0].sequence_id == lost + 1
+    assert [(e.invoice_id, e.sequence_id) for e in events] == [("kept", 1), ("later", 2)]
+
+
+async def test_positions_continue_above_a_raised_floor(engine: AsyncEngine) -> None:
+    # After a failover to an asynchronous standby an operator raises the floor past every
+    # position clients may hold (docs/api.md); positions then continue above it.
+    await define(engine)
+    async with engine.begin() as conn:
+        await insert_draft(conn, "before")
+    assert [e.sequence_id for e in await poll(engine, 0)] == [1]
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE invoice_events_feed SET floor = 1000"))
+        await insert_draft(conn, "after")
+    assert [(e.invoice_id, e.sequence_id) for e in await poll(engine, 1)] == [("after", 1001)]
+    with pytest.raises(DBAPIError, match=r"one_row|duplicate key"):
+        async with engine.begin() as conn:
+            await conn.execute(text("INSERT INTO invoice_events_feed (floor) VALUES (5)"))
+
+
+async def test_a_transaction_left_open_for_seconds_delays_only_its_own_events(
+        engine: AsyncEngine) -> None:
+    """A writes an event and stays open for seconds while other writers commit and a poller
+    follows the feed: the poller gets the others' events as they commit, then A's once A
+    commits, above everything it has seen; nothing skipped, nothing repeated."""
+    await define(engine)
+    seen: list[FeedEvent] = []
+    cursor = 0
+
+    async def follow() -> list[FeedEvent]:
+        nonlocal cursor
+        while page := await poll(engine, cursor, 50):
+            seen.extend(page)
+            cursor = page[-1].sequence_id
+        return seen
+
+    async with engine.connect() as a:
+        await a.begin()
+        await insert_draft(a, "long")
+        opened = time.monotonic()
+        for i in range(20):
+            async with engine.begin() as conn:
+                await insert_draft(conn, f"quick-{i}")
+            await follow()
+        await await_until(lambda: _has(follow, 20), 10, message="the quick events")
+        assert "long" not in {e.invoice_id for e in seen}
+        # Held open for seconds while the poller keeps polling (deadline-bound, not a sleep).
+        while time.monotonic() - opened < 3:
+            await follow()
+            await asyncio.sleep(0.05)
+        assert "long" not in {e.invoice_id for e in seen}
+        await a.commit()
+
+    await await_until(lambda: _has(follow, 21), 10, message="the long transaction's event")
+    assert [e.invoice_id for e in seen] == [f"quick-{i}" for i in range(20)] + ["long"]
+    assert [e.sequence_id for e in seen] == list(range(1, 22))
+
+
+async def _has(follow: Any, count: int) -> bool:
+    return len(await follow()) >= count
 
 
 async def test_events_of_the_issuing_flow_in_commit_order_with_actor(
@@ -176,17 +266,22 @@ async def test_events_are_append_only(engine: AsyncEngine) -> None:
     await define(engine)
     async with engine.begin() as conn:
         await insert_draft(conn, "inv-1")
+    await poll(engine, 0)
+    async with engine.begin() as conn:
+        await insert_draft(conn, "inv-2")  # committed, not yet positioned
     for statement in ("UPDATE invoice_events SET kind = 'issued'",
                       "UPDATE invoice_events SET sequence_id = sequence_id + 1000",
+                      # only gapless_feed_assign() gives a position
+                      "UPDATE invoice_events SET sequence_id = 7 WHERE sequence_id IS NULL",
                       "DELETE FROM invoice_events"):
         with pytest.raises(DBAPIError, match="append-only"):
             async with engine.begin() as conn:
                 await conn.execute(text(statement))
-    assert len(await poll(engine, 0)) == 1
+    assert len(await poll(engine, 0)) == 2
     with pytest.raises(DBAPIError, match="append-only"):
         async with engine.begin() as conn:
             await conn.execute(text("TRUNCATE invoice_events"))
-    assert len(await poll(engine, 0)) == 1
+    assert len(await poll(engine, 0)) == 2
 
 
 @pytest.mark.parametrize(("requested", "at_commit"), [
@@ -195,26 +290,39 @@ async def test_events_are_append_only(engine: AsyncEngine) -> None:
     ("on", "on"),
     ("remote_apply", "remote_apply"),  # stronger settings are left alone
 ])
-async def test_an_event_writing_commit_is_never_asynchronous(
-        engine: AsyncEngine, requested: str, at_commit: str) -> None:
-    """A crash must not undo a commit a poller may have seen (its sequence_id would be handed
-    out again below the poller's cursor), so the sequence trigger upgrades an asynchronous
-    commit to a locally flushed one, for the transaction that writes events only."""
+@pytest.mark.parametrize("step", ["seal", "position"])
+async def test_a_sealing_or_positioning_commit_is_never_asynchronous(
+        engine: AsyncEngine, requested: str, at_commit: str, step: str) -> None:
+    """A crash must not undo a commit someone may have seen: a sealed number (the integrator may
+    hold it) or a feed position (a poller may have passed it). A transaction that changes a
+    counter, or gives positions, upgrades an asynchronous commit to a locally flushed one."""
     await define(engine)
+    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
     async with engine.connect() as conn:
         await conn.begin()
         await conn.execute(text("SELECT set_config('synchronous_commit', :v, true)"),
                            {"v": requested})
-        await insert_draft(conn, "inv-1")
-        before = (await conn.execute(text("SHOW synchronous_commit"))).scalar_one()
-        # Run the deferred sequence trigger now, as the commit would.
-        await conn.execute(text("SET CONSTRAINTS invoice_events_sequence_trigger IMMEDIATE"))
+        if step == "seal":
+            await conn.execute(text("SELECT next_number('acme', 'ABC')"))
+        else:
+            assert (await conn.execute(text("SELECT gapless_feed_assign()"))).scalar_one() == 1
         after = (await conn.execute(text("SHOW synchronous_commit"))).scalar_one()
         await conn.commit()
-        assert (before, after) == (requested, at_commit)
+        assert after == at_commit
         # SET LOCAL scope: the session's own setting is back once the transaction is over.
         assert (await conn.execute(text("SHOW synchronous_commit"))).scalar_one() == "on"
         await conn.rollback()
+
+
+async def test_a_plain_write_keeps_its_asynchronous_commit(engine: AsyncEngine) -> None:
+    # Only what others may act on is upgraded: a draft's insert may stay asynchronous.
+    await define(engine)
+    async with engine.connect() as conn:
+        await conn.begin()
+        await conn.execute(text("SELECT set_config('synchronous_commit', 'off', true)"))
+        await insert_draft(conn, "inv-1")
+        assert (await conn.execute(text("SHOW synchronous_commit"))).scalar_one() == "off"
+        await conn.commit()
     assert [e.invoice_id for e in await poll(engine, 0)] == ["inv-1"]
 
 
