@@ -1,0 +1,523 @@
+"""Private PostgreSQL and RabbitMQ servers that a test may stop, crash and restart.
+
+The shared servers (``GAPLESS_DATABASE_URL`` / ``GAPLESS_AMQP_URL``) are used by every engineer
+and every other test on the machine: nothing may ever restart them. Tests that need a server to
+go away start their own instead, on free loopback ports, with every file in a temporary
+directory that is removed afterwards.
+
+:class:`PrivatePostgres`
+    ``initdb`` into a temp dir (as the ``postgres`` user when the tests run as root, since
+    initdb refuses root), trust authentication on 127.0.0.1 only, the Unix socket inside the temp
+    dir. :meth:`~PrivatePostgres.stop` takes pg_ctl's shutdown mode: ``fast`` (clients are
+    disconnected, a shutdown checkpoint is written) or ``immediate`` (every server process quits
+    at once, no checkpoint: a crash, and the next start runs crash recovery from the WAL).
+
+    ``fsync = off``, and why that keeps the crash honest: fsync only orders the kernel to put
+    written data on the disk. An immediate stop kills the *server processes*, not the operating
+    system; everything they had handed to the kernel with ``write()`` stays in the page cache and
+    is what the restarted server reads. With ``synchronous_commit = on`` (set explicitly; it is
+    the default) a backend writes its commit record to the WAL before it tells the client the
+    transaction committed, so every commit a client saw survives an immediate stop — exactly as
+    with fsync on. What fsync = off gives up is durability through an OS crash or power loss,
+    which no test here simulates. ``synchronous_commit = off`` would *not* be safe: commits
+    acknowledged from WAL buffers still in shared memory would vanish with the crash.
+
+:class:`PrivateRabbitMQ`
+    A node of its own (name, AMQP port, distribution port, Erlang cookie, data/log dirs, and its
+    own ``epmd`` on a free port, so even the shared node's name registry is untouched), no
+    plugins (no management listener to clash with the shared node's), the guest user allowed
+    from loopback. :meth:`~PrivateRabbitMQ.restart` is a *full* restart: ``rabbitmqctl
+    shutdown`` (the Erlang VM exits; the test waits for the process to be gone), then a new
+    server process on the same data directory, so durable queues and persistent messages come
+    back from disk.
+
+Both raise :class:`ServiceUnavailable` when their binaries are missing or the server does not
+come up before a deadline; the fixtures turn that into a skip with the reason (or a failure when
+``GAPLESS_REQUIRE_PRIVATE_SERVICES=1``, for CI machines that must run these tests). Cleanup
+(``close``) stops whatever still runs — by the process ids the fixture started, never by name —
+and removes the temp dir, also when the test failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal, NoReturn
+
+import pytest
+
+from tests.helpers import free_port, wait_until
+
+#: How long a private server may take to come up (the machine is small and shared).
+STARTUP_S = 60.0
+#: How long a graceful stop may take before the processes are killed.
+STOP_S = 60.0
+#: Temp dirs are named like this, so a leftover of a killed test run is easy to spot.
+TEMP_PREFIX = "gapless-private-"
+#: Where distributions install the servers (besides the PATH and the GAPLESS_TEST_* overrides).
+POSTGRES_LIB_DIR = Path("/usr/lib/postgresql")
+RABBITMQ_SBIN_DIR = Path("/usr/lib/rabbitmq/bin")
+ERLANG_LIB_DIR = Path("/usr/lib/erlang")
+
+ShutdownMode = Literal["fast", "immediate"]
+#: ``shutdown``: ``rabbitmqctl shutdown`` (graceful; the VM exits). ``kill``: SIGKILL of the
+#: node's process group (a crash: nothing is flushed or closed).
+RabbitStopMode = Literal["shutdown", "kill"]
+
+
+class ServiceUnavailable(Exception):
+    """A private server cannot be started here; the message says why (a skip reason)."""
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (a server started with its own session).
+
+    Only while the leader has not been reaped (``poll()`` returned None): until then no other
+    process can own that group id.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------ PostgreSQL
+
+
+def _postgres_bin_dir() -> Path:
+    """Where ``initdb``/``pg_ctl`` live: GAPLESS_TEST_PG_BIN, ``pg_config --bindir``, the newest
+    /usr/lib/postgresql/*/bin, or the PATH."""
+    candidates: list[Path] = []
+    if configured := os.environ.get("GAPLESS_TEST_PG_BIN"):
+        candidates.append(Path(configured))
+    if pg_config := shutil.which("pg_config"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True,
+                                 timeout=10, check=True).stdout.strip()
+            candidates.append(Path(out))
+
+    def version(path: Path) -> float:
+        try:
+            return float(path.parent.name)
+        except ValueError:
+            return 0.0
+
+    candidates += sorted(POSTGRES_LIB_DIR.glob("*/bin"), key=version, reverse=True)
+    if initdb := shutil.which("initdb"):
+        candidates.append(Path(initdb).parent)
+    for path in candidates:
+        if (path / "initdb").is_file() and (path / "pg_ctl").is_file():
+            return path
+    raise ServiceUnavailable("PostgreSQL server binaries (initdb, pg_ctl) not found; set "
+                             "GAPLESS_TEST_PG_BIN to their directory")
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of one test session, in a temp dir, on a free port."""
+
+    SUPERUSER = "postgres"
+
+    def __init__(self) -> None:
+        self.bin_dir = _postgres_bin_dir()
+        self.account: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            # initdb and postgres refuse to run as root.
+            try:
+                self.account = pwd.getpwnam("postgres")
+            except KeyError:
+                raise ServiceUnavailable("running as root and there is no 'postgres' user to "
+                                         "run initdb as") from None
+        self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}pg-"))
+        if self.account is not None:
+            os.chown(self.root, self.account.pw_uid, self.account.pw_gid)
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.port = free_port()
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def _run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
+        env["LC_ALL"] = "C"
+        account = self.account
+        return subprocess.run(
+            [str(self.bin_dir / args[0]), *args[1:]], capture_output=True, text=True,
+            timeout=timeout, cwd=self.root, env=env, check=False,
+            user=None if account is None else account.pw_uid,
+            group=None if account is None else account.pw_gid,
+            extra_groups=None if account is None else [])
+
+    def _pg_ctl(self, *args: str, timeout: float = STOP_S) -> subprocess.CompletedProcess[str]:
+        # -l every time: without it the server's log would go to pg_ctl's captured stdout, and
+        # the server would hold that pipe open after pg_ctl returned.
+        return self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), *args,
+                         timeout=timeout)
+
+    def init(self) -> None:
+        result = self._run("initdb", "-D", str(self.data), "-U", self.SUPERUSER, "--auth=trust",
+                           "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions",
+                           timeout=STARTUP_S)
+        if result.returncode != 0:
+            raise ServiceUnavailable(f"initdb failed ({result.returncode}): "
+                                     f"{(result.stderr or result.stdout)[-2000:]}")
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"""
+# gapless tests: a private server (see tests/private_services.py)
+listen_addresses = '127.0.0.1'
+port = {self.port}
+unix_socket_directories = '{self.root}'
+max_connections = 200
+# A server-process crash keeps what was written to the kernel; see the module docstring.
+fsync = off
+synchronous_commit = on
+full_page_writes = off
+""")
+
+    def start(self) -> None:
+        result = self._pg_ctl("start", "-w", "-t", str(int(STARTUP_S)), timeout=STARTUP_S + 10)
+        if result.returncode != 0:
+            raise ServiceUnavailable(
+                f"private PostgreSQL did not start within {STARTUP_S:g}s "
+                f"({result.stdout.strip()} {result.stderr.strip()}):\n{_tail(self.log)}")
+
+    def stop(self, mode: ShutdownMode = "fast") -> None:
+        """``pg_ctl stop -m fast`` (clean) or ``-m immediate`` (a crash of the server)."""
+        result = self._pg_ctl("stop", "-w", "-m", mode, "-t", str(int(STOP_S)))
+        if result.returncode != 0:
+            raise AssertionError(f"pg_ctl stop -m {mode} failed: {result.stderr.strip()}\n"
+                                 f"{_tail(self.log)}")
+
+    def restart(self, mode: ShutdownMode = "fast") -> None:
+        """``pg_ctl restart -m MODE``: stop and start at once (for a deliberate outage, call
+        :meth:`stop` and :meth:`start` with the wait in between)."""
+        result = self._pg_ctl("restart", "-w", "-m", mode, "-t", str(int(STARTUP_S)),
+                              timeout=STOP_S + STARTUP_S)
+        if result.returncode != 0:
+            raise AssertionError(f"pg_ctl restart -m {mode} failed: {result.stderr.strip()}\n"
+                                 f"{_tail(self.log)}")
+
+    def running(self) -> bool:
+        return self._pg_ctl("status", timeout=30).returncode == 0
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+    def _is_our_postmaster(self, pid: int) -> bool:
+        """Whether ``pid`` is a postgres process on this data directory (not a reused pid)."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return str(self.data).encode() in cmdline
+
+    def url(self, database: str) -> str:
+        return f"postgresql://{self.SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def log_tail(self, lines: int = 25) -> str:
+        return _tail(self.log, lines)
+
+    def close(self) -> None:
+        """Stop the server if it runs (immediate: nothing here needs its data) and remove the
+        temp dir. The postmaster is killed by its pid if pg_ctl cannot stop it."""
+        try:
+            if (self.data / "postmaster.pid").exists():
+                pid = self.postmaster_pid()
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
+                    self._pg_ctl("stop", "-w", "-m", "immediate", "-t", "30", timeout=40)
+                if pid is not None and (self.data / "postmaster.pid").exists() and \
+                        self._is_our_postmaster(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+# -------------------------------------------------------------------------------------- RabbitMQ
+
+
+def _rabbitmq_scripts() -> tuple[Path, Path]:
+    """``rabbitmq-server`` and ``rabbitmqctl`` themselves, not a distribution's wrapper that
+    switches to the ``rabbitmq`` user and its home (Debian's rabbitmq-script-wrapper)."""
+    found = []
+    for name in ("rabbitmq-server", "rabbitmqctl"):
+        script = None
+        configured = os.environ.get("GAPLESS_TEST_RABBITMQ_SBIN")
+        for directory in [*([Path(configured)] if configured else []), RABBITMQ_SBIN_DIR]:
+            if (directory / name).is_file():
+                script = directory / name
+                break
+        if script is None and (on_path := shutil.which(name)):
+            resolved = Path(on_path).resolve()
+            script = resolved.parent / name if resolved.name.endswith("wrapper") else resolved
+        if script is None or not script.is_file():
+            raise ServiceUnavailable(f"{name} not found (install rabbitmq-server, or set "
+                                     f"GAPLESS_TEST_RABBITMQ_SBIN to its sbin directory)")
+        found.append(script)
+    return found[0], found[1]
+
+
+def _epmd() -> Path:
+    if on_path := shutil.which("epmd"):
+        return Path(on_path)
+    for candidate in sorted(ERLANG_LIB_DIR.glob("erts-*/bin/epmd"), reverse=True):
+        return candidate
+    raise ServiceUnavailable("epmd (Erlang) not found")
+
+
+def amqp_listening(port: int) -> bool:
+    """True when an AMQP 0-9-1 server answers the protocol header on ``port`` (Connection.Start:
+    a method frame), not merely when something accepts TCP connections there."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            return sock.recv(1) == b"\x01"
+    except OSError:
+        return False
+
+
+@dataclass
+class RestartTiming:
+    """How long the parts of a restart took, in seconds."""
+
+    stop_s: float
+    start_s: float
+
+    @property
+    def down_s(self) -> float:
+        return self.stop_s + self.start_s
+
+
+class PrivateRabbitMQ:
+    """A RabbitMQ node of one test session: its own name, ports, cookie, epmd and data dir."""
+
+    def __init__(self) -> None:
+        self.server_script, self.ctl_script = _rabbitmq_scripts()
+        self.epmd_bin = _epmd()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}rabbitmq-"))
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.epmd_port = free_port()
+        self.node = f"gapless-test-{secrets.token_hex(4)}@localhost"
+        self.log = self.root / "server.log"
+        self._server: subprocess.Popen[bytes] | None = None
+        self._epmd: subprocess.Popen[bytes] | None = None
+        self._server_log: IO[bytes] | None = None
+        self.env = self._environment()
+
+    def _environment(self) -> dict[str, str]:
+        root = self.root
+        (root / "rabbitmq.conf").write_text(
+            f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
+            "loopback_users.guest = true\n"
+            "log.console = false\n"
+            "log.file.level = info\n")
+        (root / "enabled_plugins").write_text("[].\n")  # no management listener
+        (root / "rabbitmq-env.conf").write_text("")  # not the system's /etc/rabbitmq one
+        cookie = root / ".erlang.cookie"
+        cookie.write_text("".join(secrets.choice(string.ascii_uppercase) for _ in range(20)))
+        cookie.chmod(0o400)
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith(("RABBITMQ_", "ERL_"))}
+        env.update({
+            "HOME": str(root),  # the Erlang cookie of the node and of rabbitmqctl
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS":
+                "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_CONF_ENV_FILE": str(root / "rabbitmq-env.conf"),
+            "RABBITMQ_CONFIG_FILE": str(root / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(root / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(root / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": str(root / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(root / "log"),
+            "RABBITMQ_PID_FILE": str(root / "rabbitmq.pid"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": str(root / "plugins-expand"),
+        })
+        return env
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    @property
+    def server_pid(self) -> int | None:
+        """The pid of the server process (the script that runs the Erlang VM), while it runs."""
+        server = self._server
+        return server.pid if server is not None and server.poll() is None else None
+
+    def _start_epmd(self) -> None:
+        self._epmd = subprocess.Popen(
+            [str(self.epmd_bin), "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+            env=self.env, cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+
+        def epmd_up() -> bool:
+            if self._epmd is not None and self._epmd.poll() is not None:
+                raise ServiceUnavailable(f"epmd exited at start ({self._epmd.returncode})")
+            with socket.socket() as sock:
+                sock.settimeout(0.2)
+                return sock.connect_ex(("127.0.0.1", self.epmd_port)) == 0
+
+        wait_until(epmd_up, 20, message="the private epmd to listen")
+
+    def start(self) -> float:
+        """Start the node and wait until it speaks AMQP; the seconds that took."""
+        if self._epmd is None:
+            self._start_epmd()
+        if self._server_log is None:
+            self._server_log = self.log.open("ab")
+        started = time.monotonic()
+        # Its own session: the process group (the script, the Erlang VM and its helpers) can be
+        # killed as one if a graceful stop fails.
+        server = self._server = subprocess.Popen(
+            [str(self.server_script)], env=self.env, cwd=self.root, stdin=subprocess.DEVNULL,
+            stdout=self._server_log, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def up() -> bool:
+            if server.poll() is not None:
+                raise ServiceUnavailable(
+                    f"private RabbitMQ exited at start ({server.returncode}):\n"
+                    f"{self.log_tail()}")
+            return amqp_listening(self.port)
+
+        try:
+            wait_until(up, STARTUP_S, interval=0.1, message="the private RabbitMQ node")
+        except AssertionError:
+            raise ServiceUnavailable(f"private RabbitMQ did not come up within {STARTUP_S:g}s:"
+                                     f"\n{self.log_tail()}") from None
+        return time.monotonic() - started
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``rabbitmqctl -n NODE ARGS`` against this node."""
+        return subprocess.run([str(self.ctl_script), "-n", self.node, *args], env=self.env,
+                              cwd=self.root, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+
+    def stop(self, mode: RabbitStopMode = "shutdown") -> float:
+        """Stop the node; returns once the server process is gone (the seconds that took).
+
+        ``shutdown``: ``rabbitmqctl shutdown``, the node stops and its Erlang VM exits.
+        ``kill``: SIGKILL to the node's process group, a crash. Either way the data directory
+        stays, and :meth:`start` brings the same node back from it.
+        """
+        server = self._server
+        if server is None or server.poll() is not None:
+            return 0.0
+        started = time.monotonic()
+        if mode == "kill":
+            _kill_group(server.pid)
+            server.wait(timeout=STOP_S)
+            return time.monotonic() - started
+        result = self.ctl("shutdown", timeout=STOP_S)
+        try:
+            server.wait(timeout=STOP_S if result.returncode == 0 else 5)
+        except subprocess.TimeoutExpired:
+            _kill_group(server.pid)
+            server.wait(timeout=10)
+            raise AssertionError(f"rabbitmqctl shutdown did not stop the node "
+                                 f"({result.returncode}: {result.stderr.strip()})") from None
+        return time.monotonic() - started
+
+    def restart(self, mode: RabbitStopMode = "shutdown") -> RestartTiming:
+        """A full restart: the node process goes away, then a new one runs on the same data."""
+        stop_s = self.stop(mode)
+        return RestartTiming(stop_s, self.start())
+
+    def log_tail(self, lines: int = 25) -> str:
+        node_log = self.root / "log" / f"{self.node}.log"
+        return f"{_tail(self.log, lines)}\n{_tail(node_log, lines)}"
+
+    def close(self) -> None:
+        """Stop the node (gracefully if it answers, else by killing its process group), stop
+        the private epmd, close the log and remove the temp dir."""
+        try:
+            server = self._server
+            if server is not None and server.poll() is None:
+                try:
+                    self.stop()
+                except (AssertionError, subprocess.SubprocessError, OSError):
+                    if server.poll() is None:  # not reaped: the group id is still ours
+                        _kill_group(server.pid)
+                    with contextlib.suppress(subprocess.SubprocessError):
+                        server.wait(timeout=10)
+            if self._epmd is not None and self._epmd.poll() is None:
+                self._epmd.terminate()
+                try:
+                    self._epmd.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self._epmd.kill()
+                    self._epmd.wait(timeout=10)
+        finally:
+            if self._server_log is not None:
+                self._server_log.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+# -------------------------------------------------------------------------------------- fixtures
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if os.environ.get("GAPLESS_REQUIRE_PRIVATE_SERVICES", "") == "1":
+        pytest.fail(f"private service required but unavailable: {reason}")
+    pytest.skip(f"private service unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A private PostgreSQL server, started once per session; tests may stop and restart it
+    (and must leave it running)."""
+    server: PrivatePostgres | None = None
+    try:
+        server = PrivatePostgres()
+        server.init()
+        server.start()
+    except ServiceUnavailable as exc:
+        if server is not None:
+            server.close()
+        _unavailable(str(exc))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def private_rabbitmq() -> Iterator[PrivateRabbitMQ]:
+    """A private RabbitMQ node, started once per session; tests may restart it (and must leave
+    it running)."""
+    server: PrivateRabbitMQ | None = None
+    try:
+        server = PrivateRabbitMQ()
+        server.start()
+    except ServiceUnavailable as exc:
+        if server is not None:
+            server.close()
+        _unavailable(str(exc))
+    try:
+        yield server
+    finally:
+        server.close()
