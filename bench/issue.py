@@ -1,22 +1,30 @@
-"""Benchmark: issued invoices per second, just-in-time reservation vs the naive design.
+"""Benchmark: issued invoices per second — gapless's worker against a bare loop doing the same
+database and HTTP work, and against the naive design.
 
     .venv/bin/python bench/issue.py [--latency-ms 200] [--concurrency 8,32,64] [--processes 1,2]
-                                    [--warmup 3] [--window 8] [--backlog 2000]
+                                    [--warmup 3] [--window 8] [--backlog 2000] [--no-naive]
 
 Everything real: PostgreSQL, RabbitMQ, ``gapless mock-integrator`` at a fixed latency, and the
 workers as separate processes. Each run gets a fresh database and queue, a backlog published
 before the workers start, and is measured over a window after a warm-up.
 
-* **jit**   — ``gapless worker --concurrency C``: the number is reserved in a transaction of its
-  own and committed before the integrator call.
-* **naive** — a minimal consumer in this script (``--naive-worker``): one transaction per
-  invoice that reserves the number and keeps the counter row locked *across* the integrator call,
-  then marks it issued and commits. Correct, but every invoice of the series waits for the one
-  call in flight.
+* **gapless** — ``gapless worker --concurrency C``: validation, the intake statement (draft and
+  claim, committed before the call), the document, the guarded call, the outcome, the ack. The
+  tenant has no issuer profile: its document is the canonical JSON of the message.
+* **gapless UBL-TR** — the same with an issuer profile for the tenant and realistic messages
+  (1–5 lines, company and person customers with addresses; ``gapless.samples``): every invoice's
+  UBL-TR 2.1 document is rendered, stored and sent.
+* **bare**    — a minimal consumer in this script (``--baseline-worker bare``): the same intake
+  statement, the same POST, the same ISSUED statement and the ack — and nothing else: no
+  validation, guard, retries, logs or metrics. What an asyncio loop costs for the same work.
+* **naive**   — the same minimal consumer holding intake, call and outcome in ONE transaction:
+  the counter row stays locked across the integrator call, so every invoice of the series waits
+  for the one call in flight.
 
-Ideal = concurrency × processes ÷ latency. Also measured: the worker's RSS at concurrency 64, and
-the latency of a user-priority message published behind a 2,000-message batch backlog (against
-the same message published as batch, its latency without priority).
+Ideal = concurrency × processes ÷ latency. CPU per invoice is the worker processes' own CPU time
+(from /proc) over the window divided by the invoices issued in it. Also measured: the worker's
+RSS at concurrency 64, and the latency of a user-priority message published behind a
+2,000-message batch backlog (against the same message published as batch).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +56,7 @@ from gapless.constants import dead_exchange_name, dead_queue_name
 from gapless.db import make_engine
 from gapless.logging import configure_logging
 from gapless.publisher import Publisher
+from gapless.samples import sample_messages
 from gapless.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,52 +65,96 @@ GAPLESS = [sys.executable, "-m", "gapless"]
 LOGS = Path(tempfile.gettempdir()) / "gapless-bench-issue"
 
 
+#: The issuer profile of the UBL-TR runs (``gapless tenant set``).
+PROFILE_ARGS = ["tenant", "set", "bench", "--tax-id", "1234567803", "--name",
+                "Bench Bilişim A.Ş.", "--tax-office", "Kadıköy", "--street", "Rıhtım Cad. No:1",
+                "--district", "Kadıköy", "--city", "İstanbul", "--postal-zone", "34716"]
+
+
+def backlog_of(design: str, count: int) -> list[dict[str, Any]]:
+    """The messages a run starts with: minimal ones, or realistic ones for UBL-TR documents."""
+    if design == "ubl":
+        return list(sample_messages(count, tenant="bench", series="ABC", priority="batch",
+                                    seed=count))
+    return [invoice(f"b-{i}") for i in range(count)]
+
+
 def invoice(invoice_id: str, priority: str = "batch") -> dict[str, Any]:
     return {"invoice_id": invoice_id, "tenant": "bench", "series": "ABC", "priority": priority,
-            "issue_date": "2026-11-22", "currency": "TRY",
+            "issue_date": date.today().isoformat(), "currency": "TRY",
             "customer": {"tax_id": "1234567890", "name": "Bench Ltd"},
             "lines": [{"description": "Widget", "quantity": "1", "unit_price": "10.00",
                        "vat_rate": "20"}]}
 
 
-# -- the naive design (lock held across the call), a minimal consumer -------------------------
+# -- the baselines: minimal consumers in this script ---------------------------------------------
 
 
-async def naive_worker(concurrency: int) -> None:
-    """Consume like the worker, but reserve, call and record in ONE transaction."""
-    from gapless.integrator.base import Document, load_integrator
-    from gapless.invoices import Draft, upsert_draft
-    from gapless.message import parse_message, priority_of
-    from gapless.numbering import reserve_number
+async def baseline_worker(design: str, concurrency: int) -> None:
+    """A consumer with none of gapless's machinery (no validation, guard, retries, hooks, logs
+    or metrics) doing the same database and HTTP work per message: the intake statement, the
+    integrator call, the ISSUED statement, the ack.
+
+    * ``bare``  — the intake commits before the call (just-in-time), as gapless does;
+    * ``naive`` — intake, call and outcome in ONE transaction: the counter row stays locked
+      across the integrator call, so every invoice of the series waits for the one in flight.
+    """
+    import aiohttp
+    from psycopg.rows import namedtuple_row
+    from psycopg_pool import AsyncConnectionPool
+
+    from gapless.db import driver_conninfo
     from gapless.publisher import declare_topology
     from gapless.queries import invoices as q
 
     settings = Settings()
-    # Every in-flight message holds a connection while it waits for the counter lock; the
-    # serialisation makes more connections useless, and PostgreSQL allows only ~100 in all.
-    engine = make_engine(settings.database_url, actor="worker",
-                         pool_size=min(concurrency, 12))
-    integrator = load_integrator(settings)
+    # The naive design parks a connection per waiter; PostgreSQL allows only ~100 in all.
+    size = min(concurrency, 12) if design == "naive" else min(concurrency, 10)
+    pool = AsyncConnectionPool(driver_conninfo(settings.database_url), min_size=size,
+                               max_size=size, open=False, kwargs={"autocommit": True})
+    await pool.open(wait=True)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=128))
     connection = await aio_pika.connect_robust(settings.amqp_url)
     channel = await connection.channel()
     await channel.set_qos(prefetch_count=concurrency)
     queue = await declare_topology(channel, settings.queue)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    url = settings.integrator_url + "/invoices"
+
+    async def intake(conn: Any, data: dict[str, Any]) -> Any:
+        cursor = conn.cursor(row_factory=namedtuple_row)
+        await cursor.execute(q.INTAKE, {
+            "invoice_id": data["invoice_id"], "tenant": data["tenant"],
+            "series": data["series"], "priority": 1, "payload": json.dumps(data),
+            "lease_s": 300, "lock_timeout_ms": 60000, "profile_version": None, "at": None},
+            prepare=True)
+        return await cursor.fetchone()
+
+    async def call(row: Any, data: dict[str, Any]) -> str:
+        body = json.dumps({"tenant": row.tenant, "number": row.number,
+                           "invoice_id": row.invoice_id, "uuid": str(row.uuid),
+                           "document": data}).encode()
+        async with session.post(url, data=body,
+                                headers={"content-type": "application/json"}) as response:
+            return str(json.loads(await response.read())["ref"])
+
+    issued = {"pk": None, "sha256": None, "media_type": None, "format": None, "body": None}
 
     async def handle(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-        parsed = parse_message(message.body, message.content_type)
-        await upsert_draft(engine, Draft(parsed.invoice_id, parsed.tenant, parsed.series,
-                                         priority_of(message.priority, parsed.priority),
-                                         parsed.payload()))
-        async with engine.begin() as conn:  # held across the call: the naive design
-            await reserve_number(conn, parsed.invoice_id)
-            row = (await conn.execute(q.LOCK_INVOICE, {"invoice_id": parsed.invoice_id,
-                                                       "lease_s": 300})).one()
-            sending = (await conn.execute(q.START_SENDING, {"pk": row.id})).one()
-            receipt = await integrator.send(Document(sending.tenant, sending.number,
-                                                     sending.invoice_id, parsed.payload()))
-            await conn.execute(q.MARK_ISSUED, {"pk": row.id, "ref": receipt.ref})
+        data = json.loads(message.body)
+        if design == "naive":
+            async with pool.connection() as conn, conn.transaction():
+                row = await intake(conn, data)
+                ref = await call(row, data)
+                await conn.execute(q.MARK_ISSUED, {**issued, "pk": row.id, "ref": ref})
+        else:
+            async with pool.connection() as conn:
+                row = await intake(conn, data)
+            ref = await call(row, data)
+            async with pool.connection() as conn:
+                await conn.execute(q.MARK_ISSUED, {**issued, "pk": row.id, "ref": ref},
+                                   prepare=True)
         await message.ack()
 
     tasks: set[asyncio.Task[None]] = set()
@@ -111,14 +165,14 @@ async def naive_worker(concurrency: int) -> None:
         task.add_done_callback(tasks.discard)
 
     await queue.consume(on_message)
-    print("naive_worker_started", file=sys.stderr, flush=True)
+    print(f"{design}_worker_started", file=sys.stderr, flush=True)
     await stop.wait()
     for task in list(tasks):
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await connection.close()
-    await integrator.aclose()
-    await engine.dispose()
+    await session.close()
+    await pool.close()
 
 
 # -- harness -----------------------------------------------------------------------------------
@@ -206,6 +260,9 @@ def environment(label: str, mock_url: str) -> Iterator[dict[str, str]]:
                     "GAPLESS_INTEGRATOR_URL": mock_url, "GAPLESS_LOG_FORMAT": "json"})
         subprocess.run([*GAPLESS, "series", "add", "bench", "ABC"], env=env, check=True,
                        capture_output=True, cwd=ROOT)
+        if label.startswith("ubl"):
+            subprocess.run([*GAPLESS, *PROFILE_ARGS], env=env, check=True, capture_output=True,
+                           cwd=ROOT)
         try:
             yield env
         finally:
@@ -244,16 +301,17 @@ async def issued(env: dict[str, str]) -> int:
 def start_workers(design: str, env: dict[str, str], processes: int,
                   concurrency: int) -> list[Proc]:
     procs = []
-    marker = "worker_started" if design == "jit" else "naive_worker_started"
+    gapless = design in ("gapless", "ubl")
+    marker = "worker_started" if gapless else f"{design}_worker_started"
     try:
         for index in range(processes):
             port = _free_port()
-            if design == "jit":
+            if gapless:
                 args = [*GAPLESS, "worker", "--concurrency", str(concurrency),
                         "--metrics-port", str(port)]
             else:
-                args = [sys.executable, str(Path(__file__).resolve()), "--naive-worker",
-                        "--concurrency", str(concurrency)]
+                args = [sys.executable, str(Path(__file__).resolve()), "--baseline-worker",
+                        design, "--concurrency", str(concurrency)]
             procs.append(Proc(args, env, f"{design}-{processes}x{concurrency}-{index}", port))
         for proc in procs:
             proc.wait_for(marker)
@@ -284,10 +342,10 @@ def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
     ms, and the workers' CPU ms per issued invoice."""
     ideal = concurrency * processes / latency_s
     # Enough backlog that the queue never runs dry during warm-up + window.
-    expected = ideal if design == "jit" else 1 / latency_s
+    expected = 1 / latency_s if design == "naive" else ideal
     backlog = min(40_000, int(expected * (warmup + window) * 1.5) + 50)
     with environment(f"{design}{processes}x{concurrency}", mock_url) as env:
-        asyncio.run(publish(env, [invoice(f"b-{i}") for i in range(backlog)]))
+        asyncio.run(publish(env, backlog_of(design, backlog)))
         procs = start_workers(design, env, processes, concurrency)
         try:
             time.sleep(warmup)  # a benchmark measures wall time; the warm-up is not a sync
@@ -299,7 +357,7 @@ def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
             elapsed = time.perf_counter() - started
             cpu = sum(proc.cpu_s() for proc in procs) - cpu_first
             rss = procs[0].rss_mb()
-            claim = claim_ms(procs) if design == "jit" else float("nan")
+            claim = claim_ms(procs) if design in ("gapless", "ubl") else float("nan")
         finally:
             for proc in procs:
                 proc.stop()
@@ -314,7 +372,7 @@ def user_latency_run(mock_url: str, backlog: int, priority: str) -> float:
     """Seconds from publishing one message behind ``backlog`` batch messages to its ISSUED."""
     with environment(f"prio{priority}", mock_url) as env:
         asyncio.run(publish(env, [invoice(f"b-{i}") for i in range(backlog)]))
-        procs = start_workers("jit", env, 1, 8)
+        procs = start_workers("gapless", env, 1, 8)
         try:
             return asyncio.run(_publish_and_wait(env, invoice("probe", priority=priority)))
         finally:
@@ -354,11 +412,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--window", type=float, default=8.0)
     parser.add_argument("--backlog", type=int, default=2000)
-    parser.add_argument("--naive-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-naive", action="store_true", help="Skip the naive design.")
+    parser.add_argument("--baseline-worker", choices=("bare", "naive"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    if args.naive_worker:
-        asyncio.run(naive_worker(concurrencies[0]))
+    if args.baseline_worker:
+        asyncio.run(baseline_worker(args.baseline_worker, concurrencies[0]))
         return
     configure_logging("console", "warning")
     latency_s = args.latency_ms / 1000
@@ -368,27 +427,28 @@ def main() -> None:
         for processes in (int(p) for p in args.processes.split(",")):
             for concurrency in concurrencies:
                 ideal = concurrency * processes / latency_s
-                jit, rss, claim, cpu_ms = throughput_run(
-                    "jit", mock_url, processes, concurrency, latency_s, args.warmup, args.window)
-                naive, _, _, _ = throughput_run(
-                    "naive", mock_url, processes, concurrency, latency_s, args.warmup,
-                    args.window)
+                run = [processes, concurrency, latency_s, args.warmup, args.window]
+                gapless, rss, claim, cpu_ms = throughput_run("gapless", mock_url, *run)
+                ubl, _, _, ubl_cpu_ms = throughput_run("ubl", mock_url, *run)
+                bare, _, _, bare_cpu_ms = throughput_run("bare", mock_url, *run)
+                naive = (float("nan") if args.no_naive
+                         else throughput_run("naive", mock_url, *run)[0])
                 if concurrency == 64 and processes == 1:
                     rss_64 = rss
-                rows.append((processes, concurrency, f"{ideal:.0f}", f"{jit:.1f}",
-                             f"{jit / ideal:.2f}", f"{naive:.1f}", f"{naive / ideal:.3f}",
-                             f"{jit / naive:.1f}" if naive else "inf",
-                             f"{0.8 * concurrency:.1f}", f"{claim:.1f}", f"{cpu_ms:.1f}"))
-                print(f"  {processes}x{concurrency}: jit {jit:.1f}/s, naive {naive:.1f}/s",
-                      file=sys.stderr, flush=True)
+                rows.append((processes, concurrency, f"{ideal:.0f}", f"{gapless:.1f}",
+                             f"{gapless / ideal:.2f}", f"{bare:.1f}", f"{gapless / bare:.2f}",
+                             f"{cpu_ms:.2f}", f"{bare_cpu_ms:.2f}", f"{ubl:.1f}",
+                             f"{ubl_cpu_ms:.2f}", f"{naive:.1f}", f"{claim:.1f}"))
+                print(f"  {processes}x{concurrency}: gapless {gapless:.1f}/s, UBL-TR {ubl:.1f}/s, "
+                      f"bare {bare:.1f}/s, naive {naive:.1f}/s", file=sys.stderr, flush=True)
         user = user_latency_run(mock_url, args.backlog, "user")
         batch = user_latency_run(mock_url, args.backlog, "batch")
     print(f"machine: {machine()}; mock latency {args.latency_ms:g} ms; warm-up {args.warmup:g} s, "
           f"window {args.window:g} s\n")
-    print_table("Issued invoices per second (higher is better)",
-                ["processes", "concurrency", "ideal/s", "jit/s", "jit÷ideal", "naive/s",
-                 "naive÷ideal", "jit÷naive", "goal jit÷naive ≥ 0.8×C", "claim tx ms",
-                 "jit worker CPU ms/invoice"], rows)
+    print_table("Issued invoices per second (higher is better) and worker CPU per invoice",
+                ["processes", "in flight", "ideal/s", "gapless/s", "gapless÷ideal", "bare/s",
+                 "gapless÷bare", "gapless CPU ms/invoice", "bare CPU ms/invoice",
+                 "UBL-TR/s", "UBL-TR CPU ms/invoice", "naive/s", "gapless intake ms"], rows)
     print_table("Worker memory and priority",
                 ["measure", "value"],
                 [("worker RSS at concurrency 64 (MB, goal < 150)",

@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 import psycopg
-from sqlalchemy import text
 
 from bench.common import bench_database, conninfo, machine, median, percentile, print_table
 from gapless.audit import check_database
@@ -49,7 +48,7 @@ LOGS = ROOT / "bench" / ".logs"
 TENANT, SERIES = "bench", "ABC"
 
 DOCUMENT = ("jsonb_build_object('invoice_id', 'orphan-' || g, 'tenant', 'bench', 'series', 'ABC',"
-            " 'issue_date', '2026-11-22', 'currency', 'TRY', 'customer',"
+            " 'issue_date', to_char(now(), 'YYYY-MM-DD'), 'currency', 'TRY', 'customer',"
             " jsonb_build_object('tax_id', '1234567890', 'name', 'Bench Ltd'),"
             " 'lines', jsonb_build_array(jsonb_build_object('description', 'Widget',"
             " 'quantity', '1', 'unit_price', '10.00', 'vat_rate', '20')))")
@@ -237,8 +236,8 @@ async def idle_rounds(url: str, rounds: int) -> tuple[list[float], str]:
     params = {"stuck_after_s": 300.0, "batch": 100, "max_attempts": 10}
     try:
         async with engine.connect() as conn:
-            plan = [row[0] for row in await conn.execute(
-                text("EXPLAIN " + str(q.CLAIM_ORPHANS.text)), params)]
+            plan = [row[0] for row in await conn.exec_driver_sql(
+                "EXPLAIN " + q.CLAIM_ORPHANS, params)]
             await conn.rollback()
         scans = sorted({line.strip().split(" on ")[0].lstrip("-> ").strip() for line in plan
                         if " on invoices" in line and "Update" not in line})

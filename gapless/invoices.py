@@ -1,7 +1,10 @@
-"""Domain operations on invoices: the steps of the issuing flow, each its own short transaction.
+"""Domain operations on invoices: the steps of the issuing flow, each one short transaction.
 
 The worker, recovery and the operator commands call only these. None of them holds a
-transaction across a call to the integrator (I5): each opens, decides, writes and commits.
+transaction across a call to the integrator (I5): each is one statement that decides, writes and
+commits (:class:`gapless.db.Database`, autocommit), except the test-only ``before_commit`` hook
+of a claim. They accept a :class:`~gapless.db.Database` or an ``AsyncEngine`` whose connections
+they borrow.
 """
 
 from __future__ import annotations
@@ -13,22 +16,29 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, IntegrityError
+import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gapless.constants import Status
-from gapless.db import is_lock_timeout, sqlstate
+from gapless.db import Database, as_database, is_lock_timeout, sqlstate
 from gapless.errors import (
     InvalidTransition,
     InvoiceNotFound,
     ReservationLockTimeout,
     UnknownSeriesError,
 )
-from gapless.integrator.base import Document, Receipt
+from gapless.integrator.base import Document, DuplicateOfAnother, Receipt
 from gapless.queries import invoices as q
 
 FOREIGN_KEY_VIOLATION = "23503"
 ALARM_PREFIX = "ALARM: "
+#: last_error of a sealed invoice whose stored message cannot make its document.
+UNRENDERABLE_PREFIX = "DOCUMENT: "
+#: last_error is bounded (a reason is a line, not a dump).
+MAX_ERROR = 2000
+
+DatabaseLike = Database | AsyncEngine
 
 
 @dataclass(frozen=True)
@@ -49,24 +59,19 @@ class DraftState:
     created: bool
 
 
-async def upsert_draft(engine: AsyncEngine, draft: Draft) -> DraftState:
-    """Step 1: the draft row for ``invoice_id`` (created once; duplicates map to the same row).
-
-    Raises UnknownSeriesError when the series is not defined.
-    """
-    params = {"invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
-              "priority": draft.priority, "payload": json.dumps(draft.payload)}
+async def upsert_draft(db: DatabaseLike, draft: Draft) -> DraftState:
+    """Store the draft for ``invoice_id`` without claiming it (created once; a duplicate maps to
+    the same row and changes nothing). Raises UnknownSeriesError when the series is not defined.
+    The worker does this and the claim in one statement (:func:`intake`)."""
     try:
-        async with engine.begin() as conn:
-            row = (await conn.execute(q.INSERT_DRAFT, params)).first()
-            if row is not None:
-                return DraftState(row.id, Status(row.status), created=True)
-            existing = (await conn.execute(q.GET_INVOICE, params)).one()
-            return DraftState(existing.id, Status(existing.status), created=False)
-    except IntegrityError as exc:
+        row = await as_database(db).one(q.UPSERT_DRAFT, {
+            "invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
+            "priority": draft.priority, "payload": json.dumps(draft.payload)})
+    except psycopg.Error as exc:
         if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
             raise UnknownSeriesError(draft.tenant, draft.series) from exc
         raise
+    return DraftState(row.id, Status(row.status), row.created)
 
 
 class ClaimKind(StrEnum):
@@ -74,11 +79,29 @@ class ClaimKind(StrEnum):
     FINAL = "final"        # ISSUED / CANCELLED / VOIDED: nothing to do
     BUSY = "busy"          # SENDING under a fresh lease: another process owns it
     PARKED = "parked"      # ERROR / REJECTED: recovery or an operator owns it
+    STALE = "stale"        # the issuer profile changed: re-check the message, then come back
+    CONFLICT = "conflict"  # the producer key names an invoice of another tenant or series
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """Document bytes an invoice already sent (``invoice_documents``)."""
+
+    body: bytes
+    media_type: str
+    format: str
+    sha256: str
 
 
 @dataclass(frozen=True)
 class Sending:
-    """An invoice under the caller's sending lease."""
+    """An invoice under the caller's sending lease: everything its document is made of.
+
+    ``uuid`` is the document's UUID (ETTN), fixed since the draft was stored; ``sealed_at`` the
+    seal moment (the number's date, and the document's IssueDate in the series' time zone);
+    ``profile_version`` the issuer profile pinned at the seal (None: a JSON document);
+    ``document`` the bytes already sent, if any (a resend sends exactly those).
+    """
 
     pk: int
     invoice_id: str
@@ -88,106 +111,180 @@ class Sending:
     reserved_no: int
     payload: dict[str, Any]
     attempt: int
-
-    def document(self) -> Document:
-        return Document(tenant=self.tenant, number=self.number, invoice_id=self.invoice_id,
-                        document=self.payload)
+    uuid: str
+    sealed_at: datetime
+    profile_version: int | None
+    document: StoredDocument | None = None
 
 
 @dataclass(frozen=True)
 class Claim:
     kind: ClaimKind
-    status: Status
+    status: Status | None
     sending: Sending | None = None
     fresh_number: bool = False
+    created: bool = False
 
 
-def _sending(row: Any) -> Sending:
-    payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)
+def _stored(row: Any) -> StoredDocument | None:
+    if row.document is None:
+        return None
+    return StoredDocument(bytes(row.document), row.document_media_type, row.document_format,
+                          row.document_sha256)
+
+
+def _sending(row: Any, payload: dict[str, Any] | None = None) -> Sending:
+    if payload is None:
+        payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)
     return Sending(row.id, row.invoice_id, row.tenant, row.series, row.number, row.reserved_no,
-                   payload, row.attempts)
+                   payload, row.attempts, str(row.uuid), row.reserved_at, row.profile_version,
+                   _stored(row))
 
 
-async def claim_for_sending(engine: AsyncEngine, invoice_id: str, *, lease_s: float,
+def _claim(row: Any, payload: dict[str, Any] | None = None) -> Claim:
+    if row.kind in ("sealed", "send"):
+        return Claim(ClaimKind.SEND, Status.SENDING, _sending(row, payload),
+                     fresh_number=row.kind == "sealed", created=row.created)
+    status = Status(row.status) if row.status is not None else None
+    return Claim(ClaimKind(row.kind), status, created=row.created)
+
+
+async def _claim_statement(db: Database, query: str, params: dict[str, Any],
+                           before_commit: Callable[[], Awaitable[None]] | None) -> Any:
+    """Run a claim statement; with ``before_commit`` (tests, fault injection) inside an explicit
+    transaction, the hook awaited with the locks held, just before the commit."""
+    if before_commit is None:
+        return await db.one(query, params)
+    async with db.transaction() as conn:
+        cursor = conn.cursor(row_factory=namedtuple_row)
+        await cursor.execute(query, params)
+        row: Any = await cursor.fetchone()
+        if row is not None and row.kind in ("sealed", "send"):
+            await before_commit()
+        return row
+
+
+async def intake(db: DatabaseLike, draft: Draft, *, lease_s: float, lock_timeout_ms: int,
+                 profile_version: int | None, at: datetime | None = None,
+                 before_commit: Callable[[], Awaitable[None]] | None = None) -> Claim:
+    """Steps 1 and 2 in one statement: store the draft (a duplicate maps to the same row; the
+    first payload stays), lock it, seal a number if it has none, take the sending lease, commit.
+
+    ``profile_version`` is the issuer profile the caller checked the message against (None: the
+    tenant has none); if another is in force, nothing is sealed and the claim is STALE. ``at`` is
+    the seal moment asked for (default: the database's clock); the seal never goes back before
+    the counter's last one. Locks: the invoice row and, for a seal, its counter row, for this one
+    statement. Raises ReservationLockTimeout when a lock is not granted within
+    ``lock_timeout_ms`` (nothing consumed), UnknownSeriesError for an unknown series.
+    """
+    params = {"invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
+              "priority": draft.priority, "payload": json.dumps(draft.payload),
+              "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
+              "profile_version": profile_version, "at": at}
+    try:
+        row = await _claim_statement(as_database(db), q.INTAKE, params, before_commit)
+    except psycopg.Error as exc:
+        if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
+            raise UnknownSeriesError(draft.tenant, draft.series) from exc
+        if is_lock_timeout(exc):
+            raise ReservationLockTimeout(
+                f"invoice {draft.invoice_id!r}: lock not granted within {lock_timeout_ms} ms"
+            ) from exc
+        raise
+    return _claim(row, draft.payload if row.created else None)
+
+
+async def claim_for_sending(db: DatabaseLike, invoice_id: str, *, lease_s: float,
                             lock_timeout_ms: int, at: datetime | None = None,
                             before_commit: Callable[[], Awaitable[None]] | None = None) -> Claim:
-    """Step 2: lock the invoice, reserve its number if it has none, take the sending lease, commit.
+    """Step 2 for a stored draft: lock it, seal a number if it has none (pinning the issuer
+    profile in force), take the sending lease, commit — one statement.
 
-    Locks: the invoice row and (for a fresh reservation) its counter row, for this transaction
-    only — a few milliseconds, never across I/O. A SENDING invoice under a fresh lease is left to
-    its owner (BUSY); a stale lease is taken over with the same number.
-    Raises ReservationLockTimeout when a lock is not granted in time (nothing consumed).
-    ``before_commit`` (tests and fault injection only) is awaited on the SEND path just before
-    the transaction commits, with both locks held.
+    A SENDING invoice under a fresh lease is left to its owner (BUSY); a stale lease is taken
+    over with the same number. Raises InvoiceNotFound, or ReservationLockTimeout when a lock is
+    not granted in time (nothing consumed).
     """
+    params = {"invoice_id": invoice_id, "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
+              "at": at}
     try:
-        async with engine.begin() as conn:
-            row = (await conn.execute(q.CLAIM_INVOICE, {
-                "invoice_id": invoice_id, "lease_s": lease_s,
-                "lock_timeout_ms": lock_timeout_ms, "at": at})).first()
-            if row is None:
-                raise InvoiceNotFound(invoice_id)
-            kind = ClaimKind(row.kind)
-            if kind is not ClaimKind.SEND:
-                return Claim(kind, Status(row.status))
-            if before_commit is not None:
-                await before_commit()
-            return Claim(ClaimKind.SEND, Status.SENDING, _sending(row), fresh_number=row.fresh)
-    except DBAPIError as exc:
-        # The invoice row lock, or the event commit lock taken at COMMIT, was not granted in time;
-        # the transaction rolled back, so nothing was consumed.
+        row = await _claim_statement(as_database(db), q.CLAIM, params, before_commit)
+    except psycopg.Error as exc:
         if is_lock_timeout(exc):
             raise ReservationLockTimeout(
                 f"invoice {invoice_id!r}: lock not granted within {lock_timeout_ms} ms") from exc
         raise
+    if row is None:
+        raise InvoiceNotFound(invoice_id)
+    return _claim(row)
 
 
-async def mark_issued(engine: AsyncEngine, pk: int, receipt: Receipt) -> bool:
-    """Step 4 (success): ISSUED with the integrator's reference. False if already settled."""
-    async with engine.begin() as conn:
-        row = (await conn.execute(q.MARK_ISSUED, {"pk": pk, "ref": receipt.ref})).first()
+def _document_params(pk: int, document: Document | None) -> dict[str, Any]:
+    """The parameters of ``_DOCUMENT``: the bytes to store, or NULLs when already stored."""
+    if document is None or document.stored:
+        return {"pk": pk, "sha256": None, "media_type": None, "format": None, "body": None}
+    return {"pk": pk, "sha256": document.sha256, "media_type": document.media_type,
+            "format": document.format, "body": document.body}
+
+
+async def mark_issued(db: DatabaseLike, pk: int, receipt: Receipt,
+                      document: Document | None = None) -> bool:
+    """Step 4 (success): ISSUED with the integrator's reference, storing ``document`` (the bytes
+    that were sent) if it is not stored yet. False if the invoice was settled already."""
+    row = await as_database(db).one(q.MARK_ISSUED, {**_document_params(pk, document),
+                                                    "ref": receipt.ref})
     return row is not None
 
 
-async def mark_issued_many(engine: AsyncEngine, refs: dict[int, str]) -> set[int]:
-    """Step 4 (success) for many invoices (pk -> integrator ref) in one transaction.
+async def mark_issued_many(db: DatabaseLike,
+                           outcomes: dict[int, tuple[str, Document | None]]) -> set[int]:
+    """Step 4 (success) for many invoices (pk -> (integrator ref, document)) in one statement.
 
     Locks the rows in id order. Returns the pks that became ISSUED (the others were settled).
     """
-    if not refs:
+    if not outcomes:
         return set()
-    pks = sorted(refs)
-    async with engine.begin() as conn:
-        rows = (await conn.execute(q.MARK_ISSUED_MANY, {
-            "pks": pks, "refs": [refs[pk] for pk in pks]})).all()
+    pks = sorted(outcomes)
+    docs = [_document_params(pk, outcomes[pk][1]) for pk in pks]
+    rows = await as_database(db).all(q.MARK_ISSUED_MANY, {
+        "pks": pks, "refs": [outcomes[pk][0] for pk in pks],
+        "shas": [d["sha256"] for d in docs], "media_types": [d["media_type"] for d in docs],
+        "formats": [d["format"] for d in docs], "bodies": [d["body"] for d in docs]})
     return {row.id for row in rows}
 
 
-async def mark_error(engine: AsyncEngine, sending: Sending, error: str,
-                     retry_at: datetime | None) -> bool:
+async def mark_error(db: DatabaseLike, sending: Sending, error: str,
+                     retry_at: datetime | None, document: Document | None = None) -> bool:
     """Step 4 (transient failure): ERROR, due again at ``retry_at`` (None: parked for a person).
 
-    Fenced by the attempt: False when a newer attempt has taken the invoice over.
+    Fenced by the attempt: False when a newer attempt has taken the invoice over. ``document``:
+    the bytes that were sent (their outcome is unknown, so they are what every resend sends).
     """
-    async with engine.begin() as conn:
-        row = (await conn.execute(q.MARK_ERROR, {"pk": sending.pk, "error": error[:2000],
-                                                 "retry_at": retry_at,
-                                                 "attempt": sending.attempt})).first()
+    row = await as_database(db).one(q.MARK_ERROR, {
+        **_document_params(sending.pk, document), "error": error[:MAX_ERROR],
+        "retry_at": retry_at, "attempt": sending.attempt})
     return row is not None
 
 
-async def mark_alarm(engine: AsyncEngine, sending: Sending, holder_invoice_id: str) -> bool:
-    """The number is held by another invoice at the integrator: ERROR, never retried by itself."""
-    reason = (f"{ALARM_PREFIX}number {sending.number} is held by invoice {holder_invoice_id!r} "
-              "at the integrator")
-    return await mark_error(engine, sending, reason, None)
+async def mark_alarm(db: DatabaseLike, sending: Sending, duplicate: DuplicateOfAnother,
+                     document: Document | None = None) -> bool:
+    """The number (or the document's UUID) is another invoice's at the integrator: ERROR, never
+    retried by itself."""
+    return await mark_error(db, sending, ALARM_PREFIX + duplicate.describe, None, document)
 
 
-async def mark_rejected(engine: AsyncEngine, sending: Sending, reason: str) -> bool:
+async def mark_unrenderable(db: DatabaseLike, sending: Sending, reason: str) -> bool:
+    """A sealed invoice whose stored message cannot make its document: nothing was sent; ERROR,
+    never retried by itself — an operator fixes the payload (``gapless invoice retry
+    --payload``) or voids it. Fenced like mark_error."""
+    return await mark_error(db, sending, UNRENDERABLE_PREFIX + reason, None)
+
+
+async def mark_rejected(db: DatabaseLike, sending: Sending, reason: str,
+                        document: Document | None = None) -> bool:
     """Step 4 (permanent rejection): REJECTED, the number stays pinned. Fenced like mark_error."""
-    async with engine.begin() as conn:
-        row = (await conn.execute(q.MARK_REJECTED, {"pk": sending.pk, "reason": reason[:2000],
-                                                    "attempt": sending.attempt})).first()
+    row = await as_database(db).one(q.MARK_REJECTED, {
+        **_document_params(sending.pk, document), "reason": reason[:MAX_ERROR],
+        "attempt": sending.attempt})
     return row is not None
 
 
@@ -201,31 +298,28 @@ class Orphan:
     prev_next_attempt_at: datetime | None
 
 
-async def claim_orphans(engine: AsyncEngine, *, stuck_after_s: float, batch: int,
+async def claim_orphans(db: DatabaseLike, *, stuck_after_s: float, batch: int,
                         max_attempts: int | None = None) -> list[Orphan]:
     """Recovery: claim stuck SENDING and due ERROR invoices (SKIP LOCKED), taking their lease.
 
     ERROR invoices that already had ``max_attempts`` attempts are left alone (None: no limit).
     Returns each claimed invoice with the status, lease and due time it had before.
     """
-    async with engine.begin() as conn:
-        rows = (await conn.execute(q.CLAIM_ORPHANS,
-                                   {"stuck_after_s": stuck_after_s, "batch": batch,
-                                    "max_attempts": max_attempts})).all()
+    rows = await as_database(db).all(q.CLAIM_ORPHANS, {
+        "stuck_after_s": stuck_after_s, "batch": batch, "max_attempts": max_attempts})
     return [Orphan(_sending(row), Status(row.was), row.prev_since, row.prev_due) for row in rows]
 
 
-async def release_orphan(engine: AsyncEngine, orphan: Orphan) -> bool:
+async def release_orphan(db: DatabaseLike, orphan: Orphan) -> bool:
     """Put a claimed orphan back as it was (status, attempts, lease, due time).
 
     Only for a claim no integrator call was made for (e.g. the circuit breaker is open), so the
-    claim burns no attempt. Fenced by the claim's attempt: False when it has moved on since.
+    claim burns no attempt; the history records it as 'released'. Fenced by the claim's attempt:
+    False when it has moved on since.
     """
-    async with engine.begin() as conn:
-        row = (await conn.execute(q.RELEASE_ORPHAN, {
-            "pk": orphan.sending.pk, "attempt": orphan.sending.attempt, "was": orphan.was.value,
-            "prev_since": orphan.prev_sending_since,
-            "prev_due": orphan.prev_next_attempt_at})).first()
+    row = await as_database(db).one(q.RELEASE_ORPHAN, {
+        "pk": orphan.sending.pk, "attempt": orphan.sending.attempt, "was": orphan.was.value,
+        "prev_since": orphan.prev_sending_since, "prev_due": orphan.prev_next_attempt_at})
     return row is not None
 
 
@@ -241,36 +335,52 @@ async def invoice_events(conn: AsyncConnection, pk: int) -> list[Any]:
     return list((await conn.execute(q.INVOICE_EVENTS, {"pk": pk})).all())
 
 
-async def _operator_update(engine: AsyncEngine, statement: Any, params: dict[str, Any],
+async def invoice_documents(conn: AsyncConnection, pk: int) -> list[Any]:
+    """Every document the invoice has sent, newest first."""
+    return list((await conn.execute(q.INVOICE_DOCUMENTS, {"pk": pk})).all())
+
+
+async def _operator_update(db: DatabaseLike, statement: str, params: dict[str, Any],
                            action: str) -> Any:
-    async with engine.begin() as conn:
-        row = (await conn.execute(statement, params)).first()
-        if row is None:
-            current = await get_invoice(conn, params["invoice_id"])
-            raise InvalidTransition(
-                f"cannot {action} invoice {params['invoice_id']!r}: it is {current.status}"
-                + (f" and holds number {current.number}" if current.number else ""))
-        return row
+    row = await as_database(db).one(statement, params)
+    if row is None:
+        current = await _current(db, params["invoice_id"])
+        raise InvalidTransition(
+            f"cannot {action} invoice {params['invoice_id']!r}: it is {current.status}"
+            + (f" and holds number {current.number}" if current.number else ""))
+    return row
 
 
-async def cancel(engine: AsyncEngine, invoice_id: str, reason: str) -> None:
+async def invoice_state(db: DatabaseLike, invoice_id: str) -> Any:
+    """The status and number of an invoice (no lock), or None when there is none."""
+    return await as_database(db).one(q.INVOICE_STATE, {"invoice_id": invoice_id})
+
+
+async def _current(db: DatabaseLike, invoice_id: str) -> Any:
+    row = await invoice_state(db, invoice_id)
+    if row is None:
+        raise InvoiceNotFound(invoice_id)
+    return row
+
+
+async def cancel(db: DatabaseLike, invoice_id: str, reason: str) -> None:
     """RECEIVED → CANCELLED; only before a number is reserved (no number consumed)."""
-    await _operator_update(engine, q.CANCEL, {"invoice_id": invoice_id, "reason": reason},
-                           "cancel")
+    await _operator_update(db, q.CANCEL, {"invoice_id": invoice_id, "reason": reason}, "cancel")
 
 
-async def void(engine: AsyncEngine, invoice_id: str, reason: str) -> None:
+async def void(db: DatabaseLike, invoice_id: str, reason: str) -> None:
     """ERROR/REJECTED → VOIDED with a reason; the number stays pinned and accounted for."""
     if not reason.strip():
         raise InvalidTransition("a void needs a reason")
-    await _operator_update(engine, q.VOID, {"invoice_id": invoice_id, "reason": reason}, "void")
+    await _operator_update(db, q.VOID, {"invoice_id": invoice_id, "reason": reason}, "void")
 
 
-async def start_retry(engine: AsyncEngine, invoice_id: str,
+async def start_retry(db: DatabaseLike, invoice_id: str,
                       payload: dict[str, Any] | None = None) -> Sending:
-    """ERROR/REJECTED → SENDING under the caller's lease, with an optional corrected payload."""
+    """ERROR/REJECTED → SENDING under the caller's lease, same number and UUID, with an optional
+    corrected payload (then the next send renders a new document from it)."""
     row = await _operator_update(
-        engine, q.RETRY,
+        db, q.RETRY,
         {"invoice_id": invoice_id, "payload": None if payload is None else json.dumps(payload)},
         "retry")
     return _sending(row)

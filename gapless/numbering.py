@@ -18,6 +18,7 @@ import re
 import zoneinfo
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -112,6 +113,25 @@ def validate_format(fmt: str, period: ResetPeriod) -> None:
                           f"{', '.join(missing)}, or numbers of two periods would print alike")
 
 
+def gib_layout_problem(spec: SeriesSpec) -> str | None:
+    """Why this series cannot number GİB e-invoices, or None when it can.
+
+    A UBL-TR invoice's ID is a 3-character prefix, the 4-digit year and a 9-digit sequence that
+    starts again at 1 every year (e.g. ``ABC2026000000001``): the series must be the default
+    layout with a 3-character prefix and a yearly reset.
+    """
+    if len(spec.prefix) != 3:
+        return (f"series {spec.code!r} has prefix {spec.prefix!r}; a GİB e-invoice number needs "
+                "a 3-character prefix")
+    if spec.reset is not ResetPeriod.YEARLY:
+        return (f"series {spec.code!r} resets {spec.reset.value}; GİB e-invoice numbers restart "
+                "every year (use --reset yearly)")
+    if (spec.format, spec.width) != DEFAULT_FORMATS[ResetPeriod.YEARLY]:
+        return (f"series {spec.code!r} prints {spec.format} with {spec.width} digits; a GİB "
+                "e-invoice number is {prefix}{yyyy} and 9 digits")
+    return None
+
+
 def render_number(spec: SeriesSpec, local: datetime, no: int) -> str:
     """The Python twin of ``gapless_render`` (used for display and tests)."""
     return (spec.format.replace("{prefix}", spec.prefix)
@@ -132,7 +152,7 @@ async def add_series(conn: AsyncConnection, spec: SeriesSpec) -> bool:
               "reset": spec.reset.value, "tz": spec.tz, "width": spec.width, "format": spec.format}
     if (await conn.execute(q.INSERT_SERIES, params)).first() is not None:
         return True
-    existing = (await conn.execute(q.GET_SERIES, params)).first()
+    existing = (await conn.exec_driver_sql(q.GET_SERIES, params)).first()
     if existing is not None:
         same = (existing.prefix, existing.reset, existing.tz, existing.width, existing.format) == (
             spec.prefix, spec.reset.value, spec.tz, spec.width, spec.format)
@@ -146,11 +166,16 @@ async def add_series(conn: AsyncConnection, spec: SeriesSpec) -> bool:
 
 
 async def get_series(conn: AsyncConnection, tenant: str, code: str) -> SeriesSpec:
-    row = (await conn.execute(q.GET_SERIES, {"tenant": tenant, "code": code})).first()
+    row = (await conn.exec_driver_sql(q.GET_SERIES, {"tenant": tenant, "code": code})).first()
     if row is None:
         raise UnknownSeriesError(tenant, code)
-    return SeriesSpec(row.tenant, row.code, row.prefix, ResetPeriod(row.reset), row.tz, row.width,
-                      row.format)
+    return series_spec(row)
+
+
+def series_spec(row: Any) -> SeriesSpec:
+    """A SeriesSpec from a ``series`` row."""
+    return SeriesSpec(row.tenant, row.code, row.prefix, ResetPeriod(row.reset), row.tz,
+                      row.width, row.format)
 
 
 @dataclass(frozen=True)

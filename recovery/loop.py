@@ -40,8 +40,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.catalog import Catalog
+from gapless.db import Database, as_database
 from gapless.invoices import Orphan, claim_orphans, release_orphan
 from gapless.logging import get_logger
+from gapless.render import Renderer
 from recovery import metrics
 from recovery.outcomes import IssuedWriter
 from recovery.reconcile import Backoff, Guard, Outcome, reconcile
@@ -139,14 +142,16 @@ class _Backlog:
 
 
 class RecoveryLoop:
-    """Rounds of claim-and-reconcile over one engine (actor ``recovery``) and one guard."""
+    """Rounds of claim-and-reconcile over one database (actor ``recovery``) and one guard."""
 
-    def __init__(self, engine: AsyncEngine, guard: Guard, options: RecoveryOptions) -> None:
-        self.engine = engine
+    def __init__(self, db: Database | AsyncEngine, guard: Guard,
+                 options: RecoveryOptions) -> None:
+        self.db = as_database(db)
         self.guard = guard
         self.options = options
+        self.renderer = Renderer(Catalog(self.db))
         self._stopping = asyncio.Event()
-        self._issued = IssuedWriter(engine)
+        self._issued = IssuedWriter(self.db)
 
     def _breaker_state(self) -> str:
         return str(getattr(self.guard, "state", BREAKER_CLOSED))
@@ -221,7 +226,7 @@ class RecoveryLoop:
                     # this round (a second past it, for the clocks of two hosts).
                     stuck_after_s = max(stuck_after_s, time.monotonic() - first_claim + 1.0)
                 orphans = await claim_orphans(
-                    self.engine, stuck_after_s=stuck_after_s, batch=batch,
+                    self.db, stuck_after_s=stuck_after_s, batch=batch,
                     max_attempts=self.options.max_attempts)
                 summary.claimed += len(orphans)
                 summary.batch_full = len(orphans) >= batch
@@ -257,7 +262,7 @@ class RecoveryLoop:
             metrics.IN_FLIGHT.inc()
             try:
                 result = await reconcile(
-                    self.engine, self.guard, sending, backoff=self.options.backoff,
+                    self.db, self.guard, self.renderer, sending, backoff=self.options.backoff,
                     max_attempts=self.options.max_attempts,
                     min_delay_s=self.options.breaker_reset_s, record_issued=self._issued.issued,
                     calls_done=slot.release)  # the slot bounds integrator calls, not writes
@@ -299,7 +304,7 @@ class RecoveryLoop:
         return took
 
     async def _release(self, orphan: Orphan) -> str:
-        put_back = await release_orphan(self.engine, orphan)
+        put_back = await release_orphan(self.db, orphan)
         log.info("orphan_released", invoice_id=orphan.sending.invoice_id,
                  number=orphan.sending.number, was=orphan.was.value, put_back=put_back)
         metrics.count(RELEASED)

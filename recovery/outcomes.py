@@ -17,30 +17,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from gapless.integrator.base import Receipt
-from gapless.invoices import Sending, mark_issued, mark_issued_many
+from gapless.integrator.base import Document, Receipt
+from gapless.invoices import DatabaseLike, Sending, mark_issued, mark_issued_many
 from gapless.logging import get_logger
 
 log = get_logger("gapless.recovery")
 
 MAX_BATCH = 200
 
+#: An ISSUED outcome waiting for the next commit: (pk, receipt, document, the caller's future).
+_Pending = tuple[int, Receipt, Document, "asyncio.Future[bool]"]
+
 
 class IssuedWriter:
     """Records ISSUED outcomes of many concurrent tasks in as few transactions as possible."""
 
-    def __init__(self, engine: AsyncEngine, *, max_batch: int = MAX_BATCH) -> None:
-        self._engine = engine
+    def __init__(self, db: DatabaseLike, *, max_batch: int = MAX_BATCH) -> None:
+        self._db = db
         self._max_batch = max_batch
-        self._pending: list[tuple[int, Receipt, asyncio.Future[bool]]] = []
+        self._pending: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def issued(self, sending: Sending, receipt: Receipt) -> bool:
-        """ISSUED with the receipt's reference, committed; False if it was settled already."""
+    async def issued(self, sending: Sending, receipt: Receipt, document: Document) -> bool:
+        """ISSUED with the receipt's reference and the document stored, committed; False if it
+        was settled already."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((sending.pk, receipt, future))
+        self._pending.append((sending.pk, receipt, document, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
         return await future
@@ -57,22 +59,23 @@ class IssuedWriter:
             del self._pending[:self._max_batch]
             try:
                 updated = await mark_issued_many(
-                    self._engine, {pk: receipt.ref for pk, receipt, _ in batch})
+                    self._db, {pk: (receipt.ref, document)
+                               for pk, receipt, document, _ in batch})
             except Exception as exc:
                 if len(batch) == 1:
-                    _fail(batch[0][2], exc)
+                    _fail(batch[0][3], exc)
                     continue
                 log.warning("issued_batch_failed", size=len(batch), error=type(exc).__name__)
                 await self._one_by_one(batch)
                 continue
-            for pk, _, future in batch:
+            for pk, _, _, future in batch:
                 if not future.done():  # the caller may have been cancelled meanwhile
                     future.set_result(pk in updated)
 
-    async def _one_by_one(self, batch: list[tuple[int, Receipt, asyncio.Future[bool]]]) -> None:
-        for pk, receipt, future in batch:
+    async def _one_by_one(self, batch: list[_Pending]) -> None:
+        for pk, receipt, document, future in batch:
             try:
-                done = await mark_issued(self._engine, pk, receipt)
+                done = await mark_issued(self._db, pk, receipt, document)
             except Exception as exc:
                 _fail(future, exc)
             else:

@@ -10,6 +10,11 @@ sealed before any call, "did it arrive?" is a deterministic question:
   REJECTED, transient -> ERROR due again after an exponential, jittered backoff; after
   ``max_attempts`` it stays ERROR for an operator).
 
+The document resent is the one the invoice sent before (stored with an earlier outcome), or —
+when a first send died before its outcome was recorded — the same bytes rendered again from what
+the seal fixed (:mod:`gapless.render`); either way same number, same UUID. A repair stores the
+document it stands for with the ISSUED outcome.
+
 No transaction is open during the integrator calls (I5): each outcome is one fenced domain
 operation of :mod:`gapless.invoices`. Used by the recovery loop and by ``gapless invoice retry``.
 """
@@ -23,7 +28,6 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
-from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.stdlib import BoundLogger
 
 from gapless.integrator.base import (
@@ -35,8 +39,17 @@ from gapless.integrator.base import (
     Receipt,
 )
 from gapless.integrator.guard import IntegratorUnavailable
-from gapless.invoices import Sending, mark_alarm, mark_error, mark_issued, mark_rejected
+from gapless.invoices import (
+    DatabaseLike,
+    Sending,
+    mark_alarm,
+    mark_error,
+    mark_issued,
+    mark_rejected,
+    mark_unrenderable,
+)
 from gapless.logging import get_logger
+from gapless.render import Renderer, RenderError
 
 log = get_logger("gapless.recovery")
 
@@ -54,7 +67,7 @@ class Guard(Protocol):
 class Outcome(StrEnum):
     REPAIRED = "repaired"      # the integrator had it for us: ISSUED, nothing sent
     RESENT = "resent"          # the integrator did not have it: resent and ISSUED
-    ALARM = "alarm"            # the number is another invoice's at the integrator
+    ALARM = "alarm"            # the number (or the UUID) is another invoice's at the integrator
     REJECTED = "rejected"      # resent and permanently rejected
     ERROR = "error"            # transient failure: ERROR, due again later
     PARKED = "parked"          # transient failure after max attempts: ERROR for an operator
@@ -83,7 +96,7 @@ class Result:
     retry_at: datetime | None = None
 
 
-RecordIssued = Callable[[Sending, Receipt], Awaitable[bool]]
+RecordIssued = Callable[[Sending, Receipt, Document], Awaitable[bool]]
 
 
 @dataclass(frozen=True)
@@ -92,12 +105,20 @@ class _Answer:
 
     outcome: Outcome           # REPAIRED, RESENT, ALARM, REJECTED, ERROR or UNAVAILABLE
     receipt: Receipt | None = None
-    holder: str = ""
+    duplicate: DuplicateOfAnother | None = None
     error: Exception | None = None
     reason: str = ""
 
 
-async def _ask_then_send(guard: Guard, sending: Sending) -> _Answer:
+def _found(sending: Sending, found: Receipt) -> _Answer:
+    """The integrator holds the number: ours (same invoice and, when it says, same UUID), or an
+    alarm."""
+    if found.invoice_id == sending.invoice_id and found.uuid in (None, sending.uuid):
+        return _Answer(Outcome.REPAIRED, receipt=found)
+    return _Answer(Outcome.ALARM, duplicate=DuplicateOfAnother(sending.number, found.invoice_id))
+
+
+async def _ask_then_send(guard: Guard, sending: Sending, document: Document) -> _Answer:
     try:
         found = await guard.lookup(sending.tenant, sending.number)
     except IntegratorUnavailable as exc:
@@ -105,11 +126,9 @@ async def _ask_then_send(guard: Guard, sending: Sending) -> _Answer:
     except IntegratorError as exc:
         return _Answer(Outcome.ERROR, error=exc)
     if found is not None:
-        if found.invoice_id == sending.invoice_id:
-            return _Answer(Outcome.REPAIRED, receipt=found)
-        return _Answer(Outcome.ALARM, holder=found.invoice_id)
+        return _found(sending, found)
     try:
-        receipt = await guard.send(sending.document())
+        receipt = await guard.send(document)
     except IntegratorUnavailable as exc:
         # Refused by the breaker, possibly after an earlier attempt of this send whose outcome
         # is unknown: putting the claim back is still safe, the next claim asks first.
@@ -117,7 +136,7 @@ async def _ask_then_send(guard: Guard, sending: Sending) -> _Answer:
     except DuplicateOfMine as exc:
         return _Answer(Outcome.RESENT, receipt=exc.receipt)
     except DuplicateOfAnother as exc:
-        return _Answer(Outcome.ALARM, holder=exc.holder_invoice_id)
+        return _Answer(Outcome.ALARM, duplicate=exc)
     except PermanentRejection as exc:
         return _Answer(Outcome.REJECTED, reason=exc.reason)
     except IntegratorError as exc:
@@ -125,7 +144,7 @@ async def _ask_then_send(guard: Guard, sending: Sending) -> _Answer:
     return _Answer(Outcome.RESENT, receipt=receipt)
 
 
-async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
+async def reconcile(db: DatabaseLike, guard: Guard, renderer: Renderer, sending: Sending, *,
                     backoff: Backoff, max_attempts: int | None,
                     min_delay_s: float = 0.0, record_issued: RecordIssued | None = None,
                     calls_done: Callable[[], None] | None = None) -> Result:
@@ -138,32 +157,47 @@ async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
     a transient failure (e.g. the breaker's reset timeout). Raises only for the unexpected (a
     database error): the invoice then stays SENDING under the caller's lease and is found again
     once that is stale. ``record_issued`` writes an ISSUED outcome (default: ``mark_issued``,
-    one transaction; the loop passes its group-commit writer).
+    one transaction; the loop passes its group-commit writer). A sealed invoice whose stored
+    message cannot make its document is parked in ERROR for an operator, nothing sent.
     """
-    answer = await _ask_then_send(guard, sending)
-    if calls_done is not None:
-        calls_done()
     bound = log.bind(invoice_id=sending.invoice_id, tenant=sending.tenant,
                      series=sending.series, number=sending.number, attempt=sending.attempt)
+    try:
+        document = await renderer.document(sending)
+    except RenderError as exc:
+        if calls_done is not None:
+            calls_done()
+        return await _unrenderable(db, sending, str(exc), bound)
+    answer = await _ask_then_send(guard, sending, document)
+    if calls_done is not None:
+        calls_done()
     if answer.outcome is Outcome.UNAVAILABLE:
         return Result(Outcome.UNAVAILABLE, str(answer.error))
     if answer.outcome is Outcome.ALARM:
-        return await _alarm(engine, sending, answer.holder, bound)
+        assert answer.duplicate is not None
+        return await _alarm(db, sending, answer.duplicate, document, bound)
     if answer.outcome is Outcome.ERROR:
         assert answer.error is not None
-        return await _transient(engine, guard, sending, answer.error, bound, backoff=backoff,
-                                max_attempts=max_attempts, min_delay_s=min_delay_s)
+        return await _transient(db, guard, sending, document, answer.error, bound,
+                                backoff=backoff, max_attempts=max_attempts,
+                                min_delay_s=min_delay_s)
     if answer.outcome is Outcome.REJECTED:
-        if not await mark_rejected(engine, sending, answer.reason):
+        if not await mark_rejected(db, sending, answer.reason, document):
             return _superseded(bound, "rejected")
         bound.warning("orphan_rejected", reason=answer.reason)
         return Result(Outcome.REJECTED, answer.reason)
+    return await _issued(db, sending, answer, document, bound, record_issued)
+
+
+async def _issued(db: DatabaseLike, sending: Sending, answer: _Answer, document: Document,
+                  bound: BoundLogger, record_issued: RecordIssued | None) -> Result:
+    """The number is the integrator's for this invoice (found, or just resent): ISSUED."""
     receipt = answer.receipt
     assert receipt is not None
     if record_issued is not None:
-        recorded = await record_issued(sending, receipt)
+        recorded = await record_issued(sending, receipt, document)
     else:
-        recorded = await mark_issued(engine, sending.pk, receipt)
+        recorded = await mark_issued(db, sending.pk, receipt, document)
     if not recorded:
         return _superseded(bound, answer.outcome.value)
     if answer.outcome is Outcome.REPAIRED:
@@ -173,20 +207,30 @@ async def reconcile(engine: AsyncEngine, guard: Guard, sending: Sending, *,
     return Result(answer.outcome, receipt.ref, receipt=receipt)
 
 
-async def _alarm(engine: AsyncEngine, sending: Sending, holder: str,
-                 bound: BoundLogger) -> Result:
-    recorded = await mark_alarm(engine, sending, holder)
+async def _alarm(db: DatabaseLike, sending: Sending, duplicate: DuplicateOfAnother,
+                 document: Document, bound: BoundLogger) -> Result:
+    recorded = await mark_alarm(db, sending, duplicate, document)
     # ERROR level: two invoices claim one number, a person must look (the event says so too).
-    bound.error("orphan_alarm", alarm="number_held_by_another", holder_invoice_id=holder,
-                recorded=recorded)
+    bound.error("orphan_alarm", alarm="number_held_by_another",
+                holder_invoice_id=duplicate.holder_invoice_id,
+                holder_number=duplicate.holder_number, recorded=recorded)
     if not recorded:
         return Result(Outcome.SUPERSEDED, "alarm")
-    return Result(Outcome.ALARM, f"number {sending.number} is held by invoice {holder!r}")
+    return Result(Outcome.ALARM, duplicate.describe)
 
 
-async def _transient(engine: AsyncEngine, guard: Guard, sending: Sending, exc: Exception,
-                     bound: BoundLogger, *, backoff: Backoff, max_attempts: int | None,
-                     min_delay_s: float) -> Result:
+async def _unrenderable(db: DatabaseLike, sending: Sending, reason: str,
+                        bound: BoundLogger) -> Result:
+    """Nothing was sent; the invoice waits in ERROR, not retried, for an operator."""
+    if not await mark_unrenderable(db, sending, reason):
+        return _superseded(bound, "error")
+    bound.error("orphan_parked", error=reason)
+    return Result(Outcome.PARKED, reason)
+
+
+async def _transient(db: DatabaseLike, guard: Guard, sending: Sending, document: Document,
+                     exc: Exception, bound: BoundLogger, *, backoff: Backoff,
+                     max_attempts: int | None, min_delay_s: float) -> Result:
     error = f"{type(exc).__name__}: {exc}"
     parked = max_attempts is not None and sending.attempt >= max_attempts
     retry_at = None
@@ -197,7 +241,7 @@ async def _transient(engine: AsyncEngine, guard: Guard, sending: Sending, exc: E
         retry_at = datetime.now(UTC) + timedelta(seconds=delay)
     if parked:
         error = f"{error} (gave up after {sending.attempt} attempts)"
-    if not await mark_error(engine, sending, error, retry_at):
+    if not await mark_error(db, sending, error, retry_at, document):
         return _superseded(bound, "error")
     if parked:
         bound.error("orphan_parked", error=error)

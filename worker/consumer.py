@@ -31,9 +31,8 @@ from typing import Any
 
 import structlog
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.db import check_cluster, make_engine
+from gapless.db import Database, check_cluster
 from gapless.integrator.base import Integrator, TransientIntegratorError, load_integrator
 from gapless.integrator.guard import GuardedIntegrator
 from gapless.logging import get_logger
@@ -41,8 +40,8 @@ from gapless.publisher import connect, dead_letter, declare_topology
 from gapless.settings import Settings
 from worker import metrics
 from worker.errors import is_database_unavailable
-from worker.faults import Faults
-from worker.flow import Action, Delivery, IssuingFlow, Verdict
+from worker.flow import Action, Clock, Delivery, IssuingFlow, Verdict
+from worker.hooks import NO_HOOKS, FlowHooks, load_hooks
 
 log = get_logger("gapless.worker")
 #: How long a starting worker keeps retrying a database that is briefly unreachable.
@@ -65,14 +64,17 @@ class Worker:
 
     def __init__(self, settings: Settings, *, concurrency: int = 8,
                  shutdown_timeout: float = 30.0, metrics_port: int | None = None,
-                 faults: Faults | None = None) -> None:
+                 hooks: FlowHooks | None = None, clock: Clock | None = None) -> None:
+        """``hooks``: the flow's step hooks (default: ``GAPLESS_WORKER_HOOKS``, normally none);
+        ``clock``: tests only — fixes the seal moment and "today" of the date checks."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.settings = settings
         self.concurrency = concurrency
         self.shutdown_timeout = shutdown_timeout
         self.metrics_port = metrics_port
-        self.faults = faults if faults is not None else Faults.from_env()
+        self.hooks = hooks if hooks is not None else load_hooks()
+        self.clock = clock
         self._stop = asyncio.Event()
         #: Set once the consumer has started (for callers that run the worker in-process).
         self.started = asyncio.Event()
@@ -83,6 +85,8 @@ class Worker:
         self._channel: AbstractChannel | None = None
         self._guard: GuardedIntegrator | None = None
         self._flow: IssuingFlow | None = None
+        #: When the broker connection was lost (None while connected).
+        self._amqp_lost_at: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -103,59 +107,72 @@ class Worker:
         """Consume until a stop is requested; raises ConfigurationError before consuming when
         the database is unmigrated or belongs to another cluster."""
         settings = self.settings
-        # No pre-ping round trip per transaction: a connection that died is invalidated on first
-        # use and the delivery is requeued (see worker.errors.is_database_unavailable).
-        engine = make_engine(settings.database_url, actor="worker",
-                             pool_size=min(self.concurrency, settings.db_pool_size),
-                             pre_ping=False)
         if install_signal_handlers:
             # Installed before anything else, so a SIGTERM during start-up is a clean stop too.
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
+        db = await self._open_database()
+        if db is None:
+            log.info("worker_stopped", before="consuming")
+            return
         try:
-            await self._check_cluster(engine)
-            if self.stopping:
-                log.info("worker_stopped", before="consuming")
-                return
             integrator = load_integrator(settings)
             try:
-                await self._run(engine, integrator, install_signal_handlers)
+                await self._run(db, integrator, install_signal_handlers)
             finally:
                 await integrator.aclose()
         finally:
-            await engine.dispose()
+            await db.close()
 
-    async def _check_cluster(self, engine: AsyncEngine) -> None:
-        """The start-up cluster check, retried while the database is briefly unreachable (a
-        restart or a terminated backend must not end the process); a mismatch fails at once."""
+    async def _open_database(self) -> Database | None:
+        """The pool and the start-up cluster check, retried while the database is briefly
+        unreachable (a restart or a terminated backend must not end the process); a mismatch or
+        a missing schema fails at once. None: asked to stop meanwhile (nothing was consumed).
+
+        A connection of the pool that dies later is dropped by the pool, and the delivery that
+        met it is requeued (see worker.errors.is_database_unavailable).
+        """
+        settings = self.settings
         deadline = time.monotonic() + STARTUP_DB_RETRY_S
         while True:
+            db: Database | None = None
             try:
-                await check_cluster(engine, self.settings.cluster_id)
-                return
+                db = await Database.open(settings.database_url, actor="worker",
+                                         size=min(self.concurrency, settings.db_pool_size))
+                await check_cluster(db, settings.cluster_id)
             except Exception as exc:
+                if db is not None:
+                    await db.close()
                 if is_database_unavailable(exc) and self.stopping:
-                    return  # asked to stop while waiting: a clean stop, nothing was consumed
+                    return None
                 if not is_database_unavailable(exc) or time.monotonic() > deadline:
                     raise
                 log.warning("database_unavailable_at_start", error=type(exc).__name__)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), timeout=1.0)
+                continue
+            if self.stopping:
+                await db.close()
+                return None
+            return db
 
-    async def _run(self, engine: AsyncEngine, integrator: Integrator,
+    async def _run(self, db: Database, integrator: Integrator,
                    install_signal_handlers: bool) -> None:
         settings = self.settings
         self._guard = GuardedIntegrator(integrator, settings, name="worker")
-        self._flow = IssuingFlow(engine, self._guard, settings, faults=self.faults,
+        self._flow = IssuingFlow(db, self._guard, settings, hooks=self.hooks, clock=self.clock,
                                  stopping=lambda: self.stopping)
         if self.metrics_port is not None:
             metrics.serve(self.metrics_port)
-        if self.faults.active:
-            log.warning("fault_injection_enabled", kill_at=self.faults.kill_step,
-                        kill_nth=self.faults.kill_nth, pause_at=self.faults.pause_step,
-                        pause_s=self.faults.pause_s)
+        if self.hooks is not NO_HOOKS:
+            log.warning("worker_hooks_enabled", hooks=type(self.hooks).__name__)
         connection = await connect(settings)
+        # The robust connection reconnects by itself (and restores the channel, its QoS, the
+        # queue and the consumer); say so in the log, so an operator sees the broker went away
+        # and came back.
+        connection.close_callbacks.add(self._on_connection_lost)
+        connection.reconnect_callbacks.add(self._on_reconnected)
         async with connection:
             # One channel consumes and dead-letters; it has publisher confirms (aio-pika's
             # default), so a bad message is acked only once its copy is safely in <prefix>.dead.
@@ -208,6 +225,21 @@ class Worker:
         with contextlib.suppress(Exception):
             await channel.close()
         log.info("worker_stopped", finished=finished, abandoned=len(abandoned))
+
+    def _on_connection_lost(self, _connection: object, exc: BaseException | None) -> None:
+        # Called again for every failed reconnection attempt (aio-pika logs those itself):
+        # one event per outage.
+        if exc is None or self.stopping or self._amqp_lost_at is not None:
+            return
+        self._amqp_lost_at = time.monotonic()
+        log.warning("amqp_connection_lost", error=type(exc).__name__,
+                    detail=str(exc).splitlines()[0] if str(exc) else "",
+                    in_flight=len(self._tasks))
+
+    def _on_reconnected(self, _connection: object) -> None:
+        lost_at, self._amqp_lost_at = self._amqp_lost_at, None
+        log.info("amqp_reconnected", consuming=self.consuming,
+                 down_s=None if lost_at is None else round(time.monotonic() - lost_at, 1))
 
     # -- consuming ---------------------------------------------------------------------------
 

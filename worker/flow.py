@@ -1,18 +1,27 @@
 """The just-in-time issuing flow: one delivery in, one verdict (ack, requeue, dead-letter) out.
 
-Each step is its own short transaction over the domain operations of :mod:`gapless.invoices`;
-no transaction is open while the integrator is called (I5):
+Two short transactions per invoice on the happy path, and none open while the integrator is
+called (I5):
 
-1. parse and validate the body (invalid: dead-letter with the reason);
-2. upsert the draft by ``invoice_id`` — a duplicate message maps to the same row;
-3. claim it: lock the row, pin a number if it has none, take the sending lease, **commit**;
+1. parse and check the message — the contract, then what its document needs: a producer's
+   ``issue_date`` within the window, and for a tenant with an issuer profile a GİB-numbered series
+   and every field the UBL-TR document needs. A message refused here is dead-lettered with the
+   reason before any number is used;
+2. **intake** (one statement): store the draft by ``invoice_id`` — a duplicate maps to the same
+   row — lock it, seal a number if it has none (pinning the issuer profile in force), take the
+   sending lease, **commit**;
+3. make the document: the bytes the invoice sent before, or a fresh rendering (UBL-TR for a
+   profiled tenant, the message's JSON otherwise) — same number, same UUID, every time;
 4. call the integrator through the guard (retries and the circuit breaker live there);
-5. record the outcome (ISSUED, ERROR with a due time, REJECTED, or the duplicate alarm).
+5. record the outcome and the document sent (one statement): ISSUED, ERROR with a due time,
+   REJECTED, or the duplicate alarm.
 
 The consumer acks only after the verdict's outcome has committed. The database decides every
 repeat: a redelivered or duplicated message finds the row ISSUED (ack), SENDING under someone's
 fresh lease (ack; the owner or recovery finishes it), parked in ERROR/REJECTED (ack; recovery or an
-operator owns it), or SENDING under a stale lease (taken over with the *same* number).
+operator owns it), or SENDING under a stale lease (taken over with the *same* number and bytes).
+
+Logging: one info event per delivery's outcome; the steps in between log at debug.
 """
 
 from __future__ import annotations
@@ -26,12 +35,15 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from structlog.stdlib import BoundLogger
 
+from gapless.catalog import Catalog
 from gapless.constants import TERMINAL_STATUSES, Status
-from gapless.errors import ReservationLockTimeout, UnknownSeriesError
+from gapless.db import Database
+from gapless.documents import check_ubl_inputs
+from gapless.errors import InvalidTransition, ReservationLockTimeout, UnknownSeriesError
 from gapless.integrator.base import (
+    Document,
     DuplicateOfAnother,
     DuplicateOfMine,
     PermanentRejection,
@@ -43,19 +55,24 @@ from gapless.invoices import (
     ClaimKind,
     Draft,
     Sending,
-    claim_for_sending,
+    cancel,
+    intake,
+    invoice_state,
     mark_alarm,
     mark_error,
     mark_issued,
     mark_rejected,
-    upsert_draft,
+    mark_unrenderable,
 )
 from gapless.logging import get_logger
-from gapless.message import InvalidMessage, parse_message, priority_of
+from gapless.message import InvalidMessage, InvoiceMessage, parse_message, priority_of
+from gapless.numbering import SeriesSpec, gib_layout_problem
+from gapless.render import Renderer, RenderError
 from gapless.settings import Settings
+from gapless.tenants import Profile
 from worker import metrics
 from worker.errors import is_database_unavailable
-from worker.faults import Faults
+from worker.hooks import NO_HOOKS, FlowHooks
 
 log = get_logger("gapless.worker")
 
@@ -68,12 +85,23 @@ OUTCOME_WRITE_BUDGET_S = 60.0
 #: Claims of one series a process runs at once: one holding the counter row, one queued behind
 #: it in PostgreSQL so the row never idles between them; the rest wait in the process.
 CLAIMS_PER_SERIES = 2
+#: A seal that finds another issuer profile in force re-checks the message this many times.
+STALE_RETRIES = 3
+
+Clock = Callable[[], datetime]
+
+#: Claims with nothing to send: (metrics outcome, log event) — the delivery is acked.
+_NOTHING_TO_SEND = {
+    ClaimKind.FINAL: ("already_final", "message_already_final"),
+    ClaimKind.BUSY: ("busy", "invoice_busy"),
+    ClaimKind.PARKED: ("parked", "invoice_parked"),
+}
 
 
 class GuardLike(Protocol):
     """What the flow needs of :class:`gapless.integrator.guard.GuardedIntegrator`."""
 
-    async def send(self, document: Any) -> Receipt: ...
+    async def send(self, document: Document) -> Receipt: ...
 
     def accepting(self) -> bool: ...
 
@@ -114,18 +142,44 @@ def retry_delay(attempt: int, *, base: float = RETRY_BASE_S, cap: float = RETRY_
     return delay * random.uniform(0.8, 1.2)
 
 
-class IssuingFlow:
-    """The issuing steps for one worker process (shared by its concurrent deliveries)."""
+def date_window_problem(issue_date: Any, today: Any, window_days: int, tz: str) -> str | None:
+    """Why a producer's ``issue_date`` cannot be sealed today (None: it can).
 
-    def __init__(self, engine: AsyncEngine, guard: GuardLike, settings: Settings, *,
-                 faults: Faults | None = None,
+    The document is dated the day its number is sealed, in the series' time zone; a requested
+    date in the future, or older than the window (the e-Arşiv limit is 7 days), is refused.
+    """
+    if issue_date > today:
+        return f"issue_date: {issue_date} is in the future (today is {today} in {tz})"
+    if (today - issue_date).days > window_days:
+        return (f"issue_date: {issue_date} is more than {window_days} days before today "
+                f"({today} in {tz})")
+    return None
+
+
+class IssuingFlow:
+    """The issuing steps for one worker process (shared by its concurrent deliveries).
+
+    ``clock`` (tests only) fixes the seal moment and "today"; by default the seal takes the
+    database's clock and the date checks this host's.
+    """
+
+    def __init__(self, db: Database, guard: GuardLike, settings: Settings, *,
+                 catalog: Catalog | None = None, hooks: FlowHooks = NO_HOOKS,
+                 clock: Clock | None = None,
                  stopping: Callable[[], bool] = lambda: False) -> None:
-        self.engine = engine
+        self.db = db
         self.guard = guard
         self.settings = settings
-        self.faults = faults or Faults()
+        self.catalog = catalog or Catalog(db)
+        self.renderer = Renderer(self.catalog)
+        self.hooks = hooks
+        self._clock = clock
         self._stopping = stopping
         self._gates: dict[tuple[str, str], asyncio.Semaphore] = {}
+        self._hook_claims = hooks.wants("before_reserve_commit")
+
+    def _now(self) -> datetime:
+        return self._clock() if self._clock is not None else datetime.now(UTC)
 
     async def handle(self, delivery: Delivery) -> Verdict:
         """Run the flow for one delivery and say what to do with it.
@@ -137,34 +191,69 @@ class IssuingFlow:
             message = parse_message(delivery.body, delivery.content_type)
         except InvalidMessage as exc:
             return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=exc.reason)
-        priority = priority_of(delivery.priority, message.priority)
-        structlog.contextvars.bind_contextvars(invoice_id=message.invoice_id,
-                                               tenant=message.tenant, series=message.series)
-        log.info("message_received", priority=priority, redelivered=delivery.redelivered)
-
-        try:
-            draft = await upsert_draft(self.engine, Draft(
-                invoice_id=message.invoice_id, tenant=message.tenant, series=message.series,
-                priority=priority, payload=message.payload()))
-        except UnknownSeriesError as exc:
-            return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=str(exc))
-        if draft.status in TERMINAL_STATUSES:
-            log.info("message_already_final", status=draft.status.value)
-            return Verdict(Action.ACK, "already_final")
-        if draft.status in (Status.ERROR, Status.REJECTED):
-            log.info("invoice_parked", status=draft.status.value)
-            return Verdict(Action.ACK, "parked")
+        bound = log.bind(invoice_id=message.invoice_id, tenant=message.tenant,
+                         series=message.series)
+        bound.debug("message_received", priority=delivery.priority,
+                    redelivered=delivery.redelivered)
+        series = await self.catalog.series(message.tenant, message.series)
+        if series is None:
+            return Verdict(Action.DEAD_LETTER, "dead_lettered",
+                           reason=str(UnknownSeriesError(message.tenant, message.series)))
+        profile = await self.catalog.profile_in_force(message.tenant)
+        refusal = self._refusal(message, series, profile)
+        if refusal is not None and not await self._numbered_already(message, refusal, bound):
+            return self._dead_letter(refusal, bound)
+        draft = Draft(message.invoice_id, message.tenant, message.series,
+                      priority_of(delivery.priority, message.priority), message.payload())
         async with self._gate(message.tenant, message.series):
             if self._stopping():
-                # No number is reserved once a stop is requested; the message waits in the queue.
-                return self._requeue("worker_stopping")
+                # No number is sealed once a stop is requested; the message waits in the queue.
+                return self._requeue("worker_stopping", bound)
             if not self.guard.accepting():
-                # Breaker open: reserving now would only turn the queue into ERRORs.
-                return self._requeue("breaker_open", pause=True)
-            verdict_or_claim = await self._claim(message.invoice_id)
-        if isinstance(verdict_or_claim, Verdict):
-            return verdict_or_claim
-        return await self._after_claim(verdict_or_claim)
+                # Breaker open: sealing now would only turn the queue into ERRORs.
+                return self._requeue("breaker_open", bound, pause=True)
+            claim = await self._intake(message, draft, profile, bound)
+        if isinstance(claim, Verdict):
+            return claim
+        return await self._after_claim(claim, message, bound)
+
+    # -- checks before any number is used -------------------------------------------------------
+
+    def _refusal(self, message: InvoiceMessage, series: SeriesSpec,
+                 profile: Profile | None) -> str | None:
+        """Why the message cannot be numbered (None: it can), checked before any seal."""
+        today = self._now().astimezone(self.catalog.zone(series.tz)).date()
+        problem = date_window_problem(message.issue_date, today,
+                                      self.settings.issue_date_window_days, series.tz)
+        if problem is not None or profile is None:
+            return problem
+        problem = gib_layout_problem(series)
+        if problem is not None:
+            return f"series: {problem} (tenant {message.tenant!r} issues UBL-TR documents)"
+        try:
+            check_ubl_inputs(message, profile.issuer)
+        except InvalidMessage as exc:
+            return exc.reason
+        return None
+
+    async def _numbered_already(self, message: InvoiceMessage, refusal: str,
+                                bound: BoundLogger) -> bool:
+        """A refused message may belong to an invoice that is numbered already (a redelivery
+        after the window closed, a profile added later): that invoice goes on as it is. A draft
+        that never got its number is cancelled with the reason (no number consumed)."""
+        state = await invoice_state(self.db, message.invoice_id)
+        if state is None:
+            return False
+        if state.number is not None or Status(state.status) in TERMINAL_STATUSES:
+            return True
+        try:
+            await cancel(self.db, message.invoice_id, refusal)
+        except InvalidTransition:
+            return True  # sealed meanwhile by another delivery: it goes on
+        bound.info("draft_cancelled", reason=refusal)
+        return False
+
+    # -- the intake (steps 1 and 2) ---------------------------------------------------------------
 
     def _gate(self, tenant: str, series: str) -> asyncio.Semaphore:
         """At most CLAIMS_PER_SERIES claims of one series in flight from this process.
@@ -179,106 +268,141 @@ class IssuingFlow:
             gate = self._gates[(tenant, series)] = asyncio.Semaphore(CLAIMS_PER_SERIES)
         return gate
 
-    async def _claim(self, invoice_id: str) -> Claim | Verdict:
+    async def _intake(self, message: InvoiceMessage, draft: Draft, profile: Profile | None,
+                      bound: BoundLogger) -> Claim | Verdict:
         started = time.perf_counter()
         try:
-            return await claim_for_sending(
-                self.engine, invoice_id, lease_s=self.settings.lease_s,
-                lock_timeout_ms=self.settings.lock_timeout_ms,
-                before_commit=self._before_reserve_commit if self.faults.active else None)
+            for _ in range(STALE_RETRIES + 1):
+                claim = await intake(
+                    self.db, draft, lease_s=self.settings.lease_s,
+                    lock_timeout_ms=self.settings.lock_timeout_ms,
+                    profile_version=None if profile is None else profile.version,
+                    at=None if self._clock is None else self._clock(),
+                    before_commit=self._before_reserve_commit if self._hook_claims else None)
+                if claim.kind is not ClaimKind.STALE:
+                    return claim
+                # Another issuer profile is in force than the one the message was checked
+                # against: nothing was sealed; check again with the new one.
+                profile = await self.catalog.refresh(message.tenant)
+                series = await self.catalog.series(message.tenant, message.series)
+                assert series is not None  # it was there a moment ago; series are never removed
+                refusal = self._refusal(message, series, profile)
+                if refusal is not None:
+                    await self._numbered_already(message, refusal, bound)
+                    return self._dead_letter(refusal, bound)
+            return self._requeue("issuer_profile_changing", bound, backoff_s=1.0)
         except ReservationLockTimeout:
-            log.warning("reservation_lock_timeout", lock_timeout_ms=self.settings.lock_timeout_ms)
-            return self._requeue("lock_timeout", backoff_s=1.0)
+            bound.warning("reservation_lock_timeout",
+                          lock_timeout_ms=self.settings.lock_timeout_ms)
+            return self._requeue("lock_timeout", bound, backoff_s=1.0)
         finally:
             metrics.RESERVATION_SECONDS.observe(time.perf_counter() - started)
 
-    async def _after_claim(self, claim: Claim) -> Verdict:
-        if claim.kind is ClaimKind.FINAL:
-            log.info("message_already_final", status=claim.status.value)
-            return Verdict(Action.ACK, "already_final")
-        if claim.kind is ClaimKind.BUSY:
-            log.info("invoice_busy")
-            return Verdict(Action.ACK, "busy")
-        if claim.kind is ClaimKind.PARKED:
-            log.info("invoice_parked", status=claim.status.value)
-            return Verdict(Action.ACK, "parked")
+    async def _before_reserve_commit(self) -> None:
+        await self.hooks.reached("before_reserve_commit")
+
+    async def _after_claim(self, claim: Claim, message: InvoiceMessage,
+                           bound: BoundLogger) -> Verdict:
+        if claim.kind is ClaimKind.CONFLICT:
+            return self._dead_letter(
+                f"invoice_id: {message.invoice_id!r} already names an invoice of another tenant "
+                "or series", bound)
+        if claim.kind is not ClaimKind.SEND:
+            outcome, event = _NOTHING_TO_SEND[claim.kind]
+            bound.info(event, status=None if claim.status is None else claim.status.value)
+            return Verdict(Action.ACK, outcome)
         sending = claim.sending
         assert sending is not None  # SEND always carries the lease
-        structlog.contextvars.bind_contextvars(number=sending.number, attempt=sending.attempt)
+        bound = bound.bind(number=sending.number, attempt=sending.attempt)
         if claim.fresh_number:
-            log.info("number_reserved", reserved_no=sending.reserved_no)
+            bound.debug("number_reserved", reserved_no=sending.reserved_no)
         else:
-            log.info("lease_taken_over", reserved_no=sending.reserved_no)
-        await self.faults.reached("after_reserve_commit")
-        return await self._send(sending)
+            bound.info("lease_taken_over", reserved_no=sending.reserved_no)
+        await self.hooks.reached("after_reserve_commit")
+        try:
+            document = await self.renderer.document(
+                sending, message if claim.created else None)
+        except RenderError as exc:
+            return await self._unrenderable(sending, str(exc), bound)
+        return await self._send(sending, document, bound)
 
-    async def _before_reserve_commit(self) -> None:
-        await self.faults.reached("before_reserve_commit")
+    # -- the call and its outcome (steps 3 to 5) -------------------------------------------------
 
-    async def _send(self, sending: Sending) -> Verdict:
+    async def _send(self, sending: Sending, document: Document, bound: BoundLogger) -> Verdict:
         started = time.perf_counter()
         result = "ok"
         try:
-            receipt = await self.faults.around_call(self.guard.send(sending.document()))
+            receipt = await self.hooks.around_call(self.guard.send(document))
         except DuplicateOfMine as exc:
             result = "duplicate_of_mine"
-            await self.faults.reached("after_call")
-            return await self._issued(sending, exc.receipt, duplicate=True)
+            await self.hooks.reached("after_call")
+            return await self._issued(sending, document, exc.receipt, bound, duplicate=True)
         except DuplicateOfAnother as exc:
             result = "duplicate_of_another"
-            await self.faults.reached("after_call")
-            return await self._alarm(sending, exc)
+            await self.hooks.reached("after_call")
+            return await self._alarm(sending, document, exc, bound)
         except PermanentRejection as exc:
             result = "rejected"
-            await self.faults.reached("after_call")
-            return await self._rejected(sending, exc.reason)
+            await self.hooks.reached("after_call")
+            return await self._rejected(sending, document, exc.reason, bound)
         except TransientIntegratorError as exc:
             result = "transient"
-            await self.faults.reached("after_call")
-            return await self._error(sending, exc)
+            await self.hooks.reached("after_call")
+            return await self._error(sending, document, exc, bound)
         finally:
-            metrics.INTEGRATOR_SECONDS.labels(result=result).observe(
-                time.perf_counter() - started)
-        await self.faults.reached("after_call")
-        return await self._issued(sending, receipt, duplicate=False)
+            metrics.INTEGRATOR_SECONDS[result].observe(time.perf_counter() - started)
+        await self.hooks.reached("after_call")
+        return await self._issued(sending, document, receipt, bound, duplicate=False)
 
-    async def _issued(self, sending: Sending, receipt: Receipt, *, duplicate: bool) -> Verdict:
-        if not await self._record(lambda: mark_issued(self.engine, sending.pk, receipt)):
+    async def _issued(self, sending: Sending, document: Document, receipt: Receipt,
+                      bound: BoundLogger, *, duplicate: bool) -> Verdict:
+        if not await self._record(lambda: mark_issued(self.db, sending.pk, receipt, document)):
             # Settled meanwhile (recovery repaired it, or an operator acted): nothing to add.
-            log.warning("outcome_superseded", outcome="issued")
+            bound.warning("outcome_superseded", outcome="issued")
             return Verdict(Action.ACK, "superseded")
-        log.info("invoice_issued", ref=receipt.ref, duplicate=duplicate)
+        bound.info("invoice_issued", ref=receipt.ref, duplicate=duplicate,
+                   sha256=document.sha256)
         return await self._settled("issued")
 
-    async def _alarm(self, sending: Sending, exc: DuplicateOfAnother) -> Verdict:
-        recorded = await self._record(
-            lambda: mark_alarm(self.engine, sending, exc.holder_invoice_id))
-        log.error("number_held_by_another", holder_invoice_id=exc.holder_invoice_id,
-                  recorded=recorded)
+    async def _alarm(self, sending: Sending, document: Document, exc: DuplicateOfAnother,
+                     bound: BoundLogger) -> Verdict:
+        recorded = await self._record(lambda: mark_alarm(self.db, sending, exc, document))
+        bound.error("number_held_by_another", holder_invoice_id=exc.holder_invoice_id,
+                    holder_number=exc.holder_number, recorded=recorded)
         return await self._settled("alarm" if recorded else "superseded")
 
-    async def _rejected(self, sending: Sending, reason: str) -> Verdict:
-        if not await self._record(lambda: mark_rejected(self.engine, sending, reason)):
-            log.warning("outcome_superseded", outcome="rejected")
+    async def _rejected(self, sending: Sending, document: Document, reason: str,
+                        bound: BoundLogger) -> Verdict:
+        if not await self._record(lambda: mark_rejected(self.db, sending, reason, document)):
+            bound.warning("outcome_superseded", outcome="rejected")
             return Verdict(Action.ACK, "superseded")
-        log.warning("invoice_rejected", reason=reason)
+        bound.warning("invoice_rejected", reason=reason)
         return await self._settled("rejected")
 
-    async def _error(self, sending: Sending, exc: TransientIntegratorError) -> Verdict:
+    async def _error(self, sending: Sending, document: Document, exc: TransientIntegratorError,
+                     bound: BoundLogger) -> Verdict:
         delay = retry_delay(sending.attempt)
         if not self.guard.accepting():
             delay = max(delay, self.settings.breaker_reset_timeout_s)
         retry_at = datetime.now(UTC) + timedelta(seconds=delay)
         error = f"{type(exc).__name__}: {exc}"
-        if not await self._record(lambda: mark_error(self.engine, sending, error, retry_at)):
-            log.warning("outcome_superseded", outcome="error")
+        if not await self._record(
+                lambda: mark_error(self.db, sending, error, retry_at, document)):
+            bound.warning("outcome_superseded", outcome="error")
             return Verdict(Action.ACK, "superseded", pause=not self.guard.accepting())
-        log.warning("invoice_error", error=error, retry_at=retry_at.isoformat())
+        bound.warning("invoice_error", error=error, retry_at=retry_at.isoformat())
         verdict = await self._settled("error")
         return Verdict(verdict.action, verdict.outcome, pause=not self.guard.accepting())
 
+    async def _unrenderable(self, sending: Sending, reason: str, bound: BoundLogger) -> Verdict:
+        """A sealed invoice whose stored message cannot make its document: nothing was sent; it
+        waits in ERROR (not retried by itself) for an operator to fix the payload or void it."""
+        recorded = await self._record(lambda: mark_unrenderable(self.db, sending, reason))
+        bound.error("document_unrenderable", reason=reason, recorded=recorded)
+        return await self._settled("error" if recorded else "superseded")
+
     async def _settled(self, outcome: str) -> Verdict:
-        await self.faults.reached("after_outcome_commit")
+        await self.hooks.reached("after_outcome_commit")
         return Verdict(Action.ACK, outcome)
 
     async def _record(self, write: Callable[[], Awaitable[bool]]) -> bool:
@@ -301,8 +425,13 @@ class IssuingFlow:
                 delay = min(delay * 2, 5.0)
 
     @staticmethod
-    def _requeue(reason: str, *, pause: bool = False, backoff_s: float = 0.0) -> Verdict:
-        log.info("message_requeued", reason=reason)
+    def _requeue(reason: str, bound: BoundLogger, *, pause: bool = False,
+                 backoff_s: float = 0.0) -> Verdict:
+        bound.info("message_requeued", reason=reason)
         return Verdict(Action.REQUEUE, "requeued", reason=reason, pause=pause,
                        backoff_s=backoff_s)
 
+    @staticmethod
+    def _dead_letter(reason: str, bound: BoundLogger) -> Verdict:
+        bound.info("message_refused", reason=reason)
+        return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=reason)

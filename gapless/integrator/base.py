@@ -2,34 +2,62 @@
 
 from __future__ import annotations
 
-import importlib
+import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gapless.errors import ConfigurationError, GaplessError
+from gapless.plugins import load_factory
 
 if TYPE_CHECKING:
     from gapless.settings import Settings
 
 
+#: A UBL-TR 2.1 document (the tenant has an issuer profile).
+MEDIA_XML = "application/xml"
+#: The producer's message as JSON (the tenant has no issuer profile).
+MEDIA_JSON = "application/json"
+
+
 @dataclass(frozen=True)
 class Document:
-    """What is sent: the invoice under its pinned number."""
+    """What is sent: an invoice's document under its pinned number and UUID (ETTN).
+
+    ``body`` is exactly the bytes the integrator receives (UBL-TR XML, or the message's canonical
+    JSON); every send and resend of the invoice sends the same bytes. ``format`` names how they
+    were rendered (``ubl-tr-…`` or ``json/…``). ``stored``: the bytes are already recorded in
+    ``invoice_documents`` (a resend), so an outcome need not store them again.
+    """
 
     tenant: str
     number: str
     invoice_id: str
-    document: dict[str, Any] = field(default_factory=dict)
+    uuid: str
+    body: bytes
+    media_type: str
+    format: str
+    sha256: str
+    stored: bool = False
+
+    @classmethod
+    def of(cls, *, tenant: str, number: str, invoice_id: str, uuid: str, body: bytes,
+           media_type: str, format: str, stored: bool = False) -> Document:
+        """A document with the SHA-256 of its bytes."""
+        return cls(tenant, number, invoice_id, uuid, body, media_type, format,
+                   hashlib.sha256(body).hexdigest(), stored)
 
 
 @dataclass(frozen=True)
 class Receipt:
-    """The integrator's word that ``number`` is accepted, as ``invoice_id``, under ``ref``."""
+    """The integrator's word that ``number`` is accepted, as ``invoice_id``, under ``ref``
+    (with the document's UUID when the integrator tells it)."""
 
     tenant: str
     number: str
     invoice_id: str
     ref: str
+    #: Not part of equality: a lookup by number does not say it, a duplicate answer may.
+    uuid: str | None = field(default=None, compare=False)
 
 
 class IntegratorError(GaplessError):
@@ -57,12 +85,29 @@ class DuplicateOfMine(IntegratorError):
 
 
 class DuplicateOfAnother(IntegratorError):
-    """The number is held by a different invoice at the integrator: an alarm, never retried."""
+    """The number is held by a different invoice at the integrator — or this document's UUID was
+    accepted under another number (``holder_number``): an alarm, never retried."""
 
-    def __init__(self, number: str, holder_invoice_id: str) -> None:
-        super().__init__(f"number {number} is held by another invoice at the integrator")
+    def __init__(self, number: str, holder_invoice_id: str,
+                 holder_number: str | None = None) -> None:
+        if holder_number is None or holder_number == number:
+            what = f"number {number} is held by another invoice at the integrator"
+        else:
+            what = (f"the document's UUID was accepted under number {holder_number} at the "
+                    "integrator")
+        super().__init__(what)
         self.number = number
         self.holder_invoice_id = holder_invoice_id
+        self.holder_number = holder_number or number
+
+    @property
+    def describe(self) -> str:
+        """One line for the invoice's last_error (no tax ids, no payload)."""
+        if self.holder_number != self.number:
+            return (f"the document's UUID was accepted under number {self.holder_number} "
+                    f"(invoice {self.holder_invoice_id!r}) at the integrator, not {self.number}")
+        return (f"number {self.number} is held by invoice {self.holder_invoice_id!r} "
+                "at the integrator")
 
 
 @runtime_checkable
@@ -76,7 +121,14 @@ class Integrator(Protocol):
     async def lookup(self, tenant: str, number: str) -> Receipt | None:
         """Ask whether ``number`` was accepted; None when it was not.
 
-        Raises TransientIntegratorError when the integrator cannot answer.
+        Raises TransientIntegratorError when the integrator cannot answer. Recovery depends on a
+        truthful answer: it is how a lost response is told from a document that never arrived.
+        """
+        ...
+
+    async def lookup_uuid(self, tenant: str, uuid: str) -> Receipt | None:
+        """Ask whether a document with this UUID (ETTN) was accepted, under whichever number;
+        None when it was not. Raises TransientIntegratorError when the integrator cannot answer.
         """
         ...
 
@@ -91,14 +143,9 @@ def load_integrator(settings: Settings) -> Integrator:
     The class is called with the settings object.
     """
     path = settings.integrator_adapter
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ConfigurationError(f"GAPLESS_INTEGRATOR_ADAPTER must be 'module:Class', got {path!r}")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"cannot load integrator adapter {path!r}: {exc}") from exc
+    factory = load_factory(path, setting="GAPLESS_INTEGRATOR_ADAPTER", shape="module:Class",
+                           what="integrator adapter")
     adapter = factory(settings)
     if not isinstance(adapter, Integrator):
-        raise ConfigurationError(f"{path!r} does not provide send, lookup and aclose")
+        raise ConfigurationError(f"{path!r} does not provide send, lookup, lookup_uuid and aclose")
     return adapter

@@ -163,6 +163,12 @@ class GuardedIntegrator:
         return await self._retrying("lookup", lambda: self._integrator.lookup(tenant, number),
                                     tenant=tenant, number=number)
 
+    async def lookup_uuid(self, tenant: str, uuid: str) -> Receipt | None:
+        """Look up a document's UUID through the breaker, retrying transient failures."""
+        return await self._retrying("lookup_uuid",
+                                    lambda: self._integrator.lookup_uuid(tenant, uuid),
+                                    tenant=tenant, uuid=uuid)
+
     async def aclose(self) -> None:
         await self._integrator.aclose()
 

@@ -1,69 +1,91 @@
-"""The issuing lifecycle: draft, claim for sending, outcome, recovery claims, operator actions.
+"""The issuing lifecycle: intake, claim, outcome, recovery claims, operator actions.
 
-Every state change fires the history trigger (an ``invoice_events`` row, commit-ordered).
+Every state change fires the history trigger (an ``invoice_events`` row). The statements of the
+issuing path are plain SQL strings with psycopg parameters (``%(name)s``), run one statement per
+transaction in autocommit mode by :class:`gapless.db.Database`; the two reads at the end are
+SQLAlchemy ``text()`` for the API and the CLI.
+
+Recording an outcome also stores the document that was sent, the first time (``_DOCUMENT``):
+an ``invoice_documents`` row, and ``invoices.document_sha256`` naming it — in the same statement,
+so the bytes sent and the state they led to commit together.
 """
 
 from sqlalchemy import text
 
-#: Create the draft for a producer key; a duplicate key inserts nothing (no lock on conflict).
-INSERT_DRAFT = text("""
-    INSERT INTO invoices (invoice_id, tenant, series, priority, payload)
-    VALUES (:invoice_id, :tenant, :series, :priority, CAST(:payload AS jsonb))
-    ON CONFLICT (invoice_id) DO NOTHING
-    RETURNING id, status
-""")
+#: Store the draft for a producer key without claiming it; a duplicate key changes nothing (no
+#: lock on conflict). Returns the row's id, status and whether it was created.
+UPSERT_DRAFT = """
+    WITH new AS (
+        INSERT INTO invoices (invoice_id, tenant, series, priority, payload)
+        VALUES (%(invoice_id)s, %(tenant)s, %(series)s, %(priority)s::smallint,
+                %(payload)s::jsonb)
+        ON CONFLICT (invoice_id) DO NOTHING
+        RETURNING id, status
+    )
+    SELECT id, status, true AS created FROM new
+    UNION ALL
+    SELECT id, status, false FROM invoices
+     WHERE invoice_id = %(invoice_id)s AND NOT EXISTS (SELECT FROM new)
+"""
 
-#: One invoice by producer key (no lock).
-GET_INVOICE = text("""
-    SELECT id, invoice_id, tenant, series, status, priority, period_key, reserved_no, number,
-           reserved_at, payload, attempts, sending_since, next_attempt_at, last_error,
-           integrator_ref, created_at, updated_at, issued_at
-      FROM invoices WHERE invoice_id = :invoice_id
-""")
+#: Columns of a claim (the composite type ``gapless_claim`` of schema/sql/0004).
+_CLAIM_COLUMNS = """kind, created, id, invoice_id, tenant, series, status, number, reserved_no,
+           attempts, uuid, reserved_at, profile_version, payload, document_sha256,
+           document_media_type, document_format, document"""
 
-#: Lock one invoice row for a state decision; the lease is fresh while sending_since is recent.
-#: (claim_invoice does this server-side; bench/issue.py uses it for the naive design.)
-LOCK_INVOICE = text("""
-    SELECT id, status, reserved_no, number, attempts,
-           (sending_since > now() - make_interval(secs => :lease_s)) AS lease_fresh
-      FROM invoices WHERE invoice_id = :invoice_id
-       FOR UPDATE
-""")
+#: Steps 1 and 2 in one statement (``intake_invoice``): store the draft for the producer key,
+#: lock it, and decide (sealed, send, final, busy, parked, stale, conflict). Locks the invoice row
+#: and, for a fresh seal, the counter row, until the statement commits. The payload comes back
+#: only for a row that existed before.
+INTAKE = f"""
+    SELECT {_CLAIM_COLUMNS}
+      FROM intake_invoice(%(invoice_id)s, %(tenant)s, %(series)s, %(priority)s::smallint,
+                          %(payload)s::jsonb, %(lease_s)s, %(lock_timeout_ms)s,
+                          %(profile_version)s::integer, %(at)s::timestamptz)
+"""  # noqa: S608 - constant column list, values are bound
 
-#: Step 2 in one statement (claim_invoice in schema/sql/0003): lock the invoice, decide (send,
-#: final, busy, parked), pin a number if it has none and take the sending lease. Locks the invoice
-#: row and, for a fresh reservation, the counter row until the caller commits. No row: unknown.
-CLAIM_INVOICE = text("""
-    SELECT kind, status, id, invoice_id, tenant, series, number, reserved_no, payload, attempts,
-           fresh
-      FROM claim_invoice(:invoice_id, :lease_s, :lock_timeout_ms,
-                         coalesce(CAST(:at AS timestamptz), now()))
-""")
+#: Step 2 for a stored draft (``claim_invoice``), by producer key: lock, decide, seal if needed
+#: (pinning whichever issuer profile is in force), take the lease. No row: unknown invoice.
+CLAIM = f"""
+    SELECT {_CLAIM_COLUMNS}
+      FROM claim_invoice(%(invoice_id)s, %(lease_s)s, %(lock_timeout_ms)s,
+                         coalesce(%(at)s::timestamptz, now()))
+"""  # noqa: S608 - constant column list, values are bound
 
-#: Take the sending lease (row already locked by LOCK_INVOICE or a recovery claim).
-START_SENDING = text("""
+#: Store the document an outcome concerns, unless it is stored already (%(sha256)s NULL: it is).
+_DOCUMENT = """
+    doc AS (
+        INSERT INTO invoice_documents (invoice_pk, sha256, media_type, format, body)
+        SELECT %(pk)s, %(sha256)s, %(media_type)s, %(format)s, %(body)s
+         WHERE %(sha256)s::text IS NOT NULL
+        ON CONFLICT DO NOTHING
+    )"""
+
+#: Outcome: accepted, with the integrator's reference. Unfenced on purpose — acceptance is the
+#: integrator's truth whoever saw it. No row: it was settled already.
+MARK_ISSUED = f"""
+    WITH {_DOCUMENT}
     UPDATE invoices
-       SET status = 'SENDING', sending_since = now(), attempts = attempts + 1,
-           next_attempt_at = NULL
-     WHERE id = :pk
-    RETURNING id, invoice_id, tenant, series, number, reserved_no, payload, attempts
-""")
-
-#: Outcome: accepted. Unfenced on purpose — acceptance is the integrator's truth whoever saw it.
-MARK_ISSUED = text("""
-    UPDATE invoices
-       SET status = 'ISSUED', integrator_ref = :ref, issued_at = now(), last_error = NULL,
-           next_attempt_at = NULL, sending_since = NULL
-     WHERE id = :pk AND status IN ('SENDING', 'ERROR')
+       SET status = 'ISSUED', integrator_ref = %(ref)s, issued_at = now(), last_error = NULL,
+           next_attempt_at = NULL, sending_since = NULL,
+           document_sha256 = coalesce(%(sha256)s, document_sha256)
+     WHERE id = %(pk)s AND status IN ('SENDING', 'ERROR')
     RETURNING id
-""")
+"""  # noqa: S608 - constant fragment, values are bound
 
-#: Outcome: accepted, for many invoices in one statement (group commit: one transaction, one
-#: commit-lock turn, one WAL flush for all). Rows are locked in id order. Unfenced like MARK_ISSUED.
-MARK_ISSUED_MANY = text("""
+#: Outcome: accepted, for many invoices in one statement (group commit: one transaction, one WAL
+#: flush for all), storing each one's document unless it is stored already (sha256 NULL). Rows
+#: are locked in id order. Unfenced like MARK_ISSUED.
+MARK_ISSUED_MANY = """
     WITH v AS (
-        SELECT v.id, v.ref
-          FROM unnest(CAST(:pks AS bigint[]), CAST(:refs AS text[])) AS v(id, ref)
+        SELECT *
+          FROM unnest(%(pks)s::bigint[], %(refs)s::text[], %(shas)s::text[],
+                      %(media_types)s::text[], %(formats)s::text[], %(bodies)s::bytea[])
+               AS v(id, ref, sha256, media_type, format, body)
+    ), doc AS (
+        INSERT INTO invoice_documents (invoice_pk, sha256, media_type, format, body)
+        SELECT id, sha256, media_type, format, body FROM v WHERE sha256 IS NOT NULL
+        ON CONFLICT DO NOTHING
     ), locked AS (
         SELECT i.id FROM invoices i JOIN v ON v.id = i.id
          WHERE i.status IN ('SENDING', 'ERROR')
@@ -72,99 +94,142 @@ MARK_ISSUED_MANY = text("""
     )
     UPDATE invoices i
        SET status = 'ISSUED', integrator_ref = v.ref, issued_at = now(), last_error = NULL,
-           next_attempt_at = NULL, sending_since = NULL
+           next_attempt_at = NULL, sending_since = NULL,
+           document_sha256 = coalesce(v.sha256, i.document_sha256)
       FROM v JOIN locked USING (id)
      WHERE i.id = v.id AND i.status IN ('SENDING', 'ERROR')
     RETURNING i.id
-""")
+"""
 
-#: Outcome: transient failure, retry at :retry_at (NULL parks it for an operator). Fenced by the
-#: attempt that sent it, so a stale sender never overwrites a newer attempt's state.
-MARK_ERROR = text("""
+#: Outcome: transient failure, retry at %(retry_at)s (NULL parks it for an operator). Fenced by
+#: the attempt that sent it, so a stale sender never overwrites a newer attempt's state.
+MARK_ERROR = f"""
+    WITH {_DOCUMENT}
     UPDATE invoices
-       SET status = 'ERROR', last_error = :error, next_attempt_at = :retry_at,
-           sending_since = NULL
-     WHERE id = :pk AND status = 'SENDING' AND attempts = :attempt
+       SET status = 'ERROR', last_error = %(error)s, next_attempt_at = %(retry_at)s,
+           sending_since = NULL, document_sha256 = coalesce(%(sha256)s, document_sha256)
+     WHERE id = %(pk)s AND status = 'SENDING' AND attempts = %(attempt)s
     RETURNING id
-""")
+"""  # noqa: S608 - constant fragment, values are bound
 
 #: Outcome: permanent rejection; the number stays pinned. Fenced like MARK_ERROR.
-MARK_REJECTED = text("""
+MARK_REJECTED = f"""
+    WITH {_DOCUMENT}
     UPDATE invoices
-       SET status = 'REJECTED', last_error = :reason, next_attempt_at = NULL, sending_since = NULL
-     WHERE id = :pk AND status = 'SENDING' AND attempts = :attempt
+       SET status = 'REJECTED', last_error = %(reason)s, next_attempt_at = NULL,
+           sending_since = NULL, document_sha256 = coalesce(%(sha256)s, document_sha256)
+     WHERE id = %(pk)s AND status = 'SENDING' AND attempts = %(attempt)s
     RETURNING id
-""")
+"""  # noqa: S608 - constant fragment, values are bound
+
+#: Columns of an invoice under a sending lease, with its stored document (if any).
+_SENDING_COLUMNS = """i.id, i.invoice_id, i.tenant, i.series, i.number, i.reserved_no,
+              i.attempts, i.uuid, i.reserved_at, i.profile_version, i.payload, i.document_sha256,
+              d.media_type AS document_media_type, d.format AS document_format,
+              d.body AS document"""
 
 #: Recovery: claim stuck SENDING invoices and ERROR invoices that are due (and below
-#: :max_attempts, NULL: no limit), skipping rows another process holds, and take their lease in
-#: the same statement. Two partial indexes keep it cheap. Returns the pre-claim lease and due time
-#: so that a claim the caller cannot work on can be put back exactly (RELEASE_ORPHAN).
-CLAIM_ORPHANS = text("""
+#: %(max_attempts)s, NULL: no limit), skipping rows another process holds, and take their lease
+#: in the same statement. Two partial indexes keep it cheap. Returns the pre-claim lease and due
+#: time so that a claim the caller cannot work on can be put back exactly (RELEASE_ORPHAN).
+CLAIM_ORPHANS = f"""
     WITH stuck AS (
         SELECT id, sending_since AS prev_since, next_attempt_at AS prev_due FROM invoices
-         WHERE status = 'SENDING' AND sending_since < now() - make_interval(secs => :stuck_after_s)
+         WHERE status = 'SENDING'
+           AND sending_since < now() - make_interval(secs => %(stuck_after_s)s)
          ORDER BY sending_since
-         LIMIT :batch
+         LIMIT %(batch)s
          FOR UPDATE SKIP LOCKED
     ), due AS (
         SELECT id, sending_since AS prev_since, next_attempt_at AS prev_due FROM invoices
          WHERE status = 'ERROR' AND next_attempt_at <= now()
-           AND (CAST(:max_attempts AS integer) IS NULL OR attempts < :max_attempts)
+           AND (%(max_attempts)s::integer IS NULL OR attempts < %(max_attempts)s)
          ORDER BY next_attempt_at
-         LIMIT :batch
+         LIMIT %(batch)s
          FOR UPDATE SKIP LOCKED
     ), picked AS (
         SELECT id, 'SENDING' AS was, prev_since, prev_due FROM stuck
         UNION ALL
         SELECT id, 'ERROR' AS was, prev_since, prev_due FROM due
+    ), claimed AS (
+        UPDATE invoices i
+           SET status = 'SENDING', sending_since = now(), attempts = i.attempts + 1,
+               next_attempt_at = NULL
+          FROM picked
+         WHERE i.id = picked.id
+        RETURNING i.*, picked.was, picked.prev_since, picked.prev_due
     )
-    UPDATE invoices i
-       SET status = 'SENDING', sending_since = now(), attempts = i.attempts + 1,
-           next_attempt_at = NULL
-      FROM picked
-     WHERE i.id = picked.id
-    RETURNING i.id, i.invoice_id, i.tenant, i.series, i.number, i.reserved_no, i.payload,
-              i.attempts, picked.was, picked.prev_since, picked.prev_due
-""")
+    SELECT {_SENDING_COLUMNS}, i.was, i.prev_since, i.prev_due
+      FROM claimed i
+      LEFT JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256
+"""  # noqa: S608 - constant column list, values are bound
 
 #: Recovery: put a claimed orphan back exactly as it was before CLAIM_ORPHANS (status, attempts,
-#: lease, due time), when no integrator call was made for it. Fenced by the claim's attempt.
-RELEASE_ORPHAN = text("""
+#: lease, due time), when no integrator call was made for it. Fenced by the claim's attempt. The
+#: history records it as 'released'.
+RELEASE_ORPHAN = """
     UPDATE invoices
-       SET status = :was, attempts = attempts - 1, sending_since = :prev_since,
-           next_attempt_at = :prev_due
-     WHERE id = :pk AND status = 'SENDING' AND attempts = :attempt
+       SET status = %(was)s, attempts = attempts - 1, sending_since = %(prev_since)s,
+           next_attempt_at = %(prev_due)s
+     WHERE id = %(pk)s AND status = 'SENDING' AND attempts = %(attempt)s
     RETURNING id
-""")
+"""
 
 #: Operator: cancel before a number is reserved.
-CANCEL = text("""
-    UPDATE invoices SET status = 'CANCELLED', last_error = :reason
-     WHERE invoice_id = :invoice_id AND status = 'RECEIVED' AND reserved_no IS NULL
+CANCEL = """
+    UPDATE invoices SET status = 'CANCELLED', last_error = %(reason)s
+     WHERE invoice_id = %(invoice_id)s AND status = 'RECEIVED' AND reserved_no IS NULL
     RETURNING id
-""")
+"""
 
 #: Operator: void an ERROR/REJECTED invoice; its number stays accounted for.
-VOID = text("""
-    UPDATE invoices SET status = 'VOIDED', last_error = :reason, next_attempt_at = NULL
-     WHERE invoice_id = :invoice_id AND status IN ('ERROR', 'REJECTED')
+VOID = """
+    UPDATE invoices SET status = 'VOIDED', last_error = %(reason)s, next_attempt_at = NULL
+     WHERE invoice_id = %(invoice_id)s AND status IN ('ERROR', 'REJECTED')
     RETURNING id
-""")
+"""
 
-#: Operator: take an ERROR/REJECTED invoice back to SENDING for a resend under the same number,
-#: optionally with a corrected payload. The caller then sends it (recovery does if the caller dies).
-RETRY = text("""
-    UPDATE invoices
-       SET status = 'SENDING', sending_since = now(), attempts = attempts + 1,
-           next_attempt_at = NULL, payload = coalesce(CAST(:payload AS jsonb), payload)
-     WHERE invoice_id = :invoice_id AND status IN ('ERROR', 'REJECTED')
-    RETURNING id, invoice_id, tenant, series, number, reserved_no, payload, attempts
+#: Operator: take an ERROR/REJECTED invoice back to SENDING for a resend under the same number
+#: and UUID. With a corrected payload the document in force is cleared (the next send renders
+#: the corrected one; the documents sent before stay in invoice_documents). The caller then sends
+#: it (recovery does if the caller dies).
+RETRY = f"""
+    WITH claimed AS (
+        UPDATE invoices
+           SET status = 'SENDING', sending_since = now(), attempts = attempts + 1,
+               next_attempt_at = NULL, payload = coalesce(%(payload)s::jsonb, payload),
+               document_sha256 = CASE WHEN %(payload)s::jsonb IS NULL THEN document_sha256 END
+         WHERE invoice_id = %(invoice_id)s AND status IN ('ERROR', 'REJECTED')
+        RETURNING *
+    )
+    SELECT {_SENDING_COLUMNS}
+      FROM claimed i
+      LEFT JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256
+"""  # noqa: S608 - constant column list, values are bound
+
+#: The status and number of one invoice (no lock): what an operator action found instead.
+INVOICE_STATE = "SELECT status, number FROM invoices WHERE invoice_id = %(invoice_id)s"
+
+#: One invoice by producer key (no lock).
+GET_INVOICE = text("""
+    SELECT id, invoice_id, tenant, series, status, priority, period_key, reserved_no, number,
+           reserved_at, payload, attempts, sending_since, next_attempt_at, last_error,
+           integrator_ref, created_at, updated_at, issued_at, uuid, profile_version,
+           document_sha256
+      FROM invoices WHERE invoice_id = :invoice_id
 """)
 
 #: History of one invoice, oldest first (events without sequence_id are uncommitted elsewhere).
 INVOICE_EVENTS = text("""
-    SELECT sequence_id, kind, from_status, to_status, number, attempts, detail, actor, created_at
+    SELECT sequence_id, kind, from_status, to_status, number, attempts, detail, actor, created_at,
+           document_sha256
       FROM invoice_events WHERE invoice_pk = :pk
      ORDER BY sequence_id
+""")
+
+#: The documents one invoice has sent, newest first (the one in force is named on the invoice).
+INVOICE_DOCUMENTS = text("""
+    SELECT sha256, media_type, format, body, created_at
+      FROM invoice_documents WHERE invoice_pk = :pk
+     ORDER BY created_at DESC, sha256
 """)

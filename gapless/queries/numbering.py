@@ -10,11 +10,12 @@ INSERT_SERIES = text("""
     RETURNING tenant
 """)
 
-#: One series by key (no lock).
-GET_SERIES = text("""
+#: One series by key (no lock). A driver-level statement (psycopg parameters): the issuing path
+#: reads it through gapless.db.Database, operator code through ``exec_driver_sql``.
+GET_SERIES = """
     SELECT tenant, code, prefix, reset, tz, width, format, created_at
-      FROM series WHERE tenant = :tenant AND code = :code
-""")
+      FROM series WHERE tenant = %(tenant)s AND code = %(code)s
+"""
 
 #: The series of a tenant that already uses a prefix (no lock).
 GET_SERIES_BY_PREFIX = text("SELECT code FROM series WHERE tenant = :tenant AND prefix = :prefix")
