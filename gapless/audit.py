@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -161,37 +162,51 @@ def _reason(row: Any, horizon_s: float) -> str:
     return str(reason)
 
 
-async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str | None,
-                         horizon_s: float, deep: bool = False) -> AuditReport:
-    """I1–I3 (and I4's horizon) over counters and invoices, in one snapshot; no row locks.
+@dataclass(frozen=True)
+class _Snapshot:
+    """The rows the database checks read, all from one snapshot."""
 
-    ``deep`` also re-renders every printed number from its counter value (slower: string work
-    per row) to catch a number edited by hand.
-    """
-    params = {"tenant": tenant, "series": series, "horizon_s": horizon_s}
+    counters: list[Any]
+    walked: list[Any]
+    beyond: list[Any]
+    printed: list[Any]
+    mismatched: list[Any]
+    not_issued: list[Any]
+
+
+async def _read_snapshot(engine: AsyncEngine, params: dict[str, Any], deep: bool) -> _Snapshot:
+    """Every statement of the checks in one REPEATABLE READ snapshot; no row locks."""
     async with engine.connect() as conn:
         await conn.execute(q.SET_SNAPSHOT)
-        counters = (await conn.execute(q.COUNTER_SUMMARY, params)).all()
-        walked = (await conn.execute(q.NUMBER_WALK, params)).all()
-        beyond = (await conn.execute(q.BEYOND_COUNTER, params)).all()
-        printed = (await conn.execute(q.DUPLICATE_PRINTED, params)).all()
-        mismatched = (await conn.execute(q.NUMBER_MISMATCH, params)).all() if deep else []
-        not_issued_rows = (await conn.execute(q.NOT_ISSUED, params)).all()
+        snapshot = _Snapshot(
+            counters=list((await conn.execute(q.COUNTER_SUMMARY, params)).all()),
+            walked=list((await conn.execute(q.NUMBER_WALK, params)).all()),
+            beyond=list((await conn.execute(q.BEYOND_COUNTER, params)).all()),
+            printed=list((await conn.execute(q.DUPLICATE_PRINTED, params)).all()),
+            mismatched=list((await conn.execute(q.NUMBER_MISMATCH, params)).all())
+            if deep else [],
+            not_issued=list((await conn.execute(q.NOT_ISSUED, params)).all()))
         await conn.rollback()
+    return snapshot
 
-    violations: list[Violation] = []
-    for row in walked:
-        if row.kind != "duplicate_number":
-            continue
-        violations.append(Violation(
-            "duplicate_number", row.tenant, row.series, row.period_key, str(row.first_no), 1,
-            f"no {row.first_no} ({row.number}) is pinned on {row.holders} invoices",
-            tuple(row.invoice_ids)))
-    for row in printed:
-        violations.append(Violation(
+
+def _duplicates(snapshot: _Snapshot) -> Iterator[Violation]:
+    """I1: a counter value pinned on two invoices, a printed number held by two."""
+    for row in snapshot.walked:
+        if row.kind == "duplicate_number":
+            yield Violation(
+                "duplicate_number", row.tenant, row.series, row.period_key, str(row.first_no),
+                1, f"no {row.first_no} ({row.number}) is pinned on {row.holders} invoices",
+                tuple(row.invoice_ids))
+    for row in snapshot.printed:
+        yield Violation(
             "duplicate_printed", row.tenant, ",".join(row.series), None, row.number, 1,
-            f"number {row.number} is held by {row.holders} invoices", tuple(row.invoice_ids)))
-    for row in walked:
+            f"number {row.number} is held by {row.holders} invoices", tuple(row.invoice_ids))
+
+
+def _holes(snapshot: _Snapshot) -> Iterator[Violation]:
+    """I2: numbers the counter handed out that no invoice holds (a gap, or a short tail)."""
+    for row in snapshot.walked:
         if row.kind == "duplicate_number":
             continue
         count = int(row.last_no - row.first_no + 1)
@@ -201,48 +216,71 @@ async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str
         else:
             detail = (f"counter is at {row.last_no} but invoices stop at {row.first_no - 1}; "
                       f"{span} on no invoice")
-        violations.append(Violation(row.kind, row.tenant, row.series, row.period_key, span,
-                                    count, detail))
-    for row in beyond:
+        yield Violation(row.kind, row.tenant, row.series, row.period_key, span, count, detail)
+
+
+def _strays(snapshot: _Snapshot) -> Iterator[Violation]:
+    """I2/I3: numbers held beyond their counter, printed numbers that do not match theirs."""
+    for row in snapshot.beyond:
         where = ("no counter for this period" if row.last_no is None
                  else f"counter is only at {row.last_no}")
-        violations.append(Violation(
+        yield Violation(
             "beyond_counter", row.tenant, row.series, row.period_key, str(row.reserved_no), 1,
             f"{row.invoice_id} ({row.status}) holds no {row.reserved_no}: {where}",
-            (row.invoice_id,)))
-    for row in mismatched:
-        violations.append(Violation(
+            (row.invoice_id,))
+    for row in snapshot.mismatched:
+        yield Violation(
             "number_mismatch", row.tenant, row.series, row.period_key, str(row.reserved_no), 1,
             f"{row.invoice_id} prints {row.number}, counter value {row.reserved_no} prints "
-            f"{row.expected}", (row.invoice_id,)))
+            f"{row.expected}", (row.invoice_id,))
 
-    not_issued: list[NotIssued] = []
-    for row in not_issued_rows:
-        reason = _reason(row, horizon_s)
-        item = NotIssued(
-            row.tenant, row.series, row.period_key, row.reserved_no, row.number, row.invoice_id,
-            row.status, row.attempts, reason, None if row.age_s is None else float(row.age_s),
-            bool(row.stuck),
-            None if row.next_attempt_at is None else row.next_attempt_at.isoformat())
-        not_issued.append(item)
+
+def _not_issued(snapshot: _Snapshot, horizon_s: float) -> list[NotIssued]:
+    """Every numbered invoice that is not ISSUED, with what it is waiting for."""
+    return [NotIssued(
+        row.tenant, row.series, row.period_key, row.reserved_no, row.number, row.invoice_id,
+        row.status, row.attempts, _reason(row, horizon_s),
+        None if row.age_s is None else float(row.age_s), bool(row.stuck),
+        None if row.next_attempt_at is None else row.next_attempt_at.isoformat())
+        for row in snapshot.not_issued]
+
+
+def _stuck(not_issued: list[NotIssued]) -> Iterator[Violation]:
+    """I4's horizon: SENDING (or due) past it."""
+    for item in not_issued:
         if item.stuck:
-            violations.append(Violation(
-                "stuck", row.tenant, row.series, row.period_key, str(row.reserved_no), 1,
-                f"{row.invoice_id} {row.status}: {reason}", (row.invoice_id,)))
+            yield Violation("stuck", item.tenant, item.series, item.period_key,
+                            str(item.reserved_no), 1,
+                            f"{item.invoice_id} {item.status}: {item.reason}",
+                            (item.invoice_id,))
 
-    per_counter: dict[tuple[str, str, str | None], int] = {}
-    for violation in violations:
-        key = (violation.tenant, violation.series or "", violation.period_key)
-        per_counter[key] = per_counter.get(key, 0) + 1
-    reports = [
-        CounterReport(row.tenant, row.series, row.period_key, row.last_no, row.numbered,
-                      row.issued, row.sending, row.error, row.rejected, row.voided, row.other,
-                      per_counter.get((row.tenant, row.series, row.period_key), 0))
-        for row in counters
-    ]
+
+def _counter_reports(snapshot: _Snapshot, violations: list[Violation]) -> list[CounterReport]:
+    per_counter: Counter[tuple[str, str, str | None]] = Counter(
+        (violation.tenant, violation.series or "", violation.period_key)
+        for violation in violations)
+    return [CounterReport(row.tenant, row.series, row.period_key, row.last_no, row.numbered,
+                          row.issued, row.sending, row.error, row.rejected, row.voided,
+                          row.other, per_counter[(row.tenant, row.series, row.period_key)])
+            for row in snapshot.counters]
+
+
+async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str | None,
+                         horizon_s: float, deep: bool = False) -> AuditReport:
+    """I1–I3 (and I4's horizon) over counters and invoices, in one snapshot; no row locks.
+
+    ``deep`` also re-renders every printed number from its counter value (slower: string work
+    per row) to catch a number edited by hand.
+    """
+    snapshot = await _read_snapshot(
+        engine, {"tenant": tenant, "series": series, "horizon_s": horizon_s}, deep)
+    not_issued = _not_issued(snapshot, horizon_s)
+    violations = [*_duplicates(snapshot), *_holes(snapshot), *_strays(snapshot),
+                  *_stuck(not_issued)]
     violations.sort(key=lambda v: (VIOLATION_KINDS.index(v.kind), v.tenant, v.series or "",
                                    v.period_key or ""))
-    return AuditReport(reports, violations, not_issued, horizon_s)
+    return AuditReport(_counter_reports(snapshot, violations), violations, not_issued,
+                       horizon_s)
 
 
 # ----------------------------------------------------------------------------- I7: integrator

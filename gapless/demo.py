@@ -3,7 +3,9 @@
 One run, in order:
 
 1. a fresh demo database (dropped and re-created), migrated, with one series for each of two
-   tenants; a queue prefix of its own (``gapless_demo_<run>``);
+   tenants — ``acme`` with an issuer profile (its invoices are UBL-TR 2.1 documents), ``globex``
+   without (its documents are the message's JSON); a queue prefix of its own
+   (``gapless_demo_<run>``);
 2. ``gapless mock-integrator`` on a free port: 20–150 ms latency, a few per cent transient
    errors, some lost responses (accepted, then the connection is dropped);
 3. W ``gapless worker`` processes and one ``gapless recovery`` (short ``--stuck-after``, so the
@@ -12,8 +14,9 @@ One run, in order:
    tax id the integrator always rejects;
 5. live progress on stderr; midway, one worker is killed with SIGKILL and started again;
 6. once everything has settled (or the deadline passed): a graceful stop of workers and
-   recovery, ``gapless audit --integrator`` on stdout, then the integrator is stopped and the
-   demo's database and queues are dropped — unless ``keep``, for a look around afterwards.
+   recovery, ``gapless audit --integrator`` on stdout, the summary of one issued UBL-TR document,
+   then the integrator is stopped and the demo's database and queues are dropped — unless
+   ``keep``, for a look around afterwards.
 
 The exit code is the audit's (0 clean, 1 violations), or 1 when the run did not settle in time.
 Every child process logs JSON to a file in the run's log directory, named in the summary.
@@ -51,6 +54,10 @@ from gapless.settings import Settings
 DEMO_DATABASE = "gapless_demo"
 #: (tenant, series code, share of the load)
 TENANTS = (("acme", "ABC", 0.6), ("globex", "GLX", 0.4))
+#: The demo's issuer profile, for the first tenant: its documents are UBL-TR 2.1.
+DEMO_ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
+               "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
+               "postal_zone": "34716", "email": "efatura@acme.example"}
 USER_SHARE = 0.2            # the rest is batch
 REJECT_EVERY = 100          # every 100th invoice: tax id 0000000000, which is always rejected
 MOCK_FAULTS = ("--latency-ms", "20-150", "--transient-rate", "0.03",
@@ -197,8 +204,10 @@ def drop_database(database_url: str) -> None:
 async def prepare_database(settings: Settings, config: DemoConfig) -> str:
     """A migrated demo database with the demo tenants' series; returns its URL."""
     from gapless.db import make_engine
+    from gapless.documents import build_issuer
     from gapless.migrations import migrate
     from gapless.numbering import add_series, build_series_spec
+    from gapless.tenants import set_profile
 
     url = demo_database_url(settings, config.database)
     # Always fresh: the mock integrator's ledger starts empty, so a database with invoices of
@@ -210,6 +219,7 @@ async def prepare_database(settings: Settings, config: DemoConfig) -> str:
         async with engine.begin() as conn:
             for tenant, code, _ in TENANTS:
                 await add_series(conn, build_series_spec(tenant, code))
+        await set_profile(engine, TENANTS[0][0], build_issuer(**DEMO_ISSUER))
     finally:
         await engine.dispose()
     return url
@@ -269,11 +279,11 @@ def load_streams(total: int) -> list[tuple[str, str, str, int]]:
 
 def demo_load(total: int, seed: int, run_id: str) -> Iterator[dict[str, Any]]:
     """``total`` contract messages over the demo tenants, user/batch mixed in a seeded order."""
-    from gapless.cli.publish import REJECTED_TAX_ID, demo_messages
+    from gapless.samples import sample_messages, with_rejected_customer
 
     rng = random.Random(seed)
     specs = load_streams(total)
-    streams = [demo_messages(count, tenant=tenant, series=code, priority=priority,
+    streams = [sample_messages(count, tenant=tenant, series=code, priority=priority,
                              seed=rng.randrange(2**31),
                              # demo-<run><tenant initial><u|b>-<n>: short enough for 80 columns
                              run_id=f"{run_id[:4]}{tenant[0]}{priority[0]}")
@@ -283,8 +293,7 @@ def demo_load(total: int, seed: int, run_id: str) -> Iterator[dict[str, Any]]:
     for position, index in enumerate(order, start=1):
         message = next(streams[index])
         if position % REJECT_EVERY == 0:  # counted over the whole load, so small runs get some
-            message = {**message, "customer": {**message["customer"],
-                                               "tax_id": REJECTED_TAX_ID}}
+            message = with_rejected_customer(message)
         yield message
 
 
@@ -448,6 +457,44 @@ def child_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+@dataclass
+class Cast:
+    """The processes of one demo run: the mock integrator, the workers, recovery."""
+
+    mock: Child
+    workers: list[Child]
+    recovery: Child
+    metrics_urls: list[str]
+
+    @property
+    def children(self) -> list[Child]:
+        return [self.mock, *self.workers, self.recovery]
+
+
+def cast(settings: Settings, config: DemoConfig, env: dict[str, str], log_dir: Path,
+         mock_port: int) -> Cast:
+    """The demo's processes (not started yet), each with a free metrics port."""
+    mock = Child("mock-integrator", ["mock-integrator", "--port", str(mock_port),
+                                     "--seed", str(config.seed), *MOCK_FAULTS], env, log_dir)
+    ports = [free_port() for _ in range(config.workers + 1)]
+    workers = [Child(f"worker-{n}", ["worker", "--concurrency", str(config.concurrency),
+                                     "--metrics-port", str(ports[n - 1])], env, log_dir)
+               for n in range(1, config.workers + 1)]
+    recovery = Child("recovery", ["recovery", *RECOVERY_ARGS, "--metrics-port", str(ports[-1])],
+                     env, log_dir)
+    return Cast(mock, workers, recovery, [f"http://127.0.0.1:{port}/metrics" for port in ports])
+
+
+@dataclass
+class Outcome:
+    """What a run came to (filled in as it goes)."""
+
+    settled: bool = False
+    elapsed_s: float | None = None
+    audit_code: int | None = None
+    sample: dict[str, Any] | None = None
+
+
 async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Console
                    ) -> DemoResult:
     """Run the whole demo; progress on ``err``, the audit on the process's stdout."""
@@ -463,122 +510,185 @@ async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Con
     settings = base.with_overrides(database_url=database_url, queue=f"gapless_demo_{run_id}",
                                    integrator_url=f"http://127.0.0.1:{mock_port}")
     env = child_env(settings)
-    mock = Child("mock-integrator",
-                 ["mock-integrator", "--port", str(mock_port), "--seed", str(config.seed),
-                  *MOCK_FAULTS], env, log_dir)
-    metrics_ports = [free_port() for _ in range(config.workers + 1)]
-    workers = [Child(f"worker-{n}", ["worker", "--concurrency", str(config.concurrency),
-                                     "--metrics-port", str(metrics_ports[n - 1])], env, log_dir)
-               for n in range(1, config.workers + 1)]
-    recovery = Child("recovery", ["recovery", *RECOVERY_ARGS,
-                                  "--metrics-port", str(metrics_ports[-1])], env, log_dir)
-    children = [mock, *workers, recovery]
-    metrics_urls = [f"http://127.0.0.1:{port}/metrics" for port in metrics_ports]
+    players = cast(settings, config, env, log_dir, mock_port)
     progress = Progress(total=config.invoices)
     engine = make_engine(database_url, actor="demo", pool_size=1)
-    publisher_task: asyncio.Task[None] | None = None
-    settled = False
-    audit_code: int | None = None
+    outcome = Outcome()
+    publisher: asyncio.Task[None] | None = None
     try:
-        await mock.start()
-        await wait_for_http(f"{settings.integrator_url}/admin/stats", 30, mock)
-        for child in (*workers, recovery):
-            await child.start()
-        progress.started = time.monotonic()
-        publisher_task = asyncio.create_task(publish_load(
-            settings, demo_load(config.invoices, config.seed, run_id), progress))
-        header = (f"gapless demo · {config.invoices} invoices · {config.workers} workers · "
-                  f"queue {settings.queue}")
-        settled = await _watch(settings, config, progress, header, children, workers, engine,
-                               publisher_task, metrics_urls, err)
-        elapsed = progress.elapsed
-        stops = await asyncio.gather(*(child.stop() for child in (*workers, recovery)))
-        unclean = [child.name for child, code in zip((*workers, recovery), stops, strict=True)
-                   if code not in (0, None)]
-        if unclean:
-            err.print(f"[yellow]graceful stop: {', '.join(unclean)} exited non-zero "
-                      f"(see {log_dir})[/]")
-        audit = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gapless", "audit", "--integrator", env=env,
-            stdin=asyncio.subprocess.DEVNULL)
-        audit_code = await audit.wait()
+        publisher = await _start(settings, config, players, progress, run_id)
+        await _play(settings, config, players, progress, engine, publisher, err, outcome)
+        await _conclude(env, engine, outcome)
     finally:
-        if publisher_task is not None and not publisher_task.done():
-            publisher_task.cancel()
-            with contextlib.suppress(BaseException):
-                await publisher_task
-        await asyncio.gather(*(child.stop(grace_s=10) for child in children),
-                             return_exceptions=True)
-        for child in children:
-            child.close()
-        await engine.dispose()
-        if not config.keep:
-            await delete_queues(settings)
-            await asyncio.to_thread(drop_database, database_url)
-    elapsed_total = elapsed if settled else progress.elapsed
-    exit_code = audit_code if audit_code else (0 if settled else 1)
-    result = DemoResult(exit_code=exit_code, settled=settled, elapsed_s=elapsed_total,
+        await _clean_up(settings, config, players, engine, database_url, publisher)
+    elapsed = outcome.elapsed_s if outcome.settled and outcome.elapsed_s else progress.elapsed
+    exit_code = outcome.audit_code if outcome.audit_code else (0 if outcome.settled else 1)
+    result = DemoResult(exit_code=exit_code, settled=outcome.settled, elapsed_s=elapsed,
                         progress=progress, log_dir=log_dir, database_url=database_url,
-                        queue=settings.queue, audit_code=audit_code)
+                        queue=settings.queue, audit_code=outcome.audit_code)
     _summary(result, config, out)
+    if outcome.sample is not None:
+        _document_summary(outcome.sample, out)
     return result
 
 
-async def _watch(settings: Settings, config: DemoConfig, progress: Progress, header: str,
-                 children: list[Child], workers: list[Child], engine: AsyncEngine,
-                 publisher_task: asyncio.Task[None], metrics_urls: list[str], err: Console
-                 ) -> bool:
-    """Refresh progress until settled or the deadline; kill and restart a worker midway."""
-    from rich.live import Live
+async def _start(settings: Settings, config: DemoConfig, players: Cast, progress: Progress,
+                 run_id: str) -> asyncio.Task[None]:
+    """Start the integrator (and wait until it answers), the workers and recovery; then the
+    publisher, in the background."""
+    await players.mock.start()
+    await wait_for_http(f"{settings.integrator_url}/admin/stats", 30, players.mock)
+    for child in (*players.workers, players.recovery):
+        await child.start()
+    progress.started = time.monotonic()
+    return asyncio.create_task(publish_load(
+        settings, demo_load(config.invoices, config.seed, run_id), progress))
 
+
+async def _play(settings: Settings, config: DemoConfig, players: Cast, progress: Progress,
+                engine: AsyncEngine, publisher: asyncio.Task[None], err: Console,
+                outcome: Outcome) -> None:
+    """Watch until settled (or the deadline), then stop workers and recovery gracefully."""
+    header = (f"gapless demo · {config.invoices} invoices · {config.workers} workers · "
+              f"queue {settings.queue}")
+    outcome.settled = await _watch(settings, config, progress, header, players, engine,
+                                   publisher, err)
+    outcome.elapsed_s = progress.elapsed
+    graceful = (*players.workers, players.recovery)
+    stops = await asyncio.gather(*(child.stop() for child in graceful))
+    unclean = [child.name for child, code in zip(graceful, stops, strict=True)
+               if code not in (0, None)]
+    if unclean:
+        err.print(f"[yellow]graceful stop: {', '.join(unclean)} exited non-zero "
+                  f"(see {players.mock.log_path.parent})[/]")
+
+
+async def _conclude(env: dict[str, str], engine: AsyncEngine, outcome: Outcome) -> None:
+    """``gapless audit --integrator`` on stdout, and one document's summary."""
+    audit = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gapless", "audit", "--integrator", env=env,
+        stdin=asyncio.subprocess.DEVNULL)
+    outcome.audit_code = await audit.wait()
+    outcome.sample = await sample_document(engine)
+
+
+async def _clean_up(settings: Settings, config: DemoConfig, players: Cast,
+                    engine: AsyncEngine, database_url: str,
+                    publisher: asyncio.Task[None] | None) -> None:
+    """Stop everything still running; drop the run's queues and database unless ``keep``."""
+    if publisher is not None and not publisher.done():
+        publisher.cancel()
+        with contextlib.suppress(BaseException):
+            await publisher
+    await asyncio.gather(*(child.stop(grace_s=10) for child in players.children),
+                         return_exceptions=True)
+    for child in players.children:
+        child.close()
+    await engine.dispose()
+    if not config.keep:
+        await delete_queues(settings)
+        await asyncio.to_thread(drop_database, database_url)
+
+
+async def sample_document(engine: AsyncEngine) -> dict[str, Any] | None:
+    """The summary of one issued UBL-TR document (the first ISSUED invoice of the profiled
+    tenant), or None when there is none."""
+    from gapless.documents import summarize
+    from gapless.queries import status as q
+
+    async with engine.connect() as conn:
+        row = (await conn.execute(q.FIRST_ISSUED_DOCUMENT, {
+            "tenant": TENANTS[0][0], "media_type": "application/xml"})).first()
+    if row is None:
+        return None
+    return {"invoice_id": row.invoice_id, "sha256": row.sha256, **summarize(bytes(row.body))}
+
+
+def _document_summary(sample: dict[str, Any], out: Console) -> None:
+    out.print(f"  one UBL-TR document, invoice {sample['invoice_id']} "
+              f"(gapless invoice show {sample['invoice_id']} --document):", highlight=False)
+    for key, value in sample.items():
+        if key != "invoice_id" and value is not None:
+            out.print(f"    {key}: {value}", highlight=False, soft_wrap=True)
+
+
+async def _observe(settings: Settings, progress: Progress, players: Cast,
+                   engine: AsyncEngine) -> None:
+    """Refresh the counts, the queue depths and (every two seconds) the breakers."""
     from gapless.cli.status import read_breakers
     from gapless.publisher import queue_depths
 
-    killed = not config.kill_worker or not workers
-    last_plain = 0.0
-    shown = 0
+    await update_progress(engine, progress)
+    try:
+        depths = await queue_depths(settings)
+        progress.ready = depths[settings.queue]
+        progress.dead = depths[dead_queue_name(settings.queue)]
+    except GaplessError:
+        progress.ready = progress.dead = None
+    if int(progress.elapsed / 2) != int((progress.elapsed - REFRESH_S) / 2):
+        progress.breakers = [f"{b.name or '?'} {b.state}"
+                             for b in await read_breakers(players.metrics_urls)]
+
+
+async def _kill_and_restart(victim: Child, progress: Progress) -> None:
+    """kill -9 a worker midway, and start it again: recovery repairs what it left."""
+    in_flight = progress.sending
+    await victim.kill9()
+    progress.event(f"kill -9 {victim.name} (pid {victim.pid}); "
+                   f"{in_flight} invoices were SENDING")
+    await victim.start()
+    progress.event(f"{victim.name} restarted (pid {victim.pid}); recovery repairs orphans "
+                   f"after {STUCK_AFTER_S:g}s")
+
+
+class _Display:
+    """The live panel on a terminal; elsewhere a line every few seconds and each event once."""
+
+    def __init__(self, err: Console, header: str, progress: Progress,
+                 players: Cast) -> None:
+        from rich.live import Live
+
+        self.err, self.header, self.progress, self.players = err, header, progress, players
+        self.live = Live(render(progress, header, players.children), console=err,
+                         auto_refresh=False, transient=False) if err.is_terminal else None
+        self._last_line = 0.0
+        self._shown = 0
+
+    def show(self, *, final: bool) -> None:
+        if self.live is not None:
+            self.live.update(render(self.progress, self.header, self.players.children),
+                             refresh=True)
+            return
+        if final or time.monotonic() - self._last_line >= PLAIN_PROGRESS_EVERY_S:
+            self._last_line = time.monotonic()
+            self.err.print(self.progress.line(), highlight=False)
+        for event in self.progress.events[self._shown:]:
+            self.err.print(f"  {event}", highlight=False)
+        self._shown = len(self.progress.events)
+
+
+async def _watch(settings: Settings, config: DemoConfig, progress: Progress, header: str,
+                 players: Cast, engine: AsyncEngine, publisher: asyncio.Task[None],
+                 err: Console) -> bool:
+    """Refresh progress until settled or the deadline; kill and restart a worker midway."""
+    killed = not config.kill_worker or not players.workers
     deadline = progress.started + config.deadline
-    live = Live(render(progress, header, children), console=err, auto_refresh=False,
-                transient=False) if err.is_terminal else None
-    with live if live is not None else contextlib.nullcontext():
+    display = _Display(err, header, progress, players)
+    with display.live if display.live is not None else contextlib.nullcontext():
         while True:
-            if publisher_task.done() and publisher_task.exception() is not None:
-                raise DemoFailed(f"publishing failed: {publisher_task.exception()}")
-            for child in children:
+            if publisher.done() and publisher.exception() is not None:
+                raise DemoFailed(f"publishing failed: {publisher.exception()}")
+            for child in players.children:
                 if child.died():
                     raise child.failure()
-            await update_progress(engine, progress)
-            try:
-                depths = await queue_depths(settings)
-                progress.ready = depths[settings.queue]
-                progress.dead = depths[dead_queue_name(settings.queue)]
-            except GaplessError:
-                progress.ready = progress.dead = None
-            if int(progress.elapsed / 2) != int((progress.elapsed - REFRESH_S) / 2):
-                progress.breakers = [f"{b.name or '?'} {b.state}"
-                                     for b in await read_breakers(metrics_urls)]
+            await _observe(settings, progress, players, engine)
             if not killed and progress.settled_count >= config.invoices // 2:
-                victim = workers[0]
-                in_flight = progress.sending
-                await victim.kill9()
-                progress.event(f"kill -9 {victim.name} (pid {victim.pid}); "
-                               f"{in_flight} invoices were SENDING")
-                await victim.start()
-                progress.event(f"{victim.name} restarted (pid {victim.pid}); recovery repairs "
-                               f"orphans after {STUCK_AFTER_S:g}s")
+                await _kill_and_restart(players.workers[0], progress)
                 killed = True
             done = progress.settled and killed
             if done:
                 progress.event("settled")
-            if live is not None:
-                live.update(render(progress, header, children), refresh=True)
-            else:  # not a terminal: a line every few seconds, and every event once
-                if done or time.monotonic() - last_plain >= PLAIN_PROGRESS_EVERY_S:
-                    last_plain = time.monotonic()
-                    err.print(progress.line(), highlight=False)
-                for event in progress.events[shown:]:
-                    err.print(f"  {event}", highlight=False)
-                shown = len(progress.events)
+            display.show(final=done)
             if done:
                 return True
             if time.monotonic() > deadline:

@@ -15,7 +15,15 @@ repeated ``invoice_id`` onto the same invoice).
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
+import os
+import re
 import urllib.parse
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
@@ -24,6 +32,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import (
     AbstractChannel,
+    AbstractConnection,
     AbstractQueue,
     AbstractRobustChannel,
     AbstractRobustConnection,
@@ -68,17 +77,129 @@ class PublishUnconfirmed(GaplessError):
 
 
 class BrokerUnavailable(GaplessError):
-    """RabbitMQ cannot be reached at GAPLESS_AMQP_URL; start it or fix the URL."""
+    """RabbitMQ cannot be reached at GAPLESS_AMQP_URL; start it or fix the URL.
+
+    ``url`` is the URL without its password; ``reason`` says what the connection attempt met,
+    in a few words; ``hint`` what to check.
+    """
+
+    def __init__(self, message: str, *, url: str = "", reason: str = "",
+                 hint: str = "is RabbitMQ running? check GAPLESS_AMQP_URL") -> None:
+        super().__init__(message)
+        self.url = url
+        self.reason = reason
+        self.hint = hint
+
+
+_PASSWORD_PARAMETER = re.compile(r"((?:^|[&\s])password=)[^&\s]*")
+_USERINFO_PASSWORD = re.compile(r"(//[^:/@]*):[^@/]*@")
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    """Any URL (amqp, postgresql, http) without its password, for messages and logs.
+
+    Both places a password can hide are masked: ``user:password@`` and a ``password=`` query
+    parameter (libpq accepts one).
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:  # unparsable (a bad IPv6 host): mask what looks like a password
+        return _PASSWORD_PARAMETER.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1:***@", url))
+    if not parts.netloc:  # not a URL (a key=value DSN): mask what looks like a password
+        return _PASSWORD_PARAMETER.sub(r"\1***", url)
+    if password is not None:
+        host = parts.netloc.rsplit("@", 1)[-1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    if parts.query:
+        parts = parts._replace(query=_PASSWORD_PARAMETER.sub(r"\1***", parts.query))
+    return urllib.parse.urlunsplit(parts)
+
+
+def broker_failure(exc: BaseException) -> tuple[str, str]:
+    """(reason, hint) for a failed connection to RabbitMQ, each a few words on one line."""
+    if isinstance(exc, (aiormq.exceptions.ProbableAuthenticationError,
+                        aiormq.exceptions.AuthenticationError)):
+        return ("the broker refused the login",
+                "check the user and password in GAPLESS_AMQP_URL")
+    if isinstance(exc, aiormq.exceptions.InvalidFrameError) and "Connection.Close" in str(exc):
+        return ("the broker closed the connection while opening it",
+                "check the virtual host of GAPLESS_AMQP_URL and the user's permissions on it")
+    if isinstance(exc, TimeoutError):
+        return "no answer in time", "is RabbitMQ running and reachable? check GAPLESS_AMQP_URL"
+    code = getattr(exc, "errno", None)
+    if code is None and exc.args and isinstance(exc.args[0], int):
+        code = exc.args[0]
+    if isinstance(code, int) and code in errno.errorcode:
+        return os.strerror(code).lower(), "is RabbitMQ running? check GAPLESS_AMQP_URL"
+    text = str(exc).strip().splitlines()
+    reason = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return reason, "is RabbitMQ running? check GAPLESS_AMQP_URL"
+
+
+def broker_unavailable(amqp_url: str, exc: BaseException) -> BrokerUnavailable:
+    """The error to raise when a connection to ``amqp_url`` could not be opened."""
+    url = redact_url(amqp_url)
+    reason, hint = broker_failure(exc)
+    return BrokerUnavailable(f"cannot connect to RabbitMQ at {url} ({reason})", url=url,
+                             reason=reason, hint=hint)
+
+
+# ------------------------------------------------------------------ library logs while connecting
+#
+# aiormq logs "error when creating transport" (and aio-pika may log) for every failed attempt,
+# then raises. While gapless opens a connection, the exception is the whole story: the caller
+# reports it (the CLI as one line). So the libraries' records of the attempt are held back and
+# dropped when it fails, or passed on when it succeeds. Nothing else is touched: the reconnection
+# warnings of a robust connection in normal operation come from its own task, after the attempt
+# that created it, and are logged as always.
+
+_LIBRARY_LOGGERS = ("aiormq", "aio_pika")
+
+
+@dataclass
+class _Attempt:
+    active: bool = True
+    records: list[logging.LogRecord] = field(default_factory=list)
+
+
+_ATTEMPT: ContextVar[_Attempt | None] = ContextVar("gapless_broker_connect", default=None)
+
+
+class _HoldDuringAttempt(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        attempt = _ATTEMPT.get()
+        if attempt is None or not attempt.active:
+            return True
+        attempt.records.append(record)
+        return False
+
+
+_HOLD = _HoldDuringAttempt()
+
+
+@contextlib.contextmanager
+def _library_logs_held() -> Iterator[None]:
+    """Hold the libraries' log records of this task until the block ends: passed on when it
+    succeeds (or at debug level), dropped when it raises."""
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in _LIBRARY_LOGGERS:
+            logger = logging.getLogger(name)
+            if _HOLD not in logger.filters:
+                logger.addFilter(_HOLD)
+    attempt = _Attempt()
+    token = _ATTEMPT.set(attempt)
+    succeeded = False
+    try:
+        yield
+        succeeded = True
+    finally:
+        # Tasks started inside the block share this object: they log normally from now on.
+        attempt.active = False
+        _ATTEMPT.reset(token)
+        if succeeded or logging.getLogger().isEnabledFor(logging.DEBUG):
+            for record in attempt.records:
+                logging.getLogger(record.name).handle(record)
 
 
 def main_queue_arguments(prefix: str) -> dict[str, FieldValue]:
@@ -177,14 +298,30 @@ async def dead_letter(channel: AbstractChannel, prefix: str, body: bytes, *, rea
              reason=reason)
 
 
+#: Seconds to wait for RabbitMQ to accept a connection.
+CONNECT_TIMEOUT_S = 10.0
+
+
 async def connect(settings: Settings) -> AbstractRobustConnection:
-    """A robust connection (reconnects by itself and restores declared topology)."""
+    """A robust connection (reconnects by itself and restores declared topology).
+
+    The first attempt must succeed: BrokerUnavailable otherwise (with no library log lines).
+    """
     try:
-        return await aio_pika.connect_robust(settings.amqp_url, timeout=10)
+        with _library_logs_held():
+            return await aio_pika.connect_robust(settings.amqp_url, timeout=CONNECT_TIMEOUT_S)
     except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
-        raise BrokerUnavailable(
-            f"cannot connect to RabbitMQ at {redact_url(settings.amqp_url)} "
-            f"({type(exc).__name__}: {exc})") from exc
+        raise broker_unavailable(settings.amqp_url, exc) from exc
+
+
+async def connect_once(settings: Settings) -> AbstractConnection:
+    """A plain connection for a short task (no reconnection); BrokerUnavailable when it cannot
+    be opened (with no library log lines)."""
+    try:
+        with _library_logs_held():
+            return await aio_pika.connect(settings.amqp_url, timeout=CONNECT_TIMEOUT_S)
+    except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
+        raise broker_unavailable(settings.amqp_url, exc) from exc
 
 
 class Publisher:
@@ -300,11 +437,7 @@ async def queue_depths(settings: Settings) -> dict[str, int]:
     closes a channel whose passive declare finds no queue.
     """
     names = (settings.queue, dead_queue_name(settings.queue))
-    try:
-        connection = await aio_pika.connect(settings.amqp_url, timeout=10)
-    except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
-        raise BrokerUnavailable(f"cannot connect to RabbitMQ at "
-                                f"{redact_url(settings.amqp_url)}: {exc}") from exc
+    connection = await connect_once(settings)
     depths: dict[str, int] = {}
     async with connection:
         for name in names:
@@ -325,9 +458,13 @@ __all__ = [
     "PublishUnconfirmed",
     "Publisher",
     "amqp_priority",
+    "broker_unavailable",
+    "connect",
+    "connect_once",
     "dead_letter",
     "declare_topology",
     "main_queue_arguments",
     "publish_invoice",
     "queue_depths",
+    "redact_url",
 ]

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     # Worker.
     lease_s: float = Field(300.0, gt=0, description="A SENDING lease older than this is stale "
                            "and may be taken over (by redelivery or recovery)")
+    issue_date_window_days: int = Field(
+        7, ge=0, le=366, description="A producer's issue_date older than this many days (or in "
+        "the future) is dead-lettered before a number is sealed; 7 is the e-Arşiv limit")
 
     # Logging.
     log_format: Literal["console", "json"] = "console"

@@ -9,12 +9,36 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
+from zoneinfo import ZoneInfo
+
+from gapless.integrator.base import Document
+from gapless.render import JSON_FORMAT, canonical_json
 
 GAPLESS = [sys.executable, "-m", "gapless"]
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def today(tz: str = "Europe/Istanbul") -> str:
+    """Today's date in a series' time zone (a message's issue_date must not be in the future
+    there, nor older than the window)."""
+    return datetime.now(ZoneInfo(tz)).date().isoformat()
+
+
+def json_document(tenant: str, number: str, invoice_id: str,
+                  payload: dict[str, Any] | None = None, *,
+                  document_uuid: str | None = None) -> Document:
+    """The JSON document of an invoice of a tenant without an issuer profile (its UUID fixed by
+    tenant and invoice_id, as an invoice's is)."""
+    fixed = uuid.uuid5(uuid.NAMESPACE_URL, f"gapless-test:{tenant}:{invoice_id}")
+    return Document.of(tenant=tenant, number=number, invoice_id=invoice_id,
+                       uuid=document_uuid or str(fixed),
+                       body=canonical_json(payload or {}), media_type="application/json",
+                       format=JSON_FORMAT)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, *, interval: float = 0.05,

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.invoices import ClaimKind, Draft, Sending, claim_for_sending, upsert_draft
 from gapless.message import validate_message
 from gapless.numbering import add_series, build_series_spec
-from tests.helpers import GaplessProcess, run_gapless, wait_until
+from tests.helpers import GaplessProcess, run_gapless, today, wait_until
 from tests.mock_client import MockIntegratorClient
 
 GOOD_TAX_ID = "1234567890"
@@ -27,7 +27,7 @@ def message(invoice_id: str, *, tenant: str = "acme", series: str = "ABC",
     """A valid contract message (as the payload the worker stores)."""
     return validate_message({
         "invoice_id": invoice_id, "tenant": tenant, "series": series, "priority": "user",
-        "issue_date": "2026-11-22", "currency": "TRY",
+        "issue_date": today(), "currency": "TRY",
         "customer": {"tax_id": tax_id, "name": "Example Ltd"},
         "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
                    "vat_rate": "20"}],
@@ -60,6 +60,7 @@ def post(mock: MockIntegratorClient, sending: Sending, *,
     """Send a document to the mock directly (as a worker whose answer was then lost)."""
     response = mock.post({"tenant": sending.tenant, "number": sending.number,
                           "invoice_id": invoice_id or sending.invoice_id,
+                          "uuid": sending.uuid if invoice_id is None else None,
                           "document": sending.payload})
     assert response.status_code == 201, response.text
     return str(response.json()["ref"])

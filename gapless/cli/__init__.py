@@ -1,6 +1,10 @@
 """The ``gapless`` command line: one console script, one sub-command per process or task.
 
-Usage errors print one line and exit 2; gapless errors print one line and exit 1.
+Usage errors print one line and exit 2; gapless errors print one line and exit 1. So does a
+service that cannot be reached — PostgreSQL, RabbitMQ, the integrator — whatever the command:
+:func:`main` recognises the drivers' connection errors (see
+:func:`gapless.cli.common.describe_unreachable`) and prints the service, its URL without the
+password, and what to check, with no traceback.
 """
 
 from __future__ import annotations
@@ -32,6 +36,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from gapless.cli.common import installed_version
+
+        typer.echo(f"gapless {installed_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the installed version and exit."),
+) -> None:
+    """Unique, gap-free legal document numbers, issued from queues."""
+
+
 # typer may vendor its own click; take the exception classes from typer's own hierarchy.
 UsageError: type[Exception] = next(
     cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
@@ -39,6 +61,7 @@ UsageError: type[Exception] = next(
 #: Command modules; each has ``register(app)``.
 COMMAND_MODULES = (
     "gapless.cli.core",
+    "gapless.cli.tenant",
     "gapless.cli.mock",
     "gapless.cli.publish",
     "gapless.cli.worker",
@@ -49,6 +72,7 @@ COMMAND_MODULES = (
     "gapless.cli.status",
     "gapless.cli.dead",
     "gapless.cli.demo",
+    "gapless.cli.doctor",
 )
 
 
@@ -64,21 +88,6 @@ def fail_usage(message: str) -> None:
     """Print a one-line usage error and exit 2 (bad flag or argument)."""
     print(f"gapless: error: {message}", file=sys.stderr)
     raise SystemExit(2)
-
-
-def _unreachable(exc: BaseException) -> str | None:
-    """A one-line message for a service that cannot be reached, or None for other errors."""
-    from sqlalchemy.exc import OperationalError
-
-    if isinstance(exc, OperationalError):
-        first = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-        return f"cannot reach the database: {first}"
-    module = type(exc).__module__
-    if module.startswith(("aiormq", "aio_pika")) or isinstance(exc, ConnectionError):
-        return f"cannot reach the broker: {exc}".splitlines()[0]
-    if isinstance(exc, OSError):
-        return f"{exc}".splitlines()[0]
-    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,14 +108,19 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         print("gapless: aborted", file=sys.stderr)
         raise SystemExit(130) from None
-    except GaplessError as exc:
-        print(f"gapless: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
     except Exception as exc:
-        reason = _unreachable(exc)
-        if reason is None:
+        from gapless.cli.common import describe_unreachable
+
+        # Before GaplessError: a gapless error raised from a connection error (the broker
+        # unavailable, the ledger unreadable) is reported as the service it is about.
+        failure = describe_unreachable(exc)
+        if failure is not None:
+            message = failure.line()
+        elif isinstance(exc, GaplessError | OSError):  # OSError: e.g. a port already in use
+            message = str(exc)
+        else:
             raise
-        print(f"gapless: {reason}", file=sys.stderr)
+        print(f"gapless: {message}".splitlines()[0], file=sys.stderr)
         raise SystemExit(1) from None
     if isinstance(result, int):
         raise SystemExit(result)

@@ -75,12 +75,34 @@ async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
 
 
 def _print(report: AuditReport, *, limit: int) -> None:
+    """The report for a person: totals, counters, violations, numbers not issued, the
+    integrator's side, and the verdict."""
     console = Console(highlight=False)
     numbered = sum(c.numbered for c in report.counters)
     issued = sum(c.issued for c in report.counters)
     console.print(f"audit: {len(report.counters)} counter(s), {numbered} pinned number(s), "
                   f"{issued} issued")
+    if report.counters:
+        console.print(_counters_table(report))
+    if report.violations:
+        console.print(_violations_table(report))
+    if report.not_issued:
+        _print_not_issued(console, report, limit)
+    if report.integrator is not None:
+        check = report.integrator
+        line = (f"integrator ({check.source}): {check.documents} accepted document(s) "
+                "in scope")
+        if check.in_flight:
+            line += f", {len(check.in_flight)} in flight (SENDING within the horizon)"
+        console.print(line)
+    if report.ok:
+        console.print("audit: clean")
+    else:
+        kinds = sorted({v.kind for v in report.violations})
+        console.print(f"audit: {len(report.violations)} violation(s): {', '.join(kinds)}")
 
+
+def _counters_table(report: AuditReport) -> Table:
     counters = Table(title="counters", title_justify="left")
     for name in ("tenant", "series", "period", "last no"):
         counters.add_column(name, overflow="fold", justify="right" if name == "last no"
@@ -91,48 +113,34 @@ def _print(report: AuditReport, *, limit: int) -> None:
         counters.add_row(c.tenant, c.series, c.period_key or "-",
                          "-" if c.last_no is None else str(c.last_no), str(c.issued),
                          str(c.numbered - c.issued), str(c.violations) if c.violations else "")
-    if report.counters:
-        console.print(counters)
+    return counters
 
-    if report.violations:
-        problems = Table(title="violations", title_justify="left")
-        problems.add_column("kind", overflow="fold", max_width=18)
-        problems.add_column("where", overflow="fold", max_width=18)
-        problems.add_column("numbers", overflow="fold", max_width=16)
-        problems.add_column("detail", overflow="fold")
-        for v in report.violations:
-            where = "/".join(part for part in (v.tenant, v.series, v.period_key) if part)
-            problems.add_row(v.kind, where, v.numbers, v.detail)
-        console.print(problems)
 
-    if report.not_issued:
-        shown = report.not_issued[:limit] if limit else []
-        table = Table(title=f"numbers not issued ({len(report.not_issued)})",
-                      title_justify="left")
-        table.add_column("number", overflow="fold", max_width=18)
-        table.add_column("state", max_width=9)
-        table.add_column("invoice", overflow="fold", max_width=16)
-        table.add_column("reason", overflow="fold")
-        for n in shown:
-            table.add_row(n.number, n.status, n.invoice_id, n.reason)
-        if shown:
-            console.print(table)
-        if len(shown) < len(report.not_issued):
-            console.print(f"... {len(report.not_issued) - len(shown)} more (--limit, --json)")
+def _violations_table(report: AuditReport) -> Table:
+    problems = Table(title="violations", title_justify="left")
+    problems.add_column("kind", overflow="fold", max_width=18)
+    problems.add_column("where", overflow="fold", max_width=18)
+    problems.add_column("numbers", overflow="fold", max_width=16)
+    problems.add_column("detail", overflow="fold")
+    for v in report.violations:
+        where = "/".join(part for part in (v.tenant, v.series, v.period_key) if part)
+        problems.add_row(v.kind, where, v.numbers, v.detail)
+    return problems
 
-    if report.integrator is not None:
-        check = report.integrator
-        line = (f"integrator ({check.source}): {check.documents} accepted document(s) "
-                "in scope")
-        if check.in_flight:
-            line += f", {len(check.in_flight)} in flight (SENDING within the horizon)"
-        console.print(line)
 
-    if report.ok:
-        console.print("audit: clean")
-    else:
-        kinds = sorted({v.kind for v in report.violations})
-        console.print(f"audit: {len(report.violations)} violation(s): {', '.join(kinds)}")
+def _print_not_issued(console: Console, report: AuditReport, limit: int) -> None:
+    shown = report.not_issued[:limit] if limit else []
+    table = Table(title=f"numbers not issued ({len(report.not_issued)})", title_justify="left")
+    table.add_column("number", overflow="fold", max_width=18)
+    table.add_column("state", max_width=9)
+    table.add_column("invoice", overflow="fold", max_width=16)
+    table.add_column("reason", overflow="fold")
+    for n in shown:
+        table.add_row(n.number, n.status, n.invoice_id, n.reason)
+    if shown:
+        console.print(table)
+    if len(shown) < len(report.not_issued):
+        console.print(f"... {len(report.not_issued) - len(shown)} more (--limit, --json)")
 
 
 def register(app: typer.Typer) -> None:

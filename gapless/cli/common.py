@@ -1,9 +1,13 @@
-"""Helpers shared by the command modules."""
+"""Helpers shared by the command modules: settings from the environment and flags, the event
+loop, the installed version, and the one-line report of a service that cannot be reached."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import re
+import urllib.parse
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import typer
@@ -21,8 +25,22 @@ IntegratorUrlOption = typer.Option(None, "--integrator-url",
 ClusterIdOption = typer.Option(None, "--cluster-id", help="Overrides GAPLESS_CLUSTER_ID.")
 
 
+@dataclass
+class _Invocation:
+    """What this process's command was configured with (one command per process)."""
+
+    settings: Settings | None = None
+
+
+_INVOCATION = _Invocation()
+
+
 def settings_from(**overrides: Any) -> Settings:
-    """Environment + flags; an invalid value is a usage error (exit 2)."""
+    """Environment + flags; an invalid value is a usage error (exit 2).
+
+    The result is also remembered for the process, so that an unreachable service can be
+    reported with the URL the command really used (:func:`describe_unreachable`).
+    """
     from pydantic import ValidationError
 
     try:
@@ -32,8 +50,253 @@ def settings_from(**overrides: Any) -> Settings:
         field = ".".join(str(part) for part in first["loc"]) or "setting"
         raise typer.BadParameter(f"{field}: {first['msg']}") from None
     configure_logging(settings.log_format, settings.log_level)
+    _INVOCATION.settings = settings
     return settings
 
 
+def invocation_settings() -> Settings | None:
+    """The settings of this command (flags included), else the environment's; None when the
+    environment itself is invalid."""
+    if _INVOCATION.settings is not None:
+        return _INVOCATION.settings
+    from pydantic import ValidationError
+
+    try:
+        return load_settings()
+    except ValidationError:
+        return None
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
+    """Run a command's coroutine on uvloop where it is installed (a third of the event loop's
+    CPU per callback), else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def installed_version() -> str:
+    """The version of the installed distribution (its metadata), as ``pip`` reports it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gapless")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        from gapless import __version__
+
+        return f"{__version__} (not installed)"
+
+
+async def probe_integrator(settings: Settings) -> Any:
+    """Look up the probe number through the configured adapter, as a paused worker does: a
+    lookup consumes no number and changes nothing. Returns the answer (None, "not found", is
+    the expected one); raises TransientIntegratorError when the integrator cannot answer."""
+    from gapless.integrator.base import load_integrator
+    from worker.consumer import PROBE_NUMBER, PROBE_TENANT
+
+    integrator = load_integrator(settings)
+    try:
+        return await integrator.lookup(PROBE_TENANT, PROBE_NUMBER)
+    finally:
+        await integrator.aclose()
+
+
+# ------------------------------------------------------------------------ unreachable services
+
+
+@dataclass(frozen=True)
+class ServiceFailure:
+    """A service that could not be reached, said in one line: ``summary; hint``.
+
+    ``url`` never carries a password.
+    """
+
+    service: str  # PostgreSQL | RabbitMQ | integrator
+    url: str
+    summary: str
+    reason: str
+    hint: str
+
+    def line(self) -> str:
+        return f"{self.summary}; {self.hint}"
+
+
+DATABASE_HINT = "is PostgreSQL running? check GAPLESS_DATABASE_URL"
+INTEGRATOR_HINT = "is the integrator running? check GAPLESS_INTEGRATOR_URL"
+#: SQLSTATE classes and codes of a connection that failed or was lost (not of a statement):
+#: connection exception, operator intervention (shutdown, crash, cannot connect now), invalid
+#: authorization, invalid catalog name (no such database).
+_CONNECTION_SQLSTATES = ("08", "57P", "28", "3D000")
+
+
+def describe_unreachable(exc: BaseException) -> ServiceFailure | None:
+    """The failure of PostgreSQL, RabbitMQ or the integrator behind ``exc``, or None.
+
+    Looks through the causes of ``exc`` (``raise … from``), so a gapless error raised from a
+    driver's connection error counts as well. Generic on purpose: any command that reaches
+    PostgreSQL through psycopg/SQLAlchemy, RabbitMQ through aio-pika, or the integrator through
+    its adapter gets this report without code of its own.
+    """
+    chain = list(_causes(exc))
+    settings = invocation_settings()
+    for link in chain:
+        failure = (_postgres(link, settings) or _rabbitmq(link, settings)
+                   or _integrator(link, chain, settings))
+        if failure is not None:
+            return _scrubbed(failure, settings)
+    return None
+
+
+def _causes(exc: BaseException, *, every_context: bool = False) -> Iterator[BaseException]:
+    """``exc`` and its causes; with ``every_context`` also the contexts a library hid with
+    ``raise … from None`` (to read the OS error under a transport error, never to classify)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        hidden = link.__suppress_context__ and not every_context
+        link = link.__cause__ or (None if hidden else link.__context__)
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
+
+
+def _postgres(link: BaseException, settings: Settings | None) -> ServiceFailure | None:
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    error = getattr(link, "orig", None) if isinstance(link, DBAPIError) else link
+    if not isinstance(error, psycopg.Error):
+        return None
+    invalidated = isinstance(link, DBAPIError) and link.connection_invalidated
+    state = error.sqlstate
+    if not invalidated and not (isinstance(error, psycopg.OperationalError) and (
+            state is None or state.startswith(_CONNECTION_SQLSTATES))):
+        return None  # a statement's error (lock timeout, cancelled query…), not the connection
+    from gapless.publisher import redact_url
+
+    url = redact_url(settings.database_url) if settings else "GAPLESS_DATABASE_URL"
+    detail = _first_line(str(error)) or type(error).__name__
+    detail = re.sub(r"^connection failed:\s*", "", detail)
+    at_server = re.search(r"connection to server (?:at|on socket) .*? failed:\s*(.*)$", detail)
+    if at_server:
+        detail = at_server.group(1)
+    detail = re.sub(r"^(?:FATAL|ERROR):\s*", "", detail)
+    if (state or "").startswith("28") or re.search(
+            r"authentication failed|role .* does not exist|pg_hba\.conf", detail):
+        return ServiceFailure(
+            "PostgreSQL", url, f"cannot connect to the database: PostgreSQL at {url} refused "
+            f"the login ({detail})", detail,
+            "check the user and password in GAPLESS_DATABASE_URL")
+    if state == "3D000" or re.search(r"database .* does not exist", detail):
+        return ServiceFailure(
+            "PostgreSQL", url, f"cannot connect to the database: PostgreSQL at {url} has no such "
+            f"database ({detail})", detail,
+            "run `gapless migrate` (it creates the database) or check GAPLESS_DATABASE_URL")
+    reason = _lower_first(detail)
+    return ServiceFailure("PostgreSQL", url,
+                          f"cannot reach the database: PostgreSQL at {url} ({reason})", reason,
+                          DATABASE_HINT)
+
+
+def _rabbitmq(link: BaseException, settings: Settings | None) -> ServiceFailure | None:
+    module = type(link).__module__
+    if not module.startswith(("aiormq", "aio_pika", "gapless.publisher")):
+        return None
+    import aiormq
+
+    from gapless.publisher import BrokerUnavailable, broker_unavailable, redact_url
+
+    if isinstance(link, BrokerUnavailable):
+        unavailable = link
+    elif isinstance(link, aiormq.exceptions.AMQPConnectionError):
+        unavailable = broker_unavailable(settings.amqp_url if settings else "", link)
+    elif module.startswith(("aiormq", "aio_pika")) and isinstance(
+            link, ConnectionError | RuntimeError) and "closed" in str(link).lower():
+        url = redact_url(settings.amqp_url) if settings else "GAPLESS_AMQP_URL"
+        reason = _first_line(str(link)) or type(link).__name__
+        return ServiceFailure("RabbitMQ", url, f"lost the connection to RabbitMQ at {url} "
+                              f"({reason})", reason, "is RabbitMQ running? check GAPLESS_AMQP_URL")
+    else:
+        return None
+    return ServiceFailure("RabbitMQ", unavailable.url, str(unavailable), unavailable.reason,
+                          unavailable.hint)
+
+
+def _integrator(link: BaseException, chain: list[BaseException],
+                settings: Settings | None) -> ServiceFailure | None:
+    """The integrator adapter's transport failure (aiohttp under TransientIntegratorError), or an
+    httpx transport error of a request to the integrator's origin."""
+    import aiohttp
+    import httpx
+
+    from gapless.integrator.base import TransientIntegratorError
+    from gapless.publisher import redact_url
+
+    if not isinstance(link, httpx.TransportError | TransientIntegratorError):
+        return None
+    integrator_url = settings.integrator_url if settings else ""
+    if isinstance(link, httpx.TransportError) and not _same_origin(link, integrator_url):
+        return None  # another HTTP service; the integrator is the only one commands need
+    url = redact_url(integrator_url) if settings else "GAPLESS_INTEGRATOR_URL"
+    below = chain[chain.index(link):]
+    transport = next((e for e in below if isinstance(
+        e, httpx.TransportError | aiohttp.ClientError | TimeoutError)), None)
+    if transport is None:  # the adapter's own words (an HTTP 5xx, the breaker open)
+        reason = _first_line(str(link)) or type(link).__name__
+        return ServiceFailure("integrator", url,
+                              f"the integrator at {url} is not answering ({reason})", reason,
+                              INTEGRATOR_HINT)
+    code = next((e.errno for e in _causes(transport, every_context=True)
+                 if isinstance(e, OSError) and e.errno), None)
+    if isinstance(transport, httpx.TimeoutException | TimeoutError):
+        reason = "no answer in time"
+    elif code is not None:
+        import os
+
+        reason = os.strerror(code).lower()
+    else:
+        reason = f"{type(transport).__name__}: {_first_line(str(transport))}".rstrip(": ")
+    return ServiceFailure("integrator", url, f"cannot reach the integrator at {url} ({reason})",
+                          reason, INTEGRATOR_HINT)
+
+
+def _same_origin(error: Any, url: str) -> bool:
+    try:
+        requested = error.request.url
+    except RuntimeError:  # no request attached: cannot tell, assume the integrator's
+        return True
+    wanted = urllib.parse.urlsplit(url)
+    return bool(requested.host == (wanted.hostname or "") and (requested.port or (
+        443 if requested.scheme == "https" else 80)) == (wanted.port or (
+            443 if wanted.scheme == "https" else 80)))
+
+
+def _scrubbed(failure: ServiceFailure, settings: Settings | None) -> ServiceFailure:
+    """The failure with any configured password masked wherever a library may have echoed it
+    (passwords shorter than 4 characters cannot be masked without garbling the line)."""
+    if settings is None:
+        return failure
+    summary, reason = failure.summary, failure.reason
+    for url in (settings.database_url, settings.amqp_url, settings.integrator_url):
+        try:
+            password = urllib.parse.urlsplit(url).password
+        except ValueError:
+            continue
+        for secret in {password or "", urllib.parse.unquote(password or "")}:
+            if len(secret) >= 4:  # the redacted URL itself is left alone (a user may be
+                # spelled like the password)
+                summary = failure.url.join(part.replace(secret, "***")
+                                           for part in summary.split(failure.url))
+                reason = reason.replace(secret, "***")
+    return ServiceFailure(failure.service, failure.url, summary, reason, failure.hint)

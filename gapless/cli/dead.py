@@ -121,16 +121,11 @@ async def _requeue(messages: list[Any]) -> None:
 
 async def list_dead(settings: Settings, limit: int) -> tuple[int, list[DeadLetter]]:
     """(messages in the dead queue, the first ``limit`` of them); every one stays queued."""
-    import aio_pika
     import aiormq
 
-    from gapless.publisher import BrokerUnavailable, redact_url
+    from gapless.publisher import connect_once
 
-    try:
-        connection = await aio_pika.connect(settings.amqp_url, timeout=10)
-    except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
-        raise BrokerUnavailable(f"cannot connect to RabbitMQ at "
-                                f"{redact_url(settings.amqp_url)}: {exc}") from exc
+    connection = await connect_once(settings)
     held: list[Any] = []
     async with connection:
         channel = await connection.channel()
@@ -192,7 +187,7 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
     Selected: every message with ``replay_all``, else those whose invoice_id is in
     ``invoice_ids``. A message with a fix in ``fixes`` is published with the fixed body.
     """
-    from gapless.publisher import Publisher, amqp_priority
+    from gapless.publisher import Publisher
 
     result = ReplayResult()
     found: set[str] = set()
@@ -211,19 +206,7 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
                     continue
                 if invoice_id is not None:
                     found.add(invoice_id)
-                body, priority = message.body, message.priority
-                if invoice_id is not None and invoice_id in fixes:
-                    body, fix_priority = fixes[invoice_id]
-                    if fix_priority is not None:
-                        priority = amqp_priority(fix_priority, None)
-                headers = {key: value for key, value in (message.headers or {}).items()
-                           if not key.startswith("x-gapless-") and key not in _DEATH_HEADERS}
-                headers[HEADER_REPLAYED_AT] = datetime.now(UTC).isoformat()
-                await publisher.publish(body, priority=priority, headers=headers,
-                                        content_type=message.content_type or CONTENT_TYPE_JSON,
-                                        message_id=message.message_id)
-                # The confirm is in: only now may the dead copy go.
-                await message.ack()
+                await _republish(publisher, message, fixes.get(invoice_id or ""))
                 held.remove(message)
                 result.replayed.append(invoice_id)
                 if invoice_id is not None and invoice_id in fixes:
@@ -236,6 +219,26 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
     if not replay_all:
         result.not_found = sorted(invoice_ids - found)
     return result
+
+
+async def _republish(publisher: Any, message: Any, fix: tuple[bytes, str | None] | None) -> None:
+    """Publish one dead message (its fixed body, if any) on the main queue, confirmed, then ack
+    the dead copy. The gapless and dead-lettering headers go; a replay stamp is added."""
+    from gapless.publisher import amqp_priority
+
+    body, priority = message.body, message.priority
+    if fix is not None:
+        body, fix_priority = fix
+        if fix_priority is not None:
+            priority = amqp_priority(fix_priority, None)
+    headers = {key: value for key, value in (message.headers or {}).items()
+               if not key.startswith("x-gapless-") and key not in _DEATH_HEADERS}
+    headers[HEADER_REPLAYED_AT] = datetime.now(UTC).isoformat()
+    await publisher.publish(body, priority=priority, headers=headers,
+                            content_type=message.content_type or CONTENT_TYPE_JSON,
+                            message_id=message.message_id)
+    # The confirm is in: only now may the dead copy go.
+    await message.ack()
 
 
 # ---------------------------------------------------------------------------------- commands

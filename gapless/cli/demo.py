@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from gapless.cli.common import AmqpUrlOption, DatabaseUrlOption, run, settings_from
+from gapless.settings import Settings
 
 #: The demo drops and re-creates its database: only names with this prefix are accepted.
 DEMO_DATABASE_PREFIX = "gapless_demo"
@@ -53,6 +54,7 @@ def demo(
             f"--database: the demo drops its database, so the name must start with "
             f"{DEMO_DATABASE_PREFIX!r}, got {database!r}")
     settings = settings_from(database_url=database_url, amqp_url=amqp_url)
+    _reach_services(settings)
     config = DemoConfig(invoices=invoices, workers=workers, concurrency=concurrency, keep=keep,
                         database=database, seed=seed, deadline_s=deadline, kill_worker=kill,
                         log_dir=log_dir)
@@ -64,6 +66,27 @@ def demo(
         err.print("demo: interrupted; every process it started is stopped")
         raise typer.Exit(130) from None
     raise typer.Exit(result.exit_code)
+
+
+def _reach_services(settings: Settings) -> None:
+    """Connect to PostgreSQL and RabbitMQ once before anything is dropped or started, so an
+    outage is the CLI's one line (exit 1) and not a half-started demo."""
+    import psycopg
+    from sqlalchemy import make_url
+
+    from gapless.migrations import CONNECT_TIMEOUT_S
+    from gapless.publisher import connect_once
+
+    # The server's maintenance database: the demo database itself is about to be re-created.
+    admin = make_url(settings.database_url).set(drivername="postgresql", database="postgres")
+    with psycopg.connect(admin.render_as_string(hide_password=False),
+                         connect_timeout=CONNECT_TIMEOUT_S):
+        pass
+
+    async def broker() -> None:
+        await (await connect_once(settings)).close()
+
+    run(broker())
 
 
 def register(app: typer.Typer) -> None:

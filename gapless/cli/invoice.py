@@ -7,6 +7,7 @@ not a valid message, an empty reason): one line, exit 2.
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,17 +39,62 @@ def show(
     invoice_id: str = InvoiceIdArgument,
     as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
     with_payload: bool = typer.Option(False, "--with-payload",
-                                      help="Include the stored payload (the document sent)."),
+                                      help="Include the stored payload (the producer's message)."),
+    document: bool = typer.Option(
+        False, "--document",
+        help="Print the document sent (UBL-TR XML or JSON), byte for byte, and nothing else."),
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
-    """State, number, attempts, last error, integrator reference and the event history."""
+    """State, number, UUID, attempts, last error, integrator reference and the event history."""
     settings = settings_from(database_url=database_url)
+    if document:
+        body, note = run(_document(settings, invoice_id))
+        if note:
+            typer.echo(note, err=True)
+        sys.stdout.buffer.write(body)
+        if not body.endswith(b"\n"):
+            sys.stdout.buffer.write(b"\n")
+        sys.stdout.buffer.flush()
+        return
     row, events = run(_load(settings, invoice_id))
     if as_json:
         typer.echo(json.dumps(_as_dict(row, events, with_payload=with_payload), indent=2,
                               default=str))
         return
     _print_invoice(row, events, with_payload=with_payload)
+
+
+async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | None]:
+    """The document in force: the stored bytes, or — sealed, not sent yet — what the next send
+    will send (rendered now, said on stderr). Exit 1 when the invoice has no number yet."""
+    from gapless.catalog import Catalog
+    from gapless.db import as_database
+    from gapless.invoices import Sending, get_invoice, invoice_documents
+    from gapless.render import Renderer, RenderError
+
+    engine = _engine(settings)
+    try:
+        async with engine.connect() as conn:
+            row = await get_invoice(conn, invoice_id)
+            documents = {d.sha256: d for d in await invoice_documents(conn, row.id)}
+        if row.number is None:
+            typer.echo(f"invoice {invoice_id!r} has no number yet, so no document", err=True)
+            raise typer.Exit(1)
+        stored = documents.get(row.document_sha256)
+        if stored is not None:
+            return bytes(stored.body), None
+        sending = Sending(row.id, row.invoice_id, row.tenant, row.series, row.number,
+                          row.reserved_no, row.payload, row.attempts, str(row.uuid),
+                          row.reserved_at, row.profile_version)
+        try:
+            rendered = await Renderer(Catalog(as_database(engine))).document(sending)
+        except RenderError as exc:
+            typer.echo(f"invoice {invoice_id!r}: {exc}", err=True)
+            raise typer.Exit(1) from None
+        return rendered.body, (f"invoice {invoice_id!r} has sent no document yet; this is the "
+                               f"one its next send sends (sha256 {rendered.sha256})")
+    finally:
+        await engine.dispose()
 
 
 async def _load(settings: Settings, invoice_id: str) -> tuple[Any, list[Any]]:
@@ -71,14 +117,17 @@ def _as_dict(row: Any, events: list[Any], *, with_payload: bool) -> dict[str, An
     data: dict[str, Any] = {
         "id": row.id, "invoice_id": row.invoice_id, "tenant": row.tenant, "series": row.series,
         "status": row.status, "priority": row.priority, "period_key": row.period_key,
-        "reserved_no": row.reserved_no, "number": row.number, "attempts": row.attempts,
-        "last_error": row.last_error, "integrator_ref": row.integrator_ref,
+        "reserved_no": row.reserved_no, "number": row.number, "uuid": str(row.uuid),
+        "profile_version": row.profile_version, "document_sha256": row.document_sha256,
+        "attempts": row.attempts, "last_error": row.last_error,
+        "integrator_ref": row.integrator_ref,
         "reserved_at": _iso(row.reserved_at), "sending_since": _iso(row.sending_since),
         "next_attempt_at": _iso(row.next_attempt_at), "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at), "issued_at": _iso(row.issued_at),
         "events": [{"sequence_id": e.sequence_id, "kind": e.kind, "from_status": e.from_status,
                     "to_status": e.to_status, "number": e.number, "attempts": e.attempts,
-                    "detail": e.detail, "actor": e.actor, "created_at": _iso(e.created_at)}
+                    "detail": e.detail, "actor": e.actor, "created_at": _iso(e.created_at),
+                    "document_sha256": e.document_sha256}
                    for e in events],
     }
     if with_payload:
@@ -98,6 +147,10 @@ def _print_invoice(row: Any, events: list[Any], *, with_payload: bool) -> None:
     facts.add_row("tenant/series", f"{row.tenant}/{row.series}")
     facts.add_row("status", row.status)
     facts.add_row("number", number)
+    facts.add_row("uuid (ETTN)", str(row.uuid))
+    facts.add_row("document", "-" if row.document_sha256 is None else (
+        f"sha256 {row.document_sha256}"
+        + ("" if row.profile_version is None else f", issuer profile v{row.profile_version}")))
     facts.add_row("attempts", str(row.attempts))
     facts.add_row("last error", row.last_error or "-")
     facts.add_row("integrator ref", row.integrator_ref or "-")
@@ -150,6 +203,26 @@ def retry(
         raise typer.Exit(code)
 
 
+async def _check_correction(catalog: Any, row: Any, corrected: dict[str, Any]) -> None:
+    """A corrected payload keeps the invoice's identity, and — for an invoice sealed with an
+    issuer profile — has what its UBL-TR document needs (usage error otherwise)."""
+    from gapless.documents import check_ubl_inputs
+    from gapless.message import InvalidMessage, validate_message
+
+    for key in ("invoice_id", "tenant", "series"):
+        if corrected.get(key) != getattr(row, key):
+            raise typer.BadParameter(f"the corrected payload must keep {key} "
+                                     f"{getattr(row, key)!r} (it has {corrected.get(key)!r})")
+    if row.profile_version is None:
+        return
+    profile = await catalog.profile(row.tenant, row.profile_version)
+    try:
+        check_ubl_inputs(validate_message(corrected), profile.issuer)
+    except InvalidMessage as exc:
+        raise typer.BadParameter(f"the corrected payload cannot make the invoice's UBL-TR "
+                                 f"document: {exc.reason}") from None
+
+
 def _read_payload(path: Path) -> dict[str, Any]:
     from gapless.message import InvalidMessage, validate_message
 
@@ -170,26 +243,30 @@ async def _retry(settings: Settings, invoice_id: str,
                  corrected: dict[str, Any] | None) -> tuple[int, str]:
     from datetime import UTC, timedelta
 
+    from gapless.catalog import Catalog
+    from gapless.cli.common import probe_integrator
+    from gapless.db import as_database
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
     from gapless.invoices import get_invoice, mark_error, start_retry
+    from gapless.render import Renderer
     from recovery.reconcile import Backoff, Outcome, reconcile
 
+    # An integrator that cannot answer fails the command before the invoice is touched (and
+    # the report is the CLI's one line), rather than after it was moved to SENDING and back.
+    await probe_integrator(settings)
     engine = _engine(settings)
     try:
+        catalog = Catalog(as_database(engine))
         if corrected is not None:
             async with engine.connect() as conn:
                 row = await get_invoice(conn, invoice_id)
-            for key in ("invoice_id", "tenant", "series"):
-                if corrected.get(key) != getattr(row, key):
-                    raise typer.BadParameter(
-                        f"the corrected payload must keep {key} {getattr(row, key)!r} "
-                        f"(it has {corrected.get(key)!r})")
+            await _check_correction(catalog, row, corrected)
         sending = await start_retry(engine, invoice_id, corrected)
         guard = GuardedIntegrator(load_integrator(settings), settings, name="operator")
         try:
-            result = await reconcile(engine, guard, sending, backoff=Backoff(),
-                                     max_attempts=None,
+            result = await reconcile(engine, guard, Renderer(catalog), sending,
+                                     backoff=Backoff(), max_attempts=None,
                                      min_delay_s=settings.breaker_reset_timeout_s)
             if result.outcome is Outcome.UNAVAILABLE:
                 retry_at = datetime.now(UTC) + timedelta(seconds=settings.breaker_reset_timeout_s)
@@ -199,8 +276,13 @@ async def _retry(settings: Settings, invoice_id: str,
             await guard.aclose()
     finally:
         await engine.dispose()
+    return _retry_answer(f"invoice {invoice_id!r} ({sending.number})", result)
 
-    where = f"invoice {invoice_id!r} ({sending.number})"
+
+def _retry_answer(where: str, result: Any) -> tuple[int, str]:
+    """Exit code and the one line of ``gapless invoice retry`` for a reconcile result."""
+    from recovery.reconcile import Outcome
+
     if result.outcome is Outcome.REPAIRED:
         return 0, f"{where}: ISSUED, the integrator already had it (ref {result.detail})"
     if result.outcome is Outcome.RESENT:

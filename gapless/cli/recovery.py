@@ -65,24 +65,24 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
                     metrics_port: int | None) -> str | None:
     from dataclasses import replace
 
-    from gapless.db import check_cluster, make_engine
+    from gapless.db import Database, check_cluster
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
     from recovery import metrics
     from recovery.loop import RecoveryLoop, RecoveryOptions, serve
 
     assert isinstance(options, RecoveryOptions)
-    engine = make_engine(settings.database_url, actor="recovery",
-                         pool_size=max(settings.db_pool_size, min(options.concurrency, 32)))
+    db = await Database.open(settings.database_url, actor="recovery",
+                             size=max(settings.db_pool_size, min(options.concurrency, 32)))
     try:
-        await check_cluster(engine, settings.cluster_id)
+        await check_cluster(db, settings.cluster_id)
         guard = GuardedIntegrator(load_integrator(settings), settings, name="recovery")
         try:
             if once:
                 # One claim of --batch orphans, settled, then exit.
-                once_loop = RecoveryLoop(engine, guard, replace(options, claims_per_round=1))
+                once_loop = RecoveryLoop(db, guard, replace(options, claims_per_round=1))
                 return (await once_loop.run_round()).line()
-            loop = RecoveryLoop(engine, guard, options)
+            loop = RecoveryLoop(db, guard, options)
             if metrics_port is not None:
                 metrics.serve(metrics_port)
             await serve(loop)
@@ -90,7 +90,7 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
         finally:
             await guard.aclose()
     finally:
-        await engine.dispose()
+        await db.close()
 
 
 def register(app: typer.Typer) -> None:

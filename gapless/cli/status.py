@@ -6,7 +6,9 @@ not keeping up, or the integrator is down). Then the queue: ready messages (per 
 RabbitMQ's management API answers; AMQP itself reports only a total), dead letters, and the
 circuit breaker of every worker/recovery process whose Prometheus endpoint is given with
 ``--metrics-url``; without one the breaker state is "unknown", because it lives inside those
-processes.
+processes. Then each tenant's issuer profile in force (tenants without one get JSON documents),
+and the event feed: committed events still waiting for a position, and the session holding the
+position lock, if any, with how long (docs/api.md: what delays the feed).
 
 Reads only: one read-only statement per refresh (no locks), a passive queue declaration, and
 HTTP GETs.
@@ -32,6 +34,12 @@ HTTP_TIMEOUT_S = 2.0
 BREAKER_METRIC = "gapless_breaker_state"
 BREAKER_STATES = {0: "closed", 1: "half-open", 2: "open"}
 NO_MANAGEMENT_NOTE = "per-priority depth needs the management plugin"
+#: The management API publishes a queue's statistics periodically (RabbitMQ's
+#: collect_statistics_interval, 5 s by default): a queue declared or changed since has none yet.
+NO_STATISTICS_NOTE = ("per-priority depth not published yet: the management API refreshes "
+                      "queue statistics every few seconds")
+STALE_STATISTICS_NOTE = ("per-priority depth is the management API's last statistics "
+                         "(refreshed every few seconds); the total is current")
 
 
 @dataclass(frozen=True)
@@ -70,29 +78,73 @@ class BreakerStatus:
     state: str                               # closed | half-open | open | unreachable | unknown
 
 
+@dataclass(frozen=True)
+class ProfileStatus:
+    """A tenant's issuer profile in force (its tax id is left out of the display)."""
+
+    tenant: str
+    version: int
+    name: str
+    tax_office: str
+    city: str
+
+
+@dataclass(frozen=True)
+class FeedStatus:
+    #: Committed events not yet given a feed position (positioned on the next poll).
+    waiting: int
+    #: The newest position given (None: no event yet).
+    top: int | None
+    #: The session holding the position lock and for how long its transaction has been open.
+    holder_pid: int | None = None
+    holder_s: float | None = None
+    holder_state: str | None = None
+
+
 @dataclass
 class Status:
     at: str
     series: list[SeriesStatus]
     queue: QueueStatus
     breakers: list[BreakerStatus] = field(default_factory=list)
+    profiles: list[ProfileStatus] = field(default_factory=list)
+    feed: FeedStatus | None = None
+    #: Why the queue could not be read (RabbitMQ unreachable); not part of the document.
+    broker_error: Exception | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"at": self.at, "series": [asdict(row) for row in self.series],
+                "queue": asdict(self.queue),
+                "breakers": [asdict(breaker) for breaker in self.breakers],
+                "profiles": [asdict(profile) for profile in self.profiles],
+                "feed": None if self.feed is None else asdict(self.feed)}
 
 
 # ---------------------------------------------------------------------------------- collecting
 
 
-async def read_series(engine: Any, *, tenant: str | None, series: str | None
-                      ) -> list[SeriesStatus]:
-    """Every series (optionally one tenant / one code) with its counts; one snapshot, no locks."""
+async def read_database(engine: Any, *, tenant: str | None, series: str | None
+                        ) -> tuple[list[SeriesStatus], list[ProfileStatus], FeedStatus]:
+    """Every series (optionally one tenant / one code) with its counts, the issuer profiles in
+    force and the feed's backlog; read-only statements, no locks."""
     from gapless.invoices import ALARM_PREFIX
+    from gapless.queries import feed as qf
     from gapless.queries import status as q
+    from gapless.queries import tenants as qt
 
     async with engine.connect() as conn:
         rows = (await conn.execute(q.SERIES_STATUS, {
             "tenant": tenant, "series": series, "alarm_pattern": ALARM_PREFIX + "%"})).all()
+        profiles = (await conn.exec_driver_sql(qt.PROFILES_IN_FORCE, {"tenant": tenant})).all()
+        backlog = (await conn.execute(qf.BACKLOG)).one()
+    return (_series_rows(rows),
+            [ProfileStatus(tenant=p.tenant, version=p.version, name=p.name,
+                           tax_office=p.tax_office, city=p.city) for p in profiles],
+            FeedStatus(waiting=backlog.waiting, top=backlog.top, holder_pid=backlog.holder_pid,
+                       holder_s=backlog.holder_s, holder_state=backlog.holder_state))
+
+
+def _series_rows(rows: Any) -> list[SeriesStatus]:
     return [SeriesStatus(
         tenant=row.tenant, series=row.series, period_key=row.period_key, last_no=row.last_no,
         last_number=row.last_number, received=row.received, sending=row.sending,
@@ -143,7 +195,14 @@ def split_priorities(priority_lengths: dict[str, Any]) -> dict[str, int]:
 
 async def read_management(settings: Settings, management_url: str | None
                           ) -> tuple[int, int, dict[str, int] | None] | str:
-    """(ready, unacked, per-priority) of the main queue from the management API, or a note."""
+    """(ready, unacked, per-priority) of the main queue from the management API, or a note.
+
+    What the real API answers (checked against RabbitMQ 3.10 in tests/integration/
+    test_status_management.py): ``backing_queue_status.priority_lengths`` counts the *ready*
+    messages of each priority (unacked ones are not in it), and all of a queue's statistics are
+    absent until the API's next statistics round after the queue was declared — then there is
+    nothing to report yet, which is not the same as zero.
+    """
     import httpx
 
     base, auth = management_target(settings.amqp_url, management_url)
@@ -154,35 +213,50 @@ async def read_management(settings: Settings, management_url: str | None
             response = await client.get(f"{base}/api/queues/{vhost}/{queue}")
     except httpx.HTTPError:
         return f"{NO_MANAGEMENT_NOTE} ({base} unreachable)"
+    if response.status_code == 404:
+        return f"the management API at {base} does not know queue {settings.queue!r} yet"
     if response.status_code != 200:
         return f"{NO_MANAGEMENT_NOTE} ({base} answered {response.status_code})"
-    info = response.json()
-    lengths = (info.get("backing_queue_status") or {}).get("priority_lengths")
+    try:
+        info = response.json()
+    except ValueError:
+        return f"{NO_MANAGEMENT_NOTE} ({base} did not answer JSON)"
+    backing = info.get("backing_queue_status") if isinstance(info, dict) else None
+    if not isinstance(backing, dict) or "messages_ready" not in info:
+        return NO_STATISTICS_NOTE
+    lengths = backing.get("priority_lengths")
     by_priority = split_priorities(lengths) if isinstance(lengths, dict) else None
-    return (int(info.get("messages_ready", 0)), int(info.get("messages_unacknowledged", 0)),
+    return (int(info["messages_ready"]), int(info.get("messages_unacknowledged") or 0),
             by_priority)
 
 
-async def read_queue(settings: Settings, management_url: str | None) -> QueueStatus:
-    """Depth of ``<prefix>`` and ``<prefix>.dead`` (AMQP), per priority when the API answers."""
-    from gapless.errors import GaplessError
-    from gapless.publisher import queue_depths
+async def read_queue(settings: Settings, management_url: str | None
+                     ) -> tuple[QueueStatus, Exception | None]:
+    """Depth of ``<prefix>`` and ``<prefix>.dead`` (AMQP, current), per priority when the
+    management API answers; and the error when RabbitMQ could not be reached (the database
+    side is still worth showing)."""
+    from gapless.publisher import BrokerUnavailable, queue_depths
 
     dead = dead_queue_name(settings.queue)
     try:
         depths, management = await asyncio.gather(
             queue_depths(settings), read_management(settings, management_url))
-    except GaplessError as exc:  # BrokerUnavailable: show the database side anyway
+    except BrokerUnavailable as exc:
         return QueueStatus(settings.queue, None, dead_queue=dead,
-                           note=f"broker unreachable: {exc}".splitlines()[0])
+                           note=f"broker unreachable: {exc}".splitlines()[0]), exc
     ready = depths[settings.queue]
     if isinstance(management, str):
         return QueueStatus(settings.queue, ready, dead_queue=dead, dead_letters=depths[dead],
-                           note=management)
+                           note=management), None
     _, unacked, by_priority = management
-    note = None if by_priority is not None else "the broker reports no per-priority lengths"
+    if by_priority is None:
+        note: str | None = "the broker reports no per-priority lengths"
+    elif sum(by_priority.values()) != ready:
+        note = STALE_STATISTICS_NOTE
+    else:
+        note = None
     return QueueStatus(settings.queue, ready, unacked=unacked, by_priority=by_priority,
-                       dead_queue=dead, dead_letters=depths[dead], note=note)
+                       dead_queue=dead, dead_letters=depths[dead], note=note), None
 
 
 def metrics_endpoint(url: str) -> str:
@@ -235,11 +309,12 @@ async def read_breakers(metrics_urls: list[str]) -> list[BreakerStatus]:
 async def collect(engine: Any, settings: Settings, *, tenant: str | None, series: str | None,
                   metrics_urls: list[str], management_url: str | None) -> Status:
     # The database first: when it fails, nothing else is left half-done.
-    series_rows = await read_series(engine, tenant=tenant, series=series)
-    queue, breakers = await asyncio.gather(read_queue(settings, management_url),
-                                           read_breakers(metrics_urls))
+    series_rows, profiles, feed = await read_database(engine, tenant=tenant, series=series)
+    (queue, broker_error), breakers = await asyncio.gather(read_queue(settings, management_url),
+                                                           read_breakers(metrics_urls))
     return Status(at=datetime.now(UTC).isoformat(timespec="seconds"), series=series_rows,
-                  queue=queue, breakers=breakers)
+                  queue=queue, breakers=breakers, profiles=profiles, feed=feed,
+                  broker_error=broker_error)
 
 
 # ---------------------------------------------------------------------------------- rendering
@@ -263,11 +338,24 @@ def _count(value: int | None) -> str:
 
 
 def render(status: Status) -> Any:
-    """A rich renderable that fits 80 columns: the series table, then queue and breakers."""
-    from rich import box
+    """A rich renderable that fits 80 columns: the series table, then queue, breakers, issuer
+    profiles and the feed."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
+
+    lines = Text()
+    _alarm_lines(lines, status.series)
+    _queue_lines(lines, status.queue)
+    _breaker_lines(lines, status.breakers)
+    _profile_lines(lines, status.profiles)
+    if status.feed is not None:
+        _feed_lines(lines, status.feed)
+    return Group(_series_table(status), lines)
+
+
+def _series_table(status: Status) -> Any:
+    from rich import box
+    from rich.table import Table
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True,
                   title=f"gapless status  {status.at}",
@@ -278,24 +366,26 @@ def render(status: Status) -> Any:
     table.add_column("last number", no_wrap=True)
     for column in ("issued", "sending", "error", "rejected", "oldest"):
         table.add_column(column, justify="right", no_wrap=True)
-    alarms = []
     for row in status.series:
         error = f"{row.error:,}" + ("!" if row.alarms else "")
-        if row.alarms:
-            alarms.append(f"{row.tenant}/{row.series}: {row.alarms}")
         table.add_row(f"{row.tenant}/{row.series}", row.last_number or "-", f"{row.issued:,}",
                       f"{row.sending:,}", error, f"{row.rejected:,}",
                       format_age(row.oldest_sending_age_s))
     if not status.series:
         table.add_row("(no series)", "-", "-", "-", "-", "-", "-")
+    return table
 
-    queue = status.queue
-    lines = Text()
+
+def _alarm_lines(lines: Any, series: list[SeriesStatus]) -> None:
+    alarms = [f"{row.tenant}/{row.series}: {row.alarms}" for row in series if row.alarms]
     if alarms:
         # An alarm is an ERROR that is never retried by itself: the integrator holds the number
         # for another invoice. A person must look (see the runbook).
         lines.append("alarms (error!): ", style="bold red")
         lines.append(", ".join(alarms) + "\n")
+
+
+def _queue_lines(lines: Any, queue: QueueStatus) -> None:
     lines.append(f"queue {queue.name}: ", style="bold")
     lines.append(f"{_count(queue.ready)} ready")
     if queue.unacked is not None:
@@ -306,9 +396,11 @@ def render(status: Status) -> Any:
     if queue.note:
         lines.append(f"\n  {queue.note}", style="dim")
     lines.append(f"\ndead letters {queue.dead_queue}: ", style="bold")
-    dead_style = "red" if queue.dead_letters else ""
-    lines.append(_count(queue.dead_letters), style=dead_style)
-    for breaker in status.breakers:
+    lines.append(_count(queue.dead_letters), style="red" if queue.dead_letters else "")
+
+
+def _breaker_lines(lines: Any, breakers: list[BreakerStatus]) -> None:
+    for breaker in breakers:
         lines.append("\nbreaker", style="bold")
         if breaker.name:
             lines.append(f" {breaker.name}", style="bold")
@@ -319,7 +411,26 @@ def render(status: Status) -> Any:
             lines.append(f"  {breaker.source}", style="dim")
         elif breaker.state == "unknown":
             lines.append("  (give --metrics-url of each worker/recovery)", style="dim")
-    return Group(table, lines)
+
+
+def _profile_lines(lines: Any, profiles: list[ProfileStatus]) -> None:
+    lines.append("\nissuer profiles: ", style="bold")
+    if not profiles:
+        lines.append("none (every tenant gets JSON documents)", style="dim")
+    for profile in profiles:
+        lines.append(f"\n  {profile.tenant} v{profile.version}: {profile.name}, "
+                     f"{profile.tax_office} tax office, {profile.city} (UBL-TR)")
+
+
+def _feed_lines(lines: Any, feed: FeedStatus) -> None:
+    lines.append("\nfeed: ", style="bold")
+    lines.append(f"top position {_count(feed.top) if feed.top is not None else '-'}, "
+                 f"{feed.waiting:,} committed event(s) waiting for a position")
+    if feed.holder_pid is not None:
+        held = format_age(feed.holder_s)
+        lines.append(f"\n  position lock held by pid {feed.holder_pid} ({feed.holder_state}, "
+                     f"transaction open {held})", style="yellow" if (feed.holder_s or 0) > 5
+                     else "")
 
 
 # ---------------------------------------------------------------------------------- command
@@ -343,12 +454,16 @@ async def _status(settings: Settings, *, watch: bool, interval: float, as_json: 
         if as_json:
             while True:
                 # One JSON document per line: with --watch, a JSON Lines stream.
-                typer.echo(json.dumps((await snapshot()).as_dict()))
+                shown = await snapshot()
+                typer.echo(json.dumps(shown.as_dict()))
                 if not watch:
+                    _fail_if_broker_unreachable(shown)
                     return
                 await asyncio.sleep(interval)  # the refresh period, not synchronisation
         if not watch:
-            console.print(render(await snapshot()))
+            shown = await snapshot()
+            console.print(render(shown))
+            _fail_if_broker_unreachable(shown)
             return
         with Live(render(await snapshot()), console=console, auto_refresh=False) as live:
             while True:
@@ -356,6 +471,13 @@ async def _status(settings: Settings, *, watch: bool, interval: float, as_json: 
                 live.update(render(await snapshot()), refresh=True)
     finally:
         await engine.dispose()
+
+
+def _fail_if_broker_unreachable(shown: Status) -> None:
+    """A one-shot status shows what it could read, then fails like every command when RabbitMQ
+    cannot be reached (one line, exit 1). ``--watch`` keeps going: the note says it."""
+    if shown.broker_error is not None:
+        raise shown.broker_error
 
 
 def status(

@@ -34,11 +34,11 @@ def worker(
     settings = settings_from(database_url=database_url, amqp_url=amqp_url, queue=queue,
                              integrator_url=integrator_url, cluster_id=cluster_id)
     from worker.consumer import Worker
-    from worker.faults import Faults
+    from worker.hooks import load_hooks
 
-    faults = Faults.from_env()  # test-only fault points; a malformed value stops us here
+    hooks = load_hooks()  # GAPLESS_WORKER_HOOKS (tests): a bad setting stops us here, exit 1
     run(Worker(settings, concurrency=concurrency, shutdown_timeout=shutdown_timeout,
-               metrics_port=metrics_port, faults=faults).run())
+               metrics_port=metrics_port, hooks=hooks).run())
 
 
 def register(app: typer.Typer) -> None:

@@ -67,3 +67,14 @@ TOTALS = text("""
              WHERE e.kind = 'recovered') AS recovered
       FROM invoices
 """)
+
+#: The stored document of one ISSUED invoice of a tenant with the given media type (the first
+#: issued), for the demo's closing summary. No lock.
+FIRST_ISSUED_DOCUMENT = text("""
+    SELECT i.invoice_id, d.sha256, d.body
+      FROM invoices i
+      JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256
+     WHERE i.tenant = :tenant AND i.status = 'ISSUED' AND d.media_type = :media_type
+     ORDER BY i.issued_at, i.id
+     LIMIT 1
+""")

@@ -14,13 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.numbering import add_series, build_series_spec
 from tests.conftest import ApiServers
-from tests.helpers import GaplessProcess, await_until, wait_until
+from tests.helpers import GaplessProcess, await_until, today, wait_until
 from tests.mock_client import MockIntegratorClient
 
 
 def invoice_message(invoice_id: str, tax_id: str = "1234567890") -> dict[str, Any]:
     return {"invoice_id": invoice_id, "tenant": "acme", "series": "ABC",
-            "issue_date": "2026-11-22", "currency": "TRY",
+            "issue_date": today(), "currency": "TRY",
             "customer": {"tax_id": tax_id, "name": "Example Ltd"},
             "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
                        "vat_rate": "20"}]}

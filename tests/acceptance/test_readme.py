@@ -49,11 +49,17 @@ class Command:
 
 
 def readme_commands(text: str) -> list[Command]:
-    """Every command line of every fenced shell block, with the ``## `` section it is in."""
+    """Every command line of every fenced shell block, with the ``## `` section it is in (a line
+    ending in a backslash continues on the next)."""
     commands = []
     section = ""
     fence: str | None = None
-    for line in text.splitlines():
+    pending = ""
+    for raw in text.splitlines():
+        if fence in SHELL_LANGUAGES and raw.endswith("\\"):
+            pending += raw[:-1] + " "
+            continue
+        line, pending = pending + raw, ""
         if fence is None:
             if line.startswith("## "):
                 section = line[3:].strip()

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
+from tests.faults import fault_env
 from tests.helpers import await_until, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import (
@@ -53,7 +54,7 @@ async def test_two_recoveries_and_two_workers_never_handle_an_invoice_twice(
     for n in range(NEVER_SENT):
         publish_demo(integrated_env, 1)
         procs.doomed_worker(f"worker-dies-{n}", "--concurrency", "1",
-                            env={"GAPLESS_FAULT_KILL_AT": "after_reserve_commit:1"})
+                            env=fault_env(kill_at="after_reserve_commit:1"))
     orphans = LOST + NEVER_SENT
     assert await count_status(engine, "SENDING") == orphans
     assert mock_integrator.stats()["lookups"] == 0

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
+from tests.faults import fault_env
 from tests.helpers import await_until, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import (
@@ -80,7 +81,7 @@ async def test_orphans_never_sent_are_resent_with_their_pinned_numbers(
     orphans = 3
     await define_series(engine)
     publish_demo(integrated_env, orphans)
-    die_after_reserving = {"GAPLESS_FAULT_KILL_AT": "after_reserve_commit:1"}
+    die_after_reserving = fault_env(kill_at="after_reserve_commit:1")
     for n in range(orphans):
         # Each worker acks the redelivered (BUSY) message of its predecessor, reserves the next
         # number, and dies before calling the integrator.

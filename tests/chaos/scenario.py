@@ -53,7 +53,7 @@ from gapless.numbering import add_series, build_series_spec
 from gapless.publisher import Publisher, PublishUnconfirmed, queue_depths
 from gapless.settings import Settings
 from tests.chaos.checker import DeadLetter, Expect, FeedRecord, History
-from tests.helpers import GaplessProcess, await_until
+from tests.helpers import GaplessProcess, await_until, today
 from tests.mock_client import MockIntegratorClient
 
 # ------------------------------------------------------------------------------------ the knobs
@@ -183,7 +183,7 @@ def invoice_message(invoice_id: str, tenant: str, series: str, priority: str,
               "vat_rate": rng.choice(["0", "1", "10", "20"])}
              for n in range(rng.randint(1, 3))]
     return {"invoice_id": invoice_id, "tenant": tenant, "series": series, "priority": priority,
-            "issue_date": "2026-11-22", "currency": "TRY",
+            "issue_date": today(), "currency": "TRY",
             "customer": {"tax_id": tax_id, "name": f"Customer {rng.randint(1, 500)}"},
             "lines": lines}
 

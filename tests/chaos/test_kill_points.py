@@ -1,5 +1,5 @@
 """``kill -9`` at each step of the issuing flow, made reachable deterministically with the
-worker's test-only hook ``GAPLESS_FAULT_KILL_AT=<step>:2``.
+worker's test-only fault hooks (``tests.faults``, ``GAPLESS_FAULT_KILL_AT=<step>:2``).
 
 One ``gapless worker --concurrency 1`` per step takes five queued invoices in order: the first
 goes through, the second kills the process at the step. The state at that moment is checked
@@ -28,6 +28,7 @@ from gapless.publisher import Publisher
 from gapless.settings import Settings
 from tests.chaos.checker import Expectations, History, check
 from tests.chaos.scenario import Poller, invoice_message, read_dead_letters
+from tests.faults import fault_env
 from tests.helpers import GaplessProcess, await_until
 from tests.mock_client import MockIntegratorClient
 
@@ -55,9 +56,9 @@ def ledger_numbers(mock: MockIntegratorClient) -> dict[str, str]:
 
 
 async def at_before_reserve_commit(engine: AsyncEngine, mock: MockIntegratorClient) -> None:
-    # The transaction that pinned the number died uncommitted: nothing consumed, nothing sent.
-    killed = await row(engine, KILLED)
-    assert (killed.status, killed.reserved_no) == ("RECEIVED", None)
+    # The intake (draft and claim, one transaction) died uncommitted: no row, nothing consumed,
+    # nothing sent.
+    assert await row(engine, KILLED) is None
     assert await last_no(engine) == 1
     assert set(ledger_numbers(mock)) == {INVOICES[0]}
 
@@ -130,7 +131,7 @@ async def test_kill_at_each_step_then_restart_ends_all_issued_without_gap_or_dup
                 history.publish(invoice_id, "acme", "ABC", "issued")
 
         faulty = GaplessProcess(["worker", "--concurrency", "1"],
-                                {**env, "GAPLESS_FAULT_KILL_AT": f"{step}:2"}, log_dir,
+                                {**env, **fault_env(kill_at=f"{step}:2")}, log_dir,
                                 f"worker-kill-{step}")
         processes.append(faulty)
 

@@ -30,13 +30,13 @@ from gapless.message import MAX_BODY_BYTES
 from gapless.numbering import add_series, build_series_spec
 from gapless.settings import Settings
 from tests.conftest import ApiServers
-from tests.helpers import await_until, free_port, run_gapless
+from tests.helpers import await_until, free_port, run_gapless, today
 
 
 def invoice_message(invoice_id: str, tenant: str = "acme", series: str = "ABC",
                     **extra: Any) -> dict[str, Any]:
     return {"invoice_id": invoice_id, "tenant": tenant, "series": series, "priority": "user",
-            "issue_date": "2026-11-22", "currency": "TRY",
+            "issue_date": today(), "currency": "TRY",
             "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
             "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
                        "vat_rate": "20"}], **extra}

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.audit import check_integrator
-from gapless.integrator.base import Receipt, load_integrator
+from gapless.integrator.base import DuplicateOfAnother, Receipt, load_integrator
 from gapless.integrator.guard import GuardedIntegrator
 from gapless.invoices import (
     Draft,
@@ -72,7 +72,7 @@ async def test_clean_database_passes_and_every_number_not_issued_is_explained(
     await mark_error(engine, errored, "TransientIntegratorError: HTTP 503", None)
     await mark_rejected(engine, voided, "customer not registered")
     await void(engine, "voided", "issued on paper instead")
-    await mark_alarm(engine, alarmed, "someone-else")
+    await mark_alarm(engine, alarmed, DuplicateOfAnother(alarmed.number, "someone-else"))
     await upsert_draft(engine, Draft("no-number-yet", "acme", "ABC", 1, message("no-number-yet")))
 
     code, report = audit(integrated_env, "--integrator")

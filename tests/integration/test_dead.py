@@ -12,9 +12,9 @@ import pytest
 from gapless.constants import HEADER_DEAD_REASON, HEADER_REPLAYED_AT, PRIORITY_USER
 from gapless.publisher import Publisher, queue_depths
 from gapless.settings import Settings
-from tests.helpers import GaplessProcess, await_until, run_gapless
+from tests.helpers import GaplessProcess, await_until, run_gapless, today
 
-VALID = {"tenant": "acme", "series": "ABC", "issue_date": "2026-11-22", "currency": "TRY",
+VALID = {"tenant": "acme", "series": "ABC", "issue_date": today(), "currency": "TRY",
          "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
          "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
                     "vat_rate": "20"}]}

@@ -22,7 +22,7 @@ from gapless.integrator.base import (
 from gapless.integrator.guard import GuardedIntegrator, IntegratorUnavailable
 from gapless.integrator.http import HttpIntegrator
 from gapless.settings import Settings
-from tests.helpers import await_until
+from tests.helpers import await_until, json_document
 from tests.mock_client import MockIntegratorClient
 
 GuardFactory = Callable[..., GuardedIntegrator]
@@ -30,8 +30,8 @@ GuardFactory = Callable[..., GuardedIntegrator]
 
 def document(number: str, invoice_id: str | None = None, *,
              tax_id: str = "1234567890") -> Document:
-    return Document("acme", number, invoice_id or f"inv-{number}",
-                    {"customer": {"tax_id": tax_id, "name": "Example Ltd"}})
+    return json_document("acme", number, invoice_id or f"inv-{number}",
+                         {"customer": {"tax_id": tax_id, "name": "Example Ltd"}})
 
 
 @pytest.fixture

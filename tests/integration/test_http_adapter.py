@@ -21,7 +21,7 @@ from gapless.integrator.base import (
 from gapless.integrator.http import HttpIntegrator
 from gapless.mock_integrator import REJECT_REASONS
 from gapless.settings import Settings
-from tests.helpers import await_until, free_port
+from tests.helpers import await_until, free_port, json_document
 from tests.mock_client import MockIntegratorClient
 
 Outcome = Receipt | BaseException
@@ -29,8 +29,9 @@ Outcome = Receipt | BaseException
 
 def document(number: str, invoice_id: str, *, tenant: str = "acme",
              tax_id: str = "1234567890") -> Document:
-    return Document(tenant, number, invoice_id,
-                    {"customer": {"tax_id": tax_id, "name": "Example Ltd"}, "currency": "TRY"})
+    return json_document(tenant, number, invoice_id,
+                         {"customer": {"tax_id": tax_id, "name": "Example Ltd"},
+                          "currency": "TRY"})
 
 
 @pytest.fixture

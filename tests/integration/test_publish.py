@@ -36,12 +36,12 @@ from gapless.publisher import (
     queue_depths,
 )
 from gapless.settings import Settings
-from tests.helpers import await_until, free_port, run_gapless
+from tests.helpers import await_until, free_port, run_gapless, today
 
 
 def invoice(invoice_id: str = "shop-42-000981", **changes: Any) -> dict[str, Any]:
     data = {"invoice_id": invoice_id, "tenant": "acme", "series": "ABC", "priority": "user",
-            "issue_date": "2026-11-22", "currency": "TRY",
+            "issue_date": today(), "currency": "TRY",
             "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
             "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
                        "vat_rate": "20"}]}

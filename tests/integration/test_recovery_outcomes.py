@@ -1,6 +1,7 @@
 """Group commit of ISSUED outcomes (``recovery.outcomes.IssuedWriter``) against real PostgreSQL:
-concurrent outcomes share transactions, each caller learns its own result after the commit, and a
-batch that fails is retried one invoice at a time so one bad row cannot fail its neighbours."""
+concurrent outcomes share transactions, each caller learns its own result after the commit (its
+document stored with it), and a batch that fails is retried one invoice at a time so one bad row
+cannot fail its neighbours."""
 
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
-from gapless.integrator.base import Receipt
+from gapless.integrator.base import Document, Receipt
 from gapless.invoices import Sending, mark_issued
 from recovery.outcomes import IssuedWriter
+from tests.helpers import json_document
 from tests.recovery_support import define_series, invoice_rows, make_sending
 
 
 def receipt(sending: Sending) -> Receipt:
     return Receipt(sending.tenant, sending.number, sending.invoice_id, f"ref-{sending.reserved_no}")
+
+
+def document(sending: Sending) -> Document:
+    return json_document(sending.tenant, sending.number, sending.invoice_id, sending.payload,
+                         document_uuid=sending.uuid)
 
 
 async def test_concurrent_outcomes_share_transactions_and_each_learns_its_own(
@@ -28,7 +35,8 @@ async def test_concurrent_outcomes_share_transactions_and_each_learns_its_own(
     await mark_issued(engine, settled_before.pk, receipt(settled_before))
     writer = IssuedWriter(engine)
 
-    results = await asyncio.gather(*(writer.issued(s, receipt(s)) for s in orphans))
+    results = await asyncio.gather(*(writer.issued(s, receipt(s), document(s))
+                                     for s in orphans))
     await writer.aclose()
 
     assert results == [False] + [True] * 39  # the one settled before was not touched again
@@ -36,6 +44,12 @@ async def test_concurrent_outcomes_share_transactions_and_each_learns_its_own(
     for sending in orphans:
         row = rows[sending.invoice_id]
         assert (row.status, row.integrator_ref) == (Status.ISSUED, f"ref-{sending.reserved_no}")
+    async with engine.connect() as conn:
+        stored = dict((await conn.execute(text(
+            "SELECT i.invoice_id, d.sha256 FROM invoices i "
+            "JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256"
+        ))).all())
+    assert stored == {s.invoice_id: document(s).sha256 for s in orphans[1:]}
     async with engine.connect() as conn:
         transactions = (await conn.execute(text(
             "SELECT count(DISTINCT created_at) FROM invoice_events WHERE kind = 'issued' "
@@ -59,8 +73,8 @@ async def test_a_failing_batch_is_retried_one_by_one(engine: AsyncEngine) -> Non
                                 "FOR EACH ROW EXECUTE FUNCTION refuse_bad()"))
     writer = IssuedWriter(engine)
 
-    results = await asyncio.gather(*(writer.issued(s, receipt(s)) for s in orphans),
-                                   return_exceptions=True)
+    results = await asyncio.gather(*(writer.issued(s, receipt(s), document(s))
+                                     for s in orphans), return_exceptions=True)
 
     assert results[0] is True
     assert results[2] is True
@@ -75,5 +89,6 @@ async def test_a_lone_outcome_is_written_at_once(engine: AsyncEngine) -> None:
     await define_series(engine)
     [sending] = await make_sending(engine, ["alone"])
     writer = IssuedWriter(engine)
-    assert await asyncio.wait_for(writer.issued(sending, receipt(sending)), 10) is True
+    assert await asyncio.wait_for(writer.issued(sending, receipt(sending), document(sending)),
+                                  10) is True
     assert (await invoice_rows(engine))["alone"].status == Status.ISSUED

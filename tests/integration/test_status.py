@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.cli.status import management_target, metrics_endpoint, split_priorities
-from gapless.integrator.base import Receipt
+from gapless.documents import build_issuer
+from gapless.integrator.base import DuplicateOfAnother, Receipt
 from gapless.invoices import (
     ClaimKind,
     Draft,
@@ -27,9 +29,10 @@ from gapless.invoices import (
 from gapless.numbering import add_series, build_series_spec
 from gapless.publisher import Publisher
 from gapless.settings import Settings
-from tests.helpers import free_port, run_gapless
+from gapless.tenants import set_profile
+from tests.helpers import free_port, run_gapless, today
 
-MESSAGE = {"tenant": "acme", "series": "ABC", "issue_date": "2026-11-22", "currency": "TRY",
+MESSAGE = {"tenant": "acme", "series": "ABC", "issue_date": today(), "currency": "TRY",
            "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
            "lines": [{"description": "Widget", "quantity": "1", "unit_price": "10.00",
                       "vat_rate": "20"}]}
@@ -55,7 +58,7 @@ async def build(engine: AsyncEngine) -> dict[str, Any]:
         await mark_issued(engine, sending.pk, Receipt("acme", sending.number,
                                                       sending.invoice_id, f"ref-{sending.pk}"))
     await mark_error(engine, sent[3], "integrator timed out", None)
-    await mark_alarm(engine, sent[4], "someone-else")
+    await mark_alarm(engine, sent[4], DuplicateOfAnother(sent[4].number, "someone-else"))
     await mark_rejected(engine, sent[5], "tax id refused")
     # sent[6], sent[7] stay SENDING
     await upsert_draft(engine, Draft("a-draft", "acme", "ABC", 1, {"lines": []}))
@@ -105,6 +108,35 @@ async def test_status_json_matches_the_database(engine: AsyncEngine, settings: S
     assert status["breakers"] == [{"source": "-", "name": None, "state": "unknown"}]
 
 
+async def test_status_shows_issuer_profiles_and_what_the_feed_waits_for(
+        engine: AsyncEngine, gapless_env: dict[str, str]) -> None:
+    await build(engine)
+    await set_profile(engine, "acme", build_issuer(
+        tax_id="1234567803", name="Acme Bilişim A.Ş.", tax_office="Kadıköy",
+        street="Rıhtım Cad. No:1", district="Kadıköy", city="İstanbul"))
+    async with engine.connect() as holder:
+        await holder.begin()  # a session that took the position lock and stays open
+        await holder.execute(text("LOCK TABLE invoice_events_feed IN EXCLUSIVE MODE"))
+        pid = (await holder.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        result = run_gapless(["status", "--json"], gapless_env)
+        text_result = run_gapless(["status"], gapless_env)
+        await holder.rollback()
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status["profiles"] == [{"tenant": "acme", "version": 1, "name": "Acme Bilişim A.Ş.",
+                                   "tax_office": "Kadıköy", "city": "İstanbul"}]
+    async with engine.connect() as conn:
+        waiting = (await conn.execute(text(
+            "SELECT count(*) FROM invoice_events WHERE sequence_id IS NULL"))).scalar_one()
+    assert waiting > 0  # nobody has polled the feed: every event waits for its position
+    feed = status["feed"]
+    assert (feed["waiting"], feed["top"], feed["holder_pid"]) == (waiting, None, pid)
+    assert feed["holder_s"] >= 0
+    assert "1234567803" not in result.stdout + text_result.stdout
+    assert "acme v1: Acme Bilişim A.Ş., Kadıköy tax office, İstanbul" in text_result.stdout
+    assert f"position lock held by pid {pid}" in text_result.stdout
+
+
 async def test_status_filters_by_tenant_and_series(engine: AsyncEngine,
                                                    gapless_env: dict[str, str]) -> None:
     await build(engine)
@@ -132,10 +164,14 @@ async def test_status_counts_the_queue_and_the_dead_letters(
     assert queue["ready"] == 5
     assert queue["dead_letters"] == 2
     assert queue["dead_queue"] == f"{settings.queue}.dead"
-    if queue["by_priority"] is None:  # this broker has no management API
-        assert "management plugin" in queue["note"]
-    else:
+    # Per priority only when the management API answers with statistics of this queue (they
+    # are published every few seconds; test_status_management.py waits for them).
+    if queue["by_priority"] is None:
+        assert queue["note"].startswith(("per-priority depth", "the management API")), queue
+    elif queue["note"] is None:
         assert queue["by_priority"] == {"user": 2, "batch": 3}
+    else:
+        assert "last statistics" in queue["note"]
 
 
 async def test_status_reads_breakers_from_metrics_endpoints(

@@ -7,11 +7,8 @@ database, the dead-letter queue and the mock's ledger.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aio_pika
@@ -20,22 +17,29 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.constants import HEADER_DEAD_REASON, dead_queue_name
+from gapless.constants import HEADER_DEAD_REASON
 from gapless.invoices import Draft, upsert_draft
 from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import Publisher
 from gapless.settings import Settings
-from tests.helpers import await_until, run_gapless
+from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient
-from worker.consumer import Worker
-from worker.faults import Faults
+from tests.worker_support import (
+    all_in,
+    assert_ledger_matches_database,
+    counter,
+    drain_dead,
+    ledger_by_number,
+    publish,
+    rows,
+    running_worker,
+)
 
 
 def invoice(invoice_id: str, *, tenant: str = "acme", series: str = "ABC",
             tax_id: str = "1234567890", **changes: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "invoice_id": invoice_id, "tenant": tenant, "series": series,
-        "issue_date": "2026-11-22", "currency": "TRY",
+        "issue_date": today(), "currency": "TRY",
         "customer": {"tax_id": tax_id, "name": "Example Ltd"},
         "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
                    "vat_rate": "20"}],
@@ -55,65 +59,6 @@ def worker_settings(settings: Settings, mock_integrator: MockIntegratorClient) -
     # Quick retries so that tests spend their time on behaviour, not on back-off waits.
     return settings.with_overrides(integrator_url=mock_integrator.url, retry_wait_s=0.05,
                                    retry_max_s=5.0)
-
-
-@asynccontextmanager
-async def running_worker(settings: Settings, *, concurrency: int = 8) -> AsyncIterator[Worker]:
-    worker = Worker(settings, concurrency=concurrency, shutdown_timeout=20, faults=Faults())
-    task = asyncio.create_task(worker.run(install_signal_handlers=False))
-    started = asyncio.create_task(worker.started.wait())
-    await asyncio.wait({task, started}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        started.cancel()
-        task.result()  # re-raise why it could not start
-    assert worker.started.is_set(), "worker did not start"
-    try:
-        yield worker
-        assert not task.done(), "the worker stopped by itself"
-    finally:
-        worker.request_stop()
-        await asyncio.wait_for(task, timeout=60)
-
-
-async def rows(engine: AsyncEngine) -> dict[str, Any]:
-    async with engine.connect() as conn:
-        result = await conn.execute(text(
-            "SELECT invoice_id, status, reserved_no, number, priority, attempts, last_error, "
-            "integrator_ref, next_attempt_at FROM invoices ORDER BY reserved_no NULLS LAST"))
-        return {row.invoice_id: row for row in result}
-
-
-async def statuses(engine: AsyncEngine) -> dict[str, str]:
-    return {invoice_id: row.status for invoice_id, row in (await rows(engine)).items()}
-
-
-async def all_in(engine: AsyncEngine, ids: set[str], status: str) -> bool:
-    current = await statuses(engine)
-    return all(current.get(invoice_id) == status for invoice_id in ids)
-
-
-async def counter(engine: AsyncEngine) -> int:
-    async with engine.connect() as conn:
-        value = (await conn.execute(text(
-            "SELECT coalesce(max(last_no), 0) FROM number_counters"))).scalar_one()
-    return int(value)
-
-
-async def publish(settings: Settings, *messages: dict[str, Any]) -> None:
-    async with Publisher(settings) as publisher:
-        for message in messages:
-            await publisher.publish(message)
-
-
-def ledger_by_number(mock: MockIntegratorClient) -> dict[str, dict[str, Any]]:
-    return {entry["number"]: entry for entry in mock.ledger()}
-
-
-def assert_ledger_matches_database(mock: MockIntegratorClient, current: dict[str, Any]) -> None:
-    issued = {row.number: (row.invoice_id, row.integrator_ref)
-              for row in current.values() if row.status == "ISSUED"}
-    ledger = {entry["number"]: (entry["invoice_id"], entry["ref"]) for entry in mock.ledger()}
-    assert ledger == issued
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,23 +198,6 @@ BAD_MESSAGES: list[tuple[str, bytes, str, str]] = [
     ("bad-tax-id", json.dumps(invoice("bad-tax", tax_id="12AB45")).encode(),
      "application/json", "tax_id"),
 ]
-
-
-async def drain_dead(settings: Settings, expected: int) -> list[aio_pika.abc.AbstractMessage]:
-    """Read (and remove) ``expected`` messages from ``<prefix>.dead``, waiting for them."""
-    got: list[aio_pika.abc.AbstractMessage] = []
-    connection = await aio_pika.connect(settings.amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(dead_queue_name(settings.queue), passive=True)
-
-        async def more() -> bool:
-            while (message := await queue.get(no_ack=True, fail=False)) is not None:
-                got.append(message)
-            return len(got) >= expected
-
-        await await_until(more, 60, message=f"{expected} dead-lettered messages")
-    return got
 
 
 @pytest.mark.usefixtures("series")
