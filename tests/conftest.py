@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -211,3 +211,35 @@ def api_servers(gapless_env: dict[str, str], log_dir: Path) -> Iterator[ApiServe
     servers = ApiServers(gapless_env, log_dir)
     yield servers
     servers.close()
+
+
+# ------------------------------------------------------------------- lines for the summary
+
+#: user_properties key of a line a test wants in the terminal summary. user_properties travel
+#: with the test's report, so the lines reach the summary from pytest-xdist's processes too.
+SUMMARY_KEY = "gapless_summary"
+_summary_lines: list[str] = []
+
+
+@pytest.fixture
+def summary_line(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Print a line now (seen with ``-s``) and again in the terminal summary (always seen)."""
+
+    def add(line: str) -> None:
+        print(line)
+        request.node.user_properties.append((SUMMARY_KEY, line))
+
+    return add
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        _summary_lines.extend(str(value) for key, value in report.user_properties
+                              if key == SUMMARY_KEY)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _summary_lines:
+        terminalreporter.section("what the service-restart tests saw")
+        for line in _summary_lines:
+            terminalreporter.write_line(line)
