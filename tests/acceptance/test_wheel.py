@@ -27,7 +27,7 @@ import pytest
 
 from gapless.migrations import head_revision
 from tests.conftest import database_url, drop_database
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_ok
 
 #: Not part of a build: version control, local environments, caches, earlier build output.
 IGNORED = (".git", ".venv", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache",
@@ -36,11 +36,7 @@ IGNORED = (".git", ".venv", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cach
 
 def run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 180
         ) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=timeout, check=False)
-    assert result.returncode == 0, (f"{' '.join(argv)} exited {result.returncode}\n"
-                                    f"{result.stdout}\n{result.stderr}")
-    return result
+    return run_ok(argv, cwd=cwd, env=env, timeout=timeout)
 
 
 def clean_env() -> dict[str, str]:
@@ -68,9 +64,11 @@ def test_the_wheel_carries_every_module_and_the_migrations(wheel: Path) -> None:
             assert f"gapless/_schema/{relative}" in names, relative
     assert not any(name.startswith("schema/") for name in names), "schema/ at the top level"
     for top in ("gapless", "worker", "recovery"):
-        for module in ROOT.joinpath(top).rglob("*.py"):
-            assert module.relative_to(ROOT).as_posix() in names, module
+        for path in ROOT.joinpath(top).rglob("*"):  # modules and data (py.typed, code lists)
+            if path.is_file() and "__pycache__" not in path.parts:
+                assert path.relative_to(ROOT).as_posix() in names, path
     assert "gapless/py.typed" in names
+    assert "gapless/documents/unit_codes.txt" in names
     metadata = next(name for name in names if name.endswith(".dist-info/top_level.txt"))
     assert set(zipfile.ZipFile(wheel).read(metadata).decode().split()) == {
         "gapless", "worker", "recovery"}

@@ -77,6 +77,14 @@ def test_every_file_of_schema_is_in_the_wheel() -> None:
     assert not missing, f"not in the wheel (see pyproject package-data): {missing}"
 
 
+def test_every_file_of_the_packages_is_in_the_wheel() -> None:
+    files = [path for top in ("gapless", "worker", "recovery") for path in (ROOT / top).rglob("*")
+             if path.is_file() and SKIPPED.isdisjoint(path.parts) and path.suffix != ".pyc"]
+    assert ROOT / "gapless" / "documents" / "unit_codes.txt" in files
+    missing = [str(path.relative_to(ROOT)) for path in files if not shipped(path)]
+    assert not missing, f"not in the wheel (see pyproject package-data): {missing}"
+
+
 def test_migrations_come_from_the_package_before_the_checkout(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GAPLESS_SCHEMA_DIR", raising=False)
