@@ -5,6 +5,7 @@ cluster id. Safe to run twice and from several processes at once (an advisory lo
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,20 @@ def run_sql_file(bind: Connection, name: str) -> None:
         cursor.execute(source)
     finally:
         cursor.close()
+
+
+def sql_revision(name: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A revision's ``upgrade`` and ``downgrade``: run ``schema/sql/<name>.up.sql`` or
+    ``<name>.down.sql`` on Alembic's connection."""
+    from alembic import op
+
+    def upgrade() -> None:
+        run_sql_file(op.get_bind(), f"{name}.up.sql")
+
+    def downgrade() -> None:
+        run_sql_file(op.get_bind(), f"{name}.down.sql")
+
+    return upgrade, downgrade
 
 
 def alembic_config(database_url: str) -> Config:

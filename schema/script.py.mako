@@ -1,25 +1,10 @@
 """${message}
 
-Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
-Create Date: ${create_date}
+Created ${create_date}; the SQL is schema/sql/<this file's name>.up.sql (and .down.sql).
 """
 
-from __future__ import annotations
+from gapless.migrations import sql_revision
 
-from alembic import op
-
-from gapless.migrations import run_sql_file
-
-revision = ${repr(up_revision)}
-down_revision = ${repr(down_revision)}
-branch_labels = None
-depends_on = None
-
-
-def upgrade() -> None:
-    ${upgrades if upgrades else "pass"}
-
-
-def downgrade() -> None:
-    ${downgrades if downgrades else "pass"}
+revision, down_revision = ${repr(up_revision)}, ${repr(down_revision)}
+branch_labels = depends_on = None
+upgrade, downgrade = sql_revision("${up_revision}_<name>")  # the SQL files' common stem
