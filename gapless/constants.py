@@ -41,23 +41,17 @@ class Status(StrEnum):
 
 TERMINAL_STATUSES = frozenset({Status.ISSUED, Status.CANCELLED, Status.VOIDED})
 
-# Every state change the database accepts (enforced by a trigger in schema/ as well).
+#: From each status, the statuses it may change to (a trigger in schema/ enforces the same).
+NEXT_STATUSES: dict[Status, frozenset[Status]] = {
+    Status.RECEIVED: frozenset({Status.SENDING, Status.CANCELLED}),
+    Status.SENDING: frozenset({Status.SENDING, Status.ISSUED, Status.ERROR, Status.REJECTED}),
+    Status.ERROR: frozenset({Status.SENDING, Status.ERROR, Status.ISSUED, Status.VOIDED}),
+    Status.REJECTED: frozenset({Status.SENDING, Status.VOIDED}),
+}
+
+#: Every state change the database accepts, as (from, to) pairs.
 ALLOWED_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
-    {
-        (Status.RECEIVED, Status.SENDING),
-        (Status.RECEIVED, Status.CANCELLED),
-        (Status.SENDING, Status.SENDING),
-        (Status.SENDING, Status.ISSUED),
-        (Status.SENDING, Status.ERROR),
-        (Status.SENDING, Status.REJECTED),
-        (Status.ERROR, Status.SENDING),
-        (Status.ERROR, Status.ERROR),
-        (Status.ERROR, Status.ISSUED),
-        (Status.ERROR, Status.VOIDED),
-        (Status.REJECTED, Status.SENDING),
-        (Status.REJECTED, Status.VOIDED),
-    }
-)
+    (before, after) for before, nexts in NEXT_STATUSES.items() for after in nexts)
 
 
 class ResetPeriod(StrEnum):

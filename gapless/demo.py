@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import signal
 import socket
@@ -49,7 +48,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import dead_exchange_name, dead_queue_name
 from gapless.errors import GaplessError
-from gapless.settings import Settings
+from gapless.settings import Settings, process_environment
 
 DEMO_DATABASE = "gapless_demo"
 #: (tenant, series code, share of the load)
@@ -444,17 +443,8 @@ class DemoResult:
 
 
 def child_env(settings: Settings) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
-    env.update({
-        "GAPLESS_DATABASE_URL": settings.database_url,
-        "GAPLESS_AMQP_URL": settings.amqp_url,
-        "GAPLESS_QUEUE": settings.queue,
-        "GAPLESS_INTEGRATOR_URL": settings.integrator_url,
-        "GAPLESS_CLUSTER_ID": str(settings.cluster_id),
-        "GAPLESS_LOG_FORMAT": "json",
-        "GAPLESS_LOG_LEVEL": "info",
-    })
-    return env
+    return process_environment(settings, GAPLESS_INTEGRATOR_URL=settings.integrator_url,
+                               GAPLESS_LOG_LEVEL="info")
 
 
 @dataclass

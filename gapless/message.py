@@ -132,21 +132,6 @@ def _check_invoice_id(value: Any) -> str:
     return text
 
 
-def _check_tenant(value: Any) -> str:
-    text = _string(value)
-    if not TENANT_RE.fullmatch(text):
-        raise _error("must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or "
-                     "digit")
-    return text
-
-
-def _check_series(value: Any) -> str:
-    text = _string(value)
-    if not CODE_RE.fullmatch(text):
-        raise _error("must be 1-32 letters, digits, '_' or '-', starting with a letter or digit")
-    return text
-
-
 def _check_priority(value: Any) -> str | None:
     if value is None:
         return None
@@ -165,26 +150,27 @@ def _check_issue_date(value: Any) -> date:
         raise _error("is not a real calendar date") from None
 
 
-def _check_currency(value: Any) -> str:
-    text = _string(value)
-    if not _CURRENCY_RE.fullmatch(text):
-        raise _error("must be a 3-letter upper-case ISO 4217 code, e.g. TRY")
-    return text
+def _matching(pattern: re.Pattern[str], rule: str) -> Callable[[Any], str]:
+    """A string that ``pattern`` matches in full; ``rule`` says what is wanted when it doesn't."""
+
+    def check(value: Any) -> str:
+        text = _string(value)
+        if not pattern.fullmatch(text):
+            raise _error(rule)
+        return text
+
+    return check
 
 
-def _check_tax_id(value: Any) -> str:
-    text = _string(value)
-    if not _TAX_ID_RE.fullmatch(text):
-        raise _error("must be a string of 10 or 11 digits")
-    return text
-
-
-def _check_unit_code(value: Any) -> str:
-    text = _string(value)
-    if not _UNIT_CODE_RE.fullmatch(text):
-        raise _error("must be a UN/ECE Rec. 20 unit code: 1 to 4 upper-case letters or digits, "
-                     "e.g. C62")
-    return text
+_check_tenant = _matching(
+    TENANT_RE, "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+_check_series = _matching(
+    CODE_RE, "must be 1-32 letters, digits, '_' or '-', starting with a letter or digit")
+_check_currency = _matching(_CURRENCY_RE, "must be a 3-letter upper-case ISO 4217 code, e.g. TRY")
+_check_tax_id = _matching(_TAX_ID_RE, "must be a string of 10 or 11 digits")
+_check_unit_code = _matching(
+    _UNIT_CODE_RE,
+    "must be a UN/ECE Rec. 20 unit code: 1 to 4 upper-case letters or digits, e.g. C62")
 
 
 def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:

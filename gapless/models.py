@@ -6,6 +6,8 @@ functions and triggers live only in the SQL files.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -28,37 +30,42 @@ from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
 metadata = MetaData()
 TZ = TIMESTAMP(timezone=True)
 
+
+def _required(kind: Any, *names: str) -> list[Column[Any]]:
+    """NOT NULL columns of one type, in order."""
+    return [Column(name, kind, nullable=False) for name in names]
+
+
+def _stamped(*names: str) -> list[Column[Any]]:
+    """NOT NULL timestamps that default to the transaction's time."""
+    return [Column(name, TZ, nullable=False, server_default=text("now()")) for name in names]
+
 gapless_config = Table(
     "gapless_config", metadata,
     Column("singleton", Boolean, primary_key=True, server_default=text("true")),
     Column("cluster_id", Integer, nullable=False),
-    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    *_stamped("created_at"),
     CheckConstraint("singleton", name="gapless_config_singleton"),
     CheckConstraint("cluster_id BETWEEN 0 AND 32767", name="gapless_config_cluster_range"),
 )
 
 series = Table(
     "series", metadata,
-    Column("tenant", Text, nullable=False),
-    Column("code", Text, nullable=False),
-    Column("prefix", Text, nullable=False),
+    *_required(Text, "tenant", "code", "prefix"),
     Column("reset", Text, nullable=False, server_default=text("'yearly'")),
     Column("tz", Text, nullable=False, server_default=text("'Europe/Istanbul'")),
     Column("width", Integer, nullable=False, server_default=text("9")),
     Column("format", Text, nullable=False, server_default=text("'{prefix}{yyyy}{seq}'")),
-    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    *_stamped("created_at"),
     PrimaryKeyConstraint("tenant", "code", name="series_pkey"),
     UniqueConstraint("tenant", "prefix", name="series_tenant_prefix_key"),
 )
 
 number_counters = Table(
     "number_counters", metadata,
-    Column("tenant", Text, nullable=False),
-    Column("series", Text, nullable=False),
-    Column("period_key", Text, nullable=False),
+    *_required(Text, "tenant", "series", "period_key"),
     Column("last_no", BigInteger, nullable=False),
-    Column("created_at", TZ, nullable=False, server_default=text("now()")),
-    Column("updated_at", TZ, nullable=False, server_default=text("now()")),
+    *_stamped("created_at", "updated_at"),
     Column("last_at", TZ),
     PrimaryKeyConstraint("tenant", "series", "period_key", name="number_counters_pkey"),
     ForeignKeyConstraint(["tenant", "series"], ["series.tenant", "series.code"],
@@ -69,9 +76,7 @@ invoices = Table(
     "invoices", metadata,
     Column("id", BigInteger, primary_key=True,
            server_default=text("gapless_next_id('invoices_local_seq'::regclass)")),
-    Column("invoice_id", Text, nullable=False),
-    Column("tenant", Text, nullable=False),
-    Column("series", Text, nullable=False),
+    *_required(Text, "invoice_id", "tenant", "series"),
     Column("status", Text, nullable=False, server_default=text("'RECEIVED'")),
     Column("priority", SmallInteger, nullable=False, server_default=text("1")),
     Column("period_key", Text),
@@ -84,8 +89,7 @@ invoices = Table(
     Column("next_attempt_at", TZ),
     Column("last_error", Text),
     Column("integrator_ref", Text),
-    Column("created_at", TZ, nullable=False, server_default=text("now()")),
-    Column("updated_at", TZ, nullable=False, server_default=text("now()")),
+    *_stamped("created_at", "updated_at"),
     Column("issued_at", TZ),
     Column("uuid", UUID(as_uuid=True), nullable=False, server_default=text("gen_random_uuid()")),
     Column("profile_version", Integer),
@@ -109,17 +113,14 @@ invoice_events = Table(
            server_default=text("gapless_next_id('invoice_events_local_seq'::regclass)")),
     Column("sequence_id", BigInteger),
     Column("invoice_pk", BigInteger, nullable=False),
-    Column("invoice_id", Text, nullable=False),
-    Column("tenant", Text, nullable=False),
-    Column("series", Text, nullable=False),
-    Column("kind", Text, nullable=False),
+    *_required(Text, "invoice_id", "tenant", "series", "kind"),
     Column("from_status", Text),
     Column("to_status", Text, nullable=False),
     Column("number", Text),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("detail", Text),
     Column("actor", Text, nullable=False, server_default=text("'sql'")),
-    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    *_stamped("created_at"),
     Column("document_sha256", Text),
     Index("invoice_events_sequence_id_key", "sequence_id", unique=True,
           postgresql_where=text("sequence_id IS NOT NULL")),
@@ -143,16 +144,11 @@ tenant_profiles = Table(
     "tenant_profiles", metadata,
     Column("tenant", Text, nullable=False),
     Column("version", Integer, nullable=False),
-    Column("tax_id", Text, nullable=False),
-    Column("name", Text, nullable=False),
-    Column("tax_office", Text, nullable=False),
-    Column("street", Text, nullable=False),
-    Column("district", Text, nullable=False),
-    Column("city", Text, nullable=False),
+    *_required(Text, "tax_id", "name", "tax_office", "street", "district", "city"),
     Column("country", Text, nullable=False, server_default=text("'Türkiye'")),
     Column("postal_zone", Text),
     Column("email", Text),
-    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    *_stamped("created_at"),
     PrimaryKeyConstraint("tenant", "version", name="tenant_profiles_pkey"),
     CheckConstraint("version > 0", name="tenant_profiles_version_positive"),
     CheckConstraint("tax_id ~ '^[0-9]{10,11}$'", name="tenant_profiles_tax_id_digits"),
@@ -161,11 +157,9 @@ tenant_profiles = Table(
 invoice_documents = Table(
     "invoice_documents", metadata,
     Column("invoice_pk", BigInteger, nullable=False),
-    Column("sha256", Text, nullable=False),
-    Column("media_type", Text, nullable=False),
-    Column("format", Text, nullable=False),
+    *_required(Text, "sha256", "media_type", "format"),
     Column("body", LargeBinary, nullable=False),
-    Column("created_at", TZ, nullable=False, server_default=text("now()")),
+    *_stamped("created_at"),
     PrimaryKeyConstraint("invoice_pk", "sha256", name="invoice_documents_pkey"),
     ForeignKeyConstraint(["invoice_pk"], ["invoices.id"], name="invoice_documents_invoice_fkey"),
     CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="invoice_documents_sha256_hex"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -77,3 +78,19 @@ class Settings(BaseSettings):
 def load_settings(**overrides: Any) -> Settings:
     """Read the environment, then apply CLI overrides."""
     return Settings().with_overrides(**overrides)
+
+
+def process_environment(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a child ``gapless`` process that uses the same database, broker, queue
+    and cluster id: this process's environment without its own ``GAPLESS_*`` variables, the
+    settings as ``GAPLESS_*`` variables (JSON logs), then ``extra``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
+    env.update({
+        "GAPLESS_DATABASE_URL": settings.database_url,
+        "GAPLESS_AMQP_URL": settings.amqp_url,
+        "GAPLESS_QUEUE": settings.queue,
+        "GAPLESS_CLUSTER_ID": str(settings.cluster_id),
+        "GAPLESS_LOG_FORMAT": "json",
+    })
+    env.update(extra)
+    return env

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 from fastapi import Request
@@ -15,25 +15,22 @@ from gapless.publisher import Publisher
 
 def engine(request: Request) -> AsyncEngine:
     """The API's engine (actor ``api``: the events it causes say so)."""
-    found: AsyncEngine = request.app.state.engine
-    return found
+    return cast("AsyncEngine", request.app.state.engine)
 
 
 def snapshot_engine(request: Request) -> AsyncEngine:
     """The same pool, REPEATABLE READ: several reads of one request see one snapshot."""
-    found: AsyncEngine = request.app.state.snapshot_engine
-    return found
+    return cast("AsyncEngine", request.app.state.snapshot_engine)
 
 
 def publisher(request: Request) -> Publisher:
     """The confirmed publisher opened by the lifespan."""
-    found: Publisher = request.app.state.publisher
-    return found
+    return cast("Publisher", request.app.state.publisher)
 
 
 def metrics(request: Request) -> ApiMetrics:
-    found: ApiMetrics = request.app.state.metrics
-    return found
+    """The API's Prometheus metrics."""
+    return cast("ApiMetrics", request.app.state.metrics)
 
 
 def iso(moment: Any) -> str | None:

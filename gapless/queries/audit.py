@@ -7,19 +7,27 @@ holes are found as ranges between neighbouring numbers (window functions over th
 order), not by generating every number.
 """
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 
 #: One snapshot for every audit statement (first statement of the transaction).
 SET_SNAPSHOT = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
-#: Per counter (tenant, series, period): last_no next to what the invoices hold, by status.
-#: A FULL JOIN so that invoice numbers of a period without a counter row show up too.
-COUNTER_SUMMARY = text("""
+
+def _with_counters_in_scope(rest: str) -> TextClause:
+    """The statement ``rest`` after CTE ``c``: the counters in scope (``:tenant`` / ``:series``,
+    NULL for all). Both parts are constants of this module, never built from input; the values
+    stay bound parameters."""
+    return text("""
     WITH c AS (
         SELECT tenant, series, period_key, last_no FROM number_counters
          WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
            AND (CAST(:series AS text) IS NULL OR series = :series)
-    ), n AS (
+    ),""" + rest)  # noqa: S608 - constant text only
+
+#: Per counter (tenant, series, period): last_no next to what the invoices hold, by status.
+#: A FULL JOIN so that invoice numbers of a period without a counter row show up too.
+COUNTER_SUMMARY = _with_counters_in_scope("""
+    n AS (
         SELECT tenant, series, period_key,
                count(*) AS numbered,
                max(reserved_no) AS max_no,
@@ -54,12 +62,8 @@ COUNTER_SUMMARY = text("""
 #:   counter_ahead    — the tail between the highest pinned value within the counter and last_no
 #:                      (the counter advanced without pinning); one index probe per counter;
 #:   duplicate_number — a value pinned on several invoices (``holders``, ``invoice_ids``).
-NUMBER_WALK = text("""
-    WITH c AS (
-        SELECT tenant, series, period_key, last_no FROM number_counters
-         WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
-           AND (CAST(:series AS text) IS NULL OR series = :series)
-    ), walk AS (
+NUMBER_WALK = _with_counters_in_scope("""
+    walk AS (
         SELECT tenant, series, period_key, reserved_no,
                lag(reserved_no, 1, CAST(0 AS bigint)) OVER (
                    PARTITION BY tenant, series, period_key ORDER BY reserved_no) AS prev_no
