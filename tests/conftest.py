@@ -21,9 +21,9 @@ from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.db import make_engine
-from gapless.settings import Settings
-from tests.helpers import GaplessProcess, free_port, wait_for_port
-from tests.mock_client import MockIntegratorClient
+from gapless.settings import Settings, process_environment
+from tests.helpers import GaplessProcess, free_port
+from tests.mock_client import MockIntegratorClient, running_mock
 
 RUN_ID = uuid.uuid4().hex[:10]
 BASE_URL = os.environ.get("GAPLESS_DATABASE_URL", Settings().database_url)
@@ -117,22 +117,27 @@ def settings(db_url: str, queue_prefix: str) -> Settings:
 @pytest.fixture
 def gapless_env(settings: Settings) -> dict[str, str]:
     """Environment for gapless subprocesses of this test."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
-    env.update({
-        "GAPLESS_DATABASE_URL": settings.database_url,
-        "GAPLESS_AMQP_URL": settings.amqp_url,
-        "GAPLESS_QUEUE": settings.queue,
-        "GAPLESS_CLUSTER_ID": str(settings.cluster_id),
-        "GAPLESS_LOG_FORMAT": "json",
-    })
-    return env
+    return process_environment(settings)
 
 
 @pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = make_engine(db_url, actor="test", pool_size=25)
-    yield eng
-    await eng.dispose()
+async def engines(db_url: str) -> AsyncIterator[Callable[..., AsyncEngine]]:
+    """Makes engines on the test's database (``engines(actor, pool_size=5)``); all disposed
+    after the test."""
+    made: list[AsyncEngine] = []
+
+    def make(actor: str, *, pool_size: int = 5) -> AsyncEngine:
+        made.append(make_engine(db_url, actor=actor, pool_size=pool_size))
+        return made[-1]
+
+    yield make
+    for each in made:
+        await each.dispose()
+
+
+@pytest.fixture
+def engine(engines: Callable[..., AsyncEngine]) -> AsyncEngine:
+    return engines("test", pool_size=25)
 
 
 @pytest.fixture
@@ -145,17 +150,8 @@ def log_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def mock_integrator(log_dir: Path) -> Iterator[MockIntegratorClient]:
     """``gapless mock-integrator`` on a free port, no faults, seeded; stopped after the test."""
-    port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
-    proc = GaplessProcess(["mock-integrator", "--port", str(port), "--seed", "1"], env, log_dir,
-                          "mock-integrator")
-    try:
-        wait_for_port(port)
-        client = MockIntegratorClient(f"http://127.0.0.1:{port}")
+    with running_mock(log_dir, seed=1) as client:
         yield client
-        client.close()
-    finally:
-        proc.close()
 
 
 @pytest.fixture

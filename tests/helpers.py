@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import IO, Any
 from zoneinfo import ZoneInfo
 
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from gapless.integrator.base import Document
 from gapless.render import JSON_FORMAT, canonical_json
 
@@ -65,6 +68,18 @@ async def await_until(predicate: Callable[[], Awaitable[Any]], timeout: float, *
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         await asyncio.sleep(interval)
+
+
+async def await_sql(engine: AsyncEngine, query: str, timeout: float, *, message: str,
+                    interval: float = 0.05, **params: Any) -> None:
+    """Wait until the one-value ``query`` (bound ``params``) answers true, each try its own
+    transaction."""
+
+    async def answered() -> bool:
+        async with engine.connect() as conn:
+            return bool((await conn.execute(text(query), params)).scalar_one())
+
+    await await_until(answered, timeout, interval=interval, message=message)
 
 
 def free_port() -> int:
@@ -132,3 +147,13 @@ def run_gapless(args: list[str], env: dict[str, str], *, timeout: float = 120.0,
     """Run a ``gapless`` command to completion and capture its output."""
     return subprocess.run([*GAPLESS, *args], env=env, capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, input=input_text, check=False)
+
+
+def run_ok(argv: list[str], *, cwd: Path, env: dict[str, str],
+           timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a command; fail the test with its output unless it exits 0."""
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=timeout, check=False)
+    assert result.returncode == 0, (f"{' '.join(argv)} exited {result.returncode}\n"
+                                    f"{result.stdout}\n{result.stderr}")
+    return result

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.helpers import GaplessProcess, free_port, wait_for_port
 
 
 class MockIntegratorClient:
@@ -12,33 +18,28 @@ class MockIntegratorClient:
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=10)
 
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        response.raise_for_status()
+        return response.json()
+
     def set_faults(self, **faults: Any) -> dict[str, Any]:
         """PUT /admin/faults: latency_ms=[min,max], transient_rate, reject_rate,
         lost_response_rate, down."""
-        response = self._http.put("/admin/faults", json=faults)
-        response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        return self._json("PUT", "/admin/faults", json=faults)  # type: ignore[no-any-return]
 
     def faults(self) -> dict[str, Any]:
-        response = self._http.get("/admin/faults")
-        response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        return self._json("GET", "/admin/faults")  # type: ignore[no-any-return]
 
     def reset(self) -> dict[str, Any]:
         """POST /admin/reset: forget ledger and stats, re-seed the fault draws (faults stay)."""
-        response = self._http.post("/admin/reset")
-        response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        return self._json("POST", "/admin/reset")  # type: ignore[no-any-return]
 
     def ledger(self) -> list[dict[str, Any]]:
-        response = self._http.get("/ledger")
-        response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        return self._json("GET", "/ledger")  # type: ignore[no-any-return]
 
     def stats(self) -> dict[str, Any]:
-        response = self._http.get("/admin/stats")
-        response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        return self._json("GET", "/admin/stats")  # type: ignore[no-any-return]
 
     def get(self, tenant: str, number: str) -> httpx.Response:
         return self._http.get(f"/invoices/{tenant}/{number}")
@@ -55,3 +56,22 @@ class MockIntegratorClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+@contextmanager
+def running_mock(log_dir: Path, *, seed: int,
+                 env: dict[str, str] | None = None) -> Iterator[MockIntegratorClient]:
+    """``gapless mock-integrator`` on a free port, no faults, its fault draws seeded with
+    ``seed``, run without this process's ``GAPLESS_*`` variables (plus ``env``); a client for
+    it while the block runs, the process stopped after."""
+    port = free_port()
+    child = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
+    proc = GaplessProcess(["mock-integrator", "--port", str(port), "--seed", str(seed)],
+                          {**child, **(env or {})}, log_dir, "mock-integrator")
+    try:
+        wait_for_port(port)
+        client = MockIntegratorClient(f"http://127.0.0.1:{port}")
+        yield client
+        client.close()
+    finally:
+        proc.close()

@@ -51,10 +51,10 @@ import string
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal, NoReturn
+from typing import IO, Literal, NoReturn, Protocol, TypeVar
 
 import pytest
 
@@ -75,6 +75,13 @@ ShutdownMode = Literal["fast", "immediate"]
 #: ``shutdown``: ``rabbitmqctl shutdown`` (graceful; the VM exits). ``kill``: SIGKILL of the
 #: node's process group (a crash: nothing is flushed or closed).
 RabbitStopMode = Literal["shutdown", "kill"]
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_Server = TypeVar("_Server", bound=_Closable)
 
 
 class ServiceUnavailable(Exception):
@@ -490,29 +497,28 @@ def _unavailable(reason: str) -> NoReturn:
 def private_postgres() -> Iterator[PrivatePostgres]:
     """A private PostgreSQL server, started once per session; tests may stop and restart it
     (and must leave it running)."""
-    server: PrivatePostgres | None = None
-    try:
-        server = PrivatePostgres()
+
+    def init_and_start(server: PrivatePostgres) -> None:
         server.init()
         server.start()
-    except ServiceUnavailable as exc:
-        if server is not None:
-            server.close()
-        _unavailable(str(exc))
-    try:
-        yield server
-    finally:
-        server.close()
+
+    yield from _serving(PrivatePostgres, init_and_start)
 
 
 @pytest.fixture(scope="session")
 def private_rabbitmq() -> Iterator[PrivateRabbitMQ]:
     """A private RabbitMQ node, started once per session; tests may restart it (and must leave
     it running)."""
-    server: PrivateRabbitMQ | None = None
+    yield from _serving(PrivateRabbitMQ, PrivateRabbitMQ.start)
+
+
+def _serving(make: Callable[[], _Server], start: Callable[[_Server], object]) -> Iterator[_Server]:
+    """Make and start a server, skip (or fail, see ``_unavailable``) when it cannot start,
+    yield it, and close it after."""
+    server: _Server | None = None
     try:
-        server = PrivateRabbitMQ()
-        server.start()
+        server = make()
+        start(server)
     except ServiceUnavailable as exc:
         if server is not None:
             server.close()

@@ -55,6 +55,14 @@ async def make_sending(engine: AsyncEngine, invoice_ids: Sequence[str], *,
     return out
 
 
+async def make_orphans(engine: AsyncEngine, invoice_ids: Sequence[str]) -> list[Sending]:
+    """:func:`make_sending`, then every SENDING lease aged an hour: orphans for recovery."""
+    orphans = await make_sending(engine, invoice_ids)
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE invoices SET sending_since = now() - interval '1 hour'"))
+    return orphans
+
+
 def post(mock: MockIntegratorClient, sending: Sending, *,
          invoice_id: str | None = None) -> str:
     """Send a document to the mock directly (as a worker whose answer was then lost)."""

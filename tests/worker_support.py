@@ -48,7 +48,8 @@ async def rows(engine: AsyncEngine) -> dict[str, Any]:
     async with engine.connect() as conn:
         result = await conn.execute(text(
             "SELECT invoice_id, status, reserved_no, number, priority, attempts, last_error, "
-            "integrator_ref, next_attempt_at FROM invoices ORDER BY reserved_no NULLS LAST"))
+            "integrator_ref, next_attempt_at, sending_since, issued_at FROM invoices "
+            "ORDER BY reserved_no NULLS LAST"))
         return {row.invoice_id: row for row in result}
 
 
@@ -100,3 +101,15 @@ async def drain_dead(settings: Settings, expected: int) -> list[aio_pika.abc.Abs
 
         await await_until(more, 60, message=f"{expected} dead-lettered messages")
     return got
+
+
+async def take_queue(settings: Settings) -> list[aio_pika.abc.AbstractIncomingMessage]:
+    """Take every message waiting in the test's main queue (they are acked: consumed)."""
+    connection = await aio_pika.connect(settings.amqp_url)
+    taken = []
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(settings.queue, passive=True)
+        while (message := await queue.get(no_ack=True, fail=False)) is not None:
+            taken.append(message)
+    return taken

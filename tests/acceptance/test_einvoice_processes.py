@@ -6,7 +6,6 @@ byte for byte the document the database stores — and GİB's XSD and schematron
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,6 @@ ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "
 async def profiled(engine: AsyncEngine) -> None:
     await define_series(engine)
     await set_profile(engine, "acme", build_issuer(**ISSUER))
-
-
-@pytest.fixture
-def procs(integrated_env: dict[str, str], log_dir: Path) -> Iterator[Processes]:
-    started = Processes(integrated_env, log_dir)
-    yield started
-    started.close()
 
 
 def publish_file(env: dict[str, str], tmp_path: Path, messages: list[dict[str, Any]]) -> None:

@@ -29,7 +29,7 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import admin_conninfo, database_url
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_ok
 from tests.unit.test_compose import parse_command
 
 README = ROOT / "README.md"
@@ -156,11 +156,7 @@ def test_the_readme_parser_sees_what_it_should() -> None:
 
 def run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 240
         ) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=timeout, check=False)
-    assert result.returncode == 0, (f"{' '.join(argv)} exited {result.returncode}\n"
-                                    f"{result.stdout}\n{result.stderr}")
-    return result
+    return run_ok(argv, cwd=cwd, env=env, timeout=timeout)
 
 
 def install_like_make_install(clone: Path, env: dict[str, str]) -> Path:

@@ -4,10 +4,6 @@ per number), no number is duplicated, and the integrator agrees with the databas
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,13 +24,6 @@ from tests.recovery_support import (
 LOST = 12
 NEVER_SENT = 2
 FRESH = 60
-
-
-@pytest.fixture
-def procs(integrated_env: dict[str, str], log_dir: Path) -> Iterator[Processes]:
-    started = Processes(integrated_env, log_dir)
-    yield started
-    started.close()
 
 
 async def test_two_recoveries_and_two_workers_never_handle_an_invoice_twice(

@@ -9,10 +9,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
@@ -29,13 +25,6 @@ from tests.recovery_support import (
     publish_demo,
     recovery_once,
 )
-
-
-@pytest.fixture
-def procs(integrated_env: dict[str, str], log_dir: Path) -> Iterator[Processes]:
-    started = Processes(integrated_env, log_dir)
-    yield started
-    started.close()
 
 
 async def test_lost_response_orphans_of_killed_workers_are_repaired_without_a_new_number(

@@ -5,11 +5,7 @@ with its own number once the integrator is back."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
@@ -22,7 +18,7 @@ from tests.recovery_support import (
     invoice_rows,
     last_no,
     log_events,
-    make_sending,
+    make_orphans,
     post,
 )
 
@@ -32,22 +28,13 @@ FAIL_MAX = 3
 RESET_S = 1.0
 
 
-@pytest.fixture
-def procs(integrated_env: dict[str, str], log_dir: Path) -> Iterator[Processes]:
-    started = Processes(integrated_env, log_dir)
-    yield started
-    started.close()
-
-
 async def test_outage_opens_the_breaker_bounds_calls_and_all_orphans_settle_after(
         engine: AsyncEngine, mock_integrator: MockIntegratorClient,
         integrated_env: dict[str, str], procs: Processes) -> None:
     await define_series(engine)
-    orphans = await make_sending(engine, [f"inv-{i:03d}" for i in range(ORPHANS)])
+    orphans = await make_orphans(engine, [f"inv-{i:03d}" for i in range(ORPHANS)])
     for sending in orphans[::2]:
         post(mock_integrator, sending)  # accepted, answer lost
-    async with engine.begin() as conn:
-        await conn.execute(text("UPDATE invoices SET sending_since = now() - interval '1 hour'"))
     mock_integrator.set_faults(down=True)
     env = {"GAPLESS_BREAKER_FAIL_MAX": str(FAIL_MAX),
            "GAPLESS_BREAKER_RESET_TIMEOUT_S": str(RESET_S),

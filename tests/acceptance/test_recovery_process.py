@@ -3,12 +3,7 @@ finishes in-flight orphans, puts unstarted ones back untouched, and exits 0."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
@@ -19,24 +14,15 @@ from tests.recovery_support import (
     define_series,
     invoice_rows,
     log_events,
-    make_sending,
+    make_orphans,
 )
 
 ORPHANS = 10
 
 
-@pytest.fixture
-def procs(integrated_env: dict[str, str], log_dir: Path) -> Iterator[Processes]:
-    started = Processes(integrated_env, log_dir)
-    yield started
-    started.close()
-
-
 async def stale_orphans(engine: AsyncEngine) -> dict[str, object]:
     await define_series(engine)
-    await make_sending(engine, [f"inv-{i:02d}" for i in range(ORPHANS)])
-    async with engine.begin() as conn:
-        await conn.execute(text("UPDATE invoices SET sending_since = now() - interval '1 hour'"))
+    await make_orphans(engine, [f"inv-{i:02d}" for i in range(ORPHANS)])
     return await invoice_rows(engine)
 
 

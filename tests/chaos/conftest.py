@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,8 +10,7 @@ import structlog
 
 from gapless.logging import configure_logging
 from tests.chaos.scenario import ChaosConfig
-from tests.helpers import GaplessProcess, free_port, wait_for_port
-from tests.mock_client import MockIntegratorClient
+from tests.mock_client import MockIntegratorClient, running_mock
 
 
 @pytest.fixture
@@ -24,18 +22,9 @@ def chaos_config() -> ChaosConfig:
 @pytest.fixture
 def chaos_mock(log_dir: Path, chaos_config: ChaosConfig) -> Iterator[MockIntegratorClient]:
     """``gapless mock-integrator`` seeded with the run's seed (its fault draws replay)."""
-    port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
-    env["GAPLESS_LOG_LEVEL"] = "warning"
-    proc = GaplessProcess(["mock-integrator", "--port", str(port), "--seed",
-                           str(chaos_config.seed)], env, log_dir, "mock-integrator")
-    try:
-        wait_for_port(port)
-        client = MockIntegratorClient(f"http://127.0.0.1:{port}")
+    with running_mock(log_dir, seed=chaos_config.seed,
+                      env={"GAPLESS_LOG_LEVEL": "warning"}) as client:
         yield client
-        client.close()
-    finally:
-        proc.close()
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from gapless.settings import Settings
 from tests.chaos.checker import Expectations, History, check
 from tests.chaos.scenario import Poller, invoice_message, read_dead_letters
 from tests.faults import fault_env
-from tests.helpers import GaplessProcess, await_until
+from tests.helpers import GaplessProcess, await_sql, await_until
 from tests.mock_client import MockIntegratorClient
 
 INVOICES = [f"kp-{n}" for n in range(1, 6)]
@@ -150,13 +150,8 @@ async def test_kill_at_each_step_then_restart_ends_all_issued_without_gap_or_dup
             ["recovery", "--interval", "0.5", "--stuck-after", str(LEASE_S),
              "--backoff-base", "0.5", "--backoff-max", "2"], env, log_dir, "recovery"))
 
-        async def all_issued() -> bool:
-            async with engine.connect() as conn:
-                return bool((await conn.execute(text(
-                    "SELECT count(*) = :n FROM invoices WHERE status = 'ISSUED'"),
-                    {"n": len(INVOICES)})).scalar_one())
-
-        await await_until(all_issued, 60, interval=0.2, message="every invoice ISSUED")
+        await await_sql(engine, "SELECT count(*) = :n FROM invoices WHERE status = 'ISSUED'", 60,
+                        interval=0.2, message="every invoice ISSUED", n=len(INVOICES))
         for proc in processes[1:]:
             assert proc.terminate(timeout=40) == 0, proc.output()[-3000:]
     finally:

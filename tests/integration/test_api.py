@@ -31,6 +31,7 @@ from gapless.numbering import add_series, build_series_spec
 from gapless.settings import Settings
 from tests.conftest import ApiServers
 from tests.helpers import await_until, free_port, run_gapless, today
+from tests.worker_support import take_queue
 
 
 def invoice_message(invoice_id: str, tenant: str = "acme", series: str = "ABC",
@@ -76,18 +77,6 @@ async def api(api_servers: ApiServers, engine: AsyncEngine) -> Api:
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=15) as client:
         yield client
-
-
-async def queued_messages(settings: Settings) -> list[aio_pika.abc.AbstractIncomingMessage]:
-    """Take every message waiting in the test's main queue (they are acked: consumed)."""
-    connection = await aio_pika.connect(settings.amqp_url)
-    taken = []
-    async with connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(settings.queue, passive=True)
-        while (message := await queue.get(no_ack=True, fail=False)) is not None:
-            taken.append(message)
-    return taken
 
 
 async def issued_invoice(engine: AsyncEngine, invoice_id: str, tenant: str = "acme",
@@ -227,7 +216,7 @@ async def test_a_scoped_token_may_not_issue_for_another_tenant(
     allowed = await http.post(f"{api.url}/v1/invoices", json=invoice_message("a-1"),
                               headers=api.headers(api.acme))
     assert allowed.status_code == 202
-    assert [m.message_id for m in await queued_messages(settings)] == ["a-1"]
+    assert [m.message_id for m in await take_queue(settings)] == ["a-1"]
 
 
 async def test_tokens_are_never_logged(api_servers: ApiServers, http: httpx.AsyncClient,
@@ -266,7 +255,7 @@ async def test_post_publishes_at_user_priority_and_answers_202_with_the_status_u
     assert response.headers["Location"] == body["status_url"]
     assert body["published"] is True
     assert body["status"] is None
-    [queued] = await queued_messages(settings)
+    [queued] = await take_queue(settings)
     assert queued.priority == 4
     assert queued.content_type == "application/json"
     assert queued.delivery_mode == aio_pika.DeliveryMode.PERSISTENT
@@ -287,7 +276,7 @@ async def test_repeated_posts_are_idempotent(api: Api, http: httpx.AsyncClient,
     assert first.status_code == second.status_code == 202
     assert first.json()["status_url"] == second.json()["status_url"]
     # Both published: harmless, the worker maps them onto one invoice.
-    assert [m.message_id for m in await queued_messages(settings)] == ["r-1", "r-1"]
+    assert [m.message_id for m in await take_queue(settings)] == ["r-1", "r-1"]
 
     # Known to the database and still RECEIVED: published again (someone must move it on).
     await upsert_draft(engine, Draft("r-2", "acme", "ABC", 4, invoice_message("r-2")))
@@ -304,7 +293,7 @@ async def test_repeated_posts_are_idempotent(api: Api, http: httpx.AsyncClient,
     assert issued.status_code == 202
     assert issued.json() == {"invoice_id": "r-3", "status_url": f"{api.url}/v1/invoices/r-3",
                              "published": False, "status": "ISSUED"}
-    assert [m.message_id for m in await queued_messages(settings)] == ["r-2"]
+    assert [m.message_id for m in await take_queue(settings)] == ["r-2"]
 
 
 async def test_an_invoice_id_of_another_tenants_invoice_is_a_conflict(
@@ -314,7 +303,7 @@ async def test_an_invoice_id_of_another_tenants_invoice_is_a_conflict(
                                headers=api.headers(api.acme))
     assert response.status_code == 409
     assert "globex" not in response.text
-    assert await queued_messages(settings) == []
+    assert await take_queue(settings) == []
 
 
 @pytest.mark.parametrize(("body", "content_type", "status", "reason"), [
@@ -337,7 +326,7 @@ async def test_invalid_messages_are_refused_with_the_parsers_reason(
     assert response.status_code == status
     assert reason in response.json()["detail"]
     assert "1234567890" not in response.text  # the tax id is never echoed
-    assert await queued_messages(settings) == []
+    assert await take_queue(settings) == []
 
 
 async def test_oversized_body_is_413(api: Api, http: httpx.AsyncClient) -> None:

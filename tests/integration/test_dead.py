@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import aio_pika
 import pytest
 
 from gapless.constants import HEADER_DEAD_REASON, HEADER_REPLAYED_AT, PRIORITY_USER
 from gapless.publisher import Publisher, queue_depths
 from gapless.settings import Settings
 from tests.helpers import GaplessProcess, await_until, run_gapless, today
+from tests.worker_support import take_queue
 
 VALID = {"tenant": "acme", "series": "ABC", "issue_date": today(), "currency": "TRY",
          "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
@@ -42,18 +42,6 @@ async def dead_letters(settings: Settings) -> Settings:
 async def depths(settings: Settings) -> tuple[int, int]:
     found = await queue_depths(settings)
     return found[settings.queue], found[f"{settings.queue}.dead"]
-
-
-async def take_main(settings: Settings) -> list[Any]:
-    """Consume (and ack) every message of the main queue."""
-    taken = []
-    connection = await aio_pika.connect(settings.amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(settings.queue, passive=True)
-        while (message := await queue.get(no_ack=True, fail=False)) is not None:
-            taken.append(message)
-    return taken
 
 
 def dead_list(env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -98,7 +86,7 @@ async def test_replay_with_a_fixed_body_moves_exactly_that_message(
     assert await depths(dead_letters) == (1, 2)
     assert [m["invoice_id"] for m in dead_list(gapless_env)["messages"]] == [None, "inv-3"]
 
-    [message] = await take_main(dead_letters)
+    [message] = await take_queue(dead_letters)
     assert json.loads(message.body) == fixed
     assert message.priority == PRIORITY_USER  # the dead copy's priority is kept
     assert message.message_id == "inv-1"
@@ -116,7 +104,7 @@ async def test_replay_by_invoice_id_and_all(dead_letters: Settings,
     one = run_gapless(["dead", "replay", "--invoice-id", "inv-3"], gapless_env)
     assert one.returncode == 0, one.stderr
     assert await depths(dead_letters) == (1, 2)
-    [message] = await take_main(dead_letters)
+    [message] = await take_queue(dead_letters)
     assert message.body == broken("inv-3")  # no fix given: the original body
 
     everything = run_gapless(["dead", "replay", "--all"], gapless_env)

@@ -74,6 +74,22 @@ async def trip(guard: GuardedIntegrator, mock: MockIntegratorClient, fail_max: i
     assert guard.state == "open"
 
 
+async def trial_in_flight(guard: GuardedIntegrator, mock: MockIntegratorClient, *,
+                          latency_ms: int) -> tuple[asyncio.Task[Receipt], int]:
+    """Trip the breaker, bring the integrator back at ``latency_ms``, wait for the reset timeout
+    and start the half-open trial call; returns it once it reached the mock, with the mock's
+    POST count before it."""
+    await trip(guard, mock)
+    mock.set_faults(down=False, latency_ms=[latency_ms, latency_ms])
+    await await_until(lambda: asyncio.sleep(0, guard.accepting()), 5,
+                      message="reset timeout to elapse")
+    posts = mock.stats()["posts"]
+    trial = asyncio.create_task(guard.send(document("TRIAL")))
+    await await_until(lambda: asyncio.sleep(0, mock.stats()["posts"] > posts), 5,
+                      message="trial call to reach the mock")
+    return trial, posts
+
+
 async def test_is_an_integrator(make_guard: GuardFactory) -> None:
     guard = make_guard()
     assert isinstance(guard, Integrator)
@@ -103,15 +119,7 @@ async def test_breaker_opens_after_fail_max_failures_and_then_fails_fast_without
 async def test_one_trial_when_half_open_and_closed_when_the_integrator_is_back(
         make_guard: GuardFactory, mock_integrator: MockIntegratorClient) -> None:
     guard = make_guard()
-    await trip(guard, mock_integrator)
-    mock_integrator.set_faults(down=False, latency_ms=[300, 300])
-    await await_until(lambda: asyncio.sleep(0, guard.accepting()), 5,
-                      message="reset timeout to elapse")
-    posts = mock_integrator.stats()["posts"]
-
-    trial = asyncio.create_task(guard.send(document("TRIAL")))
-    await await_until(lambda: asyncio.sleep(0, mock_integrator.stats()["posts"] > posts), 5,
-                      message="trial call to reach the mock")
+    trial, posts = await trial_in_flight(guard, mock_integrator, latency_ms=300)
     assert (guard.state, gauge(guard), guard.accepting()) == ("half-open", 1, False)
     # While the trial is in flight every other call fails fast.
     others = await asyncio.gather(*(guard.send(document(f"N{i}")) for i in range(10)),
@@ -236,14 +244,7 @@ async def test_cancelled_call_is_not_retried_and_does_not_touch_the_breaker(
 async def test_a_cancelled_trial_leaves_the_breaker_half_open_for_the_next_call(
         make_guard: GuardFactory, mock_integrator: MockIntegratorClient) -> None:
     guard = make_guard()
-    await trip(guard, mock_integrator)
-    mock_integrator.set_faults(down=False, latency_ms=[10_000, 10_000])
-    await await_until(lambda: asyncio.sleep(0, guard.accepting()), 5,
-                      message="reset timeout to elapse")
-    posts = mock_integrator.stats()["posts"]
-    trial = asyncio.create_task(guard.send(document("TRIAL")))
-    await await_until(lambda: asyncio.sleep(0, mock_integrator.stats()["posts"] > posts), 5,
-                      message="trial call to reach the mock")
+    trial, _ = await trial_in_flight(guard, mock_integrator, latency_ms=10_000)
     trial.cancel()
     with pytest.raises(asyncio.CancelledError):
         await trial

@@ -8,7 +8,7 @@ probe goes first, then everything is settled with its own number.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from sqlalchemy import text
@@ -23,16 +23,20 @@ from recovery.loop import RecoveryLoop, RecoveryOptions
 from recovery.reconcile import Backoff
 from tests.helpers import await_until
 from tests.mock_client import MockIntegratorClient
-from tests.recovery_support import define_series, invoice_rows, make_sending, post
+from tests.recovery_support import (
+    define_series,
+    invoice_rows,
+    make_orphans,
+    make_sending,
+    post,
+)
 
 RESET_S = 1.0
 
 
 @pytest.fixture
-async def recovery_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = make_engine(db_url, actor="recovery", pool_size=5)
-    yield engine
-    await engine.dispose()
+def recovery_engine(engines: Callable[..., AsyncEngine]) -> AsyncEngine:
+    return engines("recovery")
 
 
 @pytest.fixture
@@ -52,6 +56,17 @@ def options(**overrides: object) -> RecoveryOptions:
     return RecoveryOptions(**{**base, **overrides})  # type: ignore[arg-type]
 
 
+async def orphans_behind_an_open_breaker(engine: AsyncEngine, guard: GuardedIntegrator,
+                                         mock: MockIntegratorClient, count: int) -> None:
+    """``count`` invoices stuck in SENDING, and the breaker opened by a down integrator."""
+    await define_series(engine)
+    await make_sending(engine, [f"inv-{i}" for i in range(count)])
+    mock.set_faults(down=True)
+    for _ in range(2):
+        with pytest.raises(TransientIntegratorError):
+            await guard.lookup("acme", "nothing")
+
+
 async def event_count(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
         return int((await conn.execute(text("SELECT count(*) FROM invoice_events"))).scalar_one())
@@ -60,12 +75,7 @@ async def event_count(engine: AsyncEngine) -> int:
 async def test_open_breaker_skips_the_round_without_claiming(
         engine: AsyncEngine, recovery_engine: AsyncEngine, guard: GuardedIntegrator,
         mock_integrator: MockIntegratorClient) -> None:
-    await define_series(engine)
-    await make_sending(engine, [f"inv-{i}" for i in range(5)])
-    mock_integrator.set_faults(down=True)
-    for _ in range(2):
-        with pytest.raises(TransientIntegratorError):
-            await guard.lookup("acme", "nothing")
+    await orphans_behind_an_open_breaker(engine, guard, mock_integrator, 5)
     assert (guard.state, guard.accepting()) == ("open", False)
     before, events_before = await invoice_rows(engine), await event_count(engine)
 
@@ -132,12 +142,7 @@ async def test_breaker_opening_mid_round_puts_unstarted_orphans_back_then_all_se
 async def test_half_open_breaker_is_probed_with_one_orphan_first(
         engine: AsyncEngine, recovery_engine: AsyncEngine, guard: GuardedIntegrator,
         mock_integrator: MockIntegratorClient) -> None:
-    await define_series(engine)
-    await make_sending(engine, [f"inv-{i}" for i in range(4)])
-    mock_integrator.set_faults(down=True)
-    for _ in range(2):
-        with pytest.raises(TransientIntegratorError):
-            await guard.lookup("acme", "nothing")
+    await orphans_behind_an_open_breaker(engine, guard, mock_integrator, 4)
     async def ready() -> bool:
         return guard.accepting()
     await await_until(ready, 10, message="the breaker ready for a trial")
@@ -190,9 +195,7 @@ async def test_a_round_claims_again_while_claims_come_back_full(
         engine: AsyncEngine, recovery_engine: AsyncEngine, guard: GuardedIntegrator,
         mock_integrator: MockIntegratorClient) -> None:
     await define_series(engine)
-    await make_sending(engine, [f"inv-{i:02d}" for i in range(23)])
-    async with engine.begin() as conn:
-        await conn.execute(text("UPDATE invoices SET sending_since = now() - interval '1 hour'"))
+    await make_orphans(engine, [f"inv-{i:02d}" for i in range(23)])
     loop = RecoveryLoop(recovery_engine, guard, options(batch=5, concurrency=3,
                                                         claims_per_round=3))
 
@@ -208,9 +211,7 @@ async def test_a_refill_never_claims_the_rounds_own_orphans_in_flight(
         engine: AsyncEngine, recovery_engine: AsyncEngine, guard: GuardedIntegrator,
         mock_integrator: MockIntegratorClient) -> None:
     await define_series(engine)
-    await make_sending(engine, [f"inv-{i:02d}" for i in range(12)])
-    async with engine.begin() as conn:
-        await conn.execute(text("UPDATE invoices SET sending_since = now() - interval '1 hour'"))
+    await make_orphans(engine, [f"inv-{i:02d}" for i in range(12)])
     mock_integrator.set_faults(latency_ms=[300, 300])
     # stuck_after 0: by age alone, a lease taken a moment ago would already be an orphan.
     loop = RecoveryLoop(recovery_engine, guard, options(batch=4, concurrency=4,

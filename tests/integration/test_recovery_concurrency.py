@@ -16,7 +16,7 @@ from gapless.settings import Settings
 from recovery.loop import RecoveryLoop, RecoveryOptions
 from tests.helpers import await_until
 from tests.mock_client import MockIntegratorClient
-from tests.recovery_support import define_series, invoice_rows, last_no, make_sending, post
+from tests.recovery_support import define_series, invoice_rows, last_no, make_orphans, post
 
 ORPHANS = 240
 
@@ -25,11 +25,9 @@ async def test_two_loops_never_handle_the_same_orphan(
         engine: AsyncEngine, db_url: str, settings: Settings,
         mock_integrator: MockIntegratorClient) -> None:
     await define_series(engine)
-    orphans = await make_sending(engine, [f"inv-{i:04d}" for i in range(ORPHANS)])
+    orphans = await make_orphans(engine, [f"inv-{i:04d}" for i in range(ORPHANS)])
     for sending in orphans[::2]:
         post(mock_integrator, sending)  # half of them arrived, the answer was lost
-    async with engine.begin() as conn:  # every lease went stale an hour ago
-        await conn.execute(text("UPDATE invoices SET sending_since = now() - interval '1 hour'"))
     mock_integrator.set_faults(latency_ms=[2, 15])
     env = settings.with_overrides(integrator_url=mock_integrator.url)
     options = RecoveryOptions(interval_s=0.05, stuck_after_s=60, batch=15, concurrency=6)

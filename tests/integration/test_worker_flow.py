@@ -21,7 +21,7 @@ from gapless.constants import HEADER_DEAD_REASON
 from gapless.invoices import Draft, upsert_draft
 from gapless.numbering import add_series, build_series_spec
 from gapless.settings import Settings
-from tests.helpers import await_until, run_gapless, today
+from tests.helpers import await_sql, await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.worker_support import (
     all_in,
@@ -330,13 +330,9 @@ async def test_integrator_outage_opens_the_breaker_pauses_consuming_and_resumes_
     assert_ledger_matches_database(mock_integrator, current)
 
     # Recovery owns those: once they are due it resends them with their pinned numbers.
-    async def errors_due() -> bool:
-        async with engine.connect() as conn:
-            return bool((await conn.execute(text(
-                "SELECT coalesce(bool_and(next_attempt_at <= now()), true) FROM invoices "
-                "WHERE status = 'ERROR'"))).scalar_one())
-
-    await await_until(errors_due, 30, message="the ERROR invoices to fall due")
+    await await_sql(engine, "SELECT coalesce(bool_and(next_attempt_at <= now()), true) "
+                    "FROM invoices WHERE status = 'ERROR'", 30,
+                    message="the ERROR invoices to fall due")
     recovery = run_gapless(["recovery", "--once"],
                            {**gapless_env, "GAPLESS_INTEGRATOR_URL": mock_integrator.url})
     assert recovery.returncode == 0, recovery.stderr[-2000:]
