@@ -25,6 +25,7 @@ from tests.helpers import await_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import (
     define_series,
+    events,
     invoice_rows,
     make_orphans,
     make_sending,
@@ -117,6 +118,12 @@ async def test_breaker_opening_mid_round_puts_unstarted_orphans_back_then_all_se
         else:  # put back exactly as it was: same lease, same attempt count
             assert (row.status, row.attempts, row.sending_since) == (
                 Status.SENDING, before[invoice_id].attempts, before[invoice_id].sending_since)
+        # History: recovery's claim is the one 'resent' (its attempt counted); the put-back is
+        # written as 'released', giving that attempt back, never as a second 'resent'.
+        history = [(event.kind, event.attempts) for event in await events(engine, invoice_id)]
+        claimed = before[invoice_id].attempts + 1
+        assert history[-2:] == ([("resent", claimed), ("error", claimed)] if invoice_id in failed
+                                else [("resent", claimed), ("released", claimed - 1)]), history
 
     # The next round, breaker still open: nothing claimed, nothing called.
     assert (await loop.run_round()).claimed == 0
