@@ -1,9 +1,8 @@
 """Group commit of ISSUED outcomes.
 
-Every state change of an invoice commits under the event feed's commit lock (commit-ordered
-``sequence_id``) and waits for its WAL flush, so one-transaction-per-orphan caps recovery at the
-rate of serial commits — a few hundred per second — whatever the integrator's speed. The writer
-folds the ISSUED outcomes that arrive while a commit is in flight into the next transaction: each
+Every state change of an invoice is a commit that waits for its WAL flush (a transaction that
+touches a counter is never committed asynchronously), so one transaction per orphan spends a
+flush per orphan. The writer folds the ISSUED outcomes that arrive while a commit is in flight into the next transaction: each
 caller still learns whether *its* invoice became ISSUED, only after that commit, and nothing is
 acknowledged before it is durable. No timer: an outcome arriving while no commit is running is
 written at once (a batch of one), so a quiet system adds no latency.
