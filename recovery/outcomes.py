@@ -1,8 +1,9 @@
 """Group commit of ISSUED outcomes.
 
 Every state change of an invoice is a commit, and with ``synchronous_commit = on`` each commit
-waits for its WAL flush, so one transaction per orphan spends a flush per orphan. The writer folds the ISSUED outcomes that arrive while a commit is in flight into the next transaction: each
-caller still learns whether *its* invoice became ISSUED, only after that commit, and nothing is
+waits for its WAL flush, so one transaction per orphan spends a flush per orphan. The writer folds
+the ISSUED outcomes that arrive while a commit is in flight into the next transaction: each caller
+still learns whether *its* invoice became ISSUED, only after that commit, and nothing is
 acknowledged before it is durable. No timer: an outcome arriving while no commit is running is
 written at once (a batch of one), so a quiet system adds no latency.
 
