@@ -14,6 +14,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import make_url
 
+from gapless.db import driver_conninfo
 from gapless.migrations import migrate
 from gapless.settings import Settings
 
@@ -25,7 +26,7 @@ def database_url(name: str) -> str:
 
 
 def conninfo(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return driver_conninfo(url)
 
 
 @contextmanager

@@ -80,9 +80,12 @@ def is_lock_timeout(exc: BaseException) -> bool:
             and sqlstate(exc) == LOCK_NOT_AVAILABLE)
 
 
-def driver_conninfo(database_url: str) -> str:
-    """``postgresql://…`` as a libpq connection string (no SQLAlchemy driver suffix)."""
+def driver_conninfo(database_url: str, *, dbname: str | None = None) -> str:
+    """``postgresql://…`` as a libpq connection string (no SQLAlchemy driver suffix), on
+    database ``dbname`` of the same server when given."""
     url = make_url(database_url).set(drivername="postgresql")
+    if dbname is not None:
+        url = url.set(database=dbname)
     return url.render_as_string(hide_password=False)
 
 

@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from psycopg import sql
 from sqlalchemy import Connection, create_engine, make_url, pool, text
 
-from gapless.db import sqlalchemy_url
+from gapless.db import driver_conninfo, sqlalchemy_url
 from gapless.errors import ClusterMismatchError, ConfigurationError
 
 # Any constant works; it only has to be the same for every `gapless migrate`.
@@ -97,19 +97,12 @@ def alembic_config(database_url: str) -> Config:
     return cfg
 
 
-def _conninfo(database_url: str, dbname: str | None = None) -> str:
-    url = make_url(database_url)
-    if dbname is not None:
-        url = url.set(database=dbname)
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 def ensure_database(database_url: str) -> bool:
     """Create the database named in the URL when it does not exist. True when it was created."""
     name = make_url(database_url).database
     if not name:
         raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
-    with psycopg.connect(_conninfo(database_url, "postgres"), autocommit=True,
+    with psycopg.connect(driver_conninfo(database_url, dbname="postgres"), autocommit=True,
                          connect_timeout=CONNECT_TIMEOUT_S) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             return False

@@ -72,14 +72,13 @@ def _reach_services(settings: Settings) -> None:
     """Connect to PostgreSQL and RabbitMQ once before anything is dropped or started, so an
     outage is the CLI's one line (exit 1) and not a half-started demo."""
     import psycopg
-    from sqlalchemy import make_url
 
+    from gapless.db import driver_conninfo
     from gapless.migrations import CONNECT_TIMEOUT_S
     from gapless.publisher import connect_once
 
     # The server's maintenance database: the demo database itself is about to be re-created.
-    admin = make_url(settings.database_url).set(drivername="postgresql", database="postgres")
-    with psycopg.connect(admin.render_as_string(hide_password=False),
+    with psycopg.connect(driver_conninfo(settings.database_url, dbname="postgres"),
                          connect_timeout=CONNECT_TIMEOUT_S):
         pass
 
