@@ -49,8 +49,10 @@ class Renderer:
         """The stored bytes if the invoice sent a document before, else a fresh rendering.
 
         ``message``: the validated message when the caller has it and it *is* the stored payload
-        (the worker, for a draft it has just created), to save validating the payload again.
-        Raises RenderError when the stored payload cannot make the document.
+        (the worker, for a draft it has just created), already checked with
+        :func:`~gapless.documents.check_ubl_inputs` against the pinned profile (the intake seals
+        only under the profile version the caller checked), to save validating and checking it
+        again. Raises RenderError when the stored payload cannot make the document.
         """
         stored = sending.document
         if stored is not None:
@@ -71,11 +73,12 @@ class Renderer:
         series = await self.catalog.series(sending.tenant, sending.series)
         if series is None:  # invoices reference their series: it cannot be missing
             raise RenderError(f"series {sending.series!r} of tenant {sending.tenant!r} is gone")
-        try:
-            parsed = message if message is not None else validate_message(sending.payload)
-            check_ubl_inputs(parsed, profile.issuer)
-        except InvalidMessage as exc:
-            raise RenderError(f"the stored message cannot make a UBL-TR document: "
-                              f"{exc.reason}") from exc
-        return render_ubl_tr(parsed, number=sending.number, uuid=uuid.UUID(sending.uuid),
+        if message is None:
+            try:
+                message = validate_message(sending.payload)
+                check_ubl_inputs(message, profile.issuer)
+            except InvalidMessage as exc:
+                raise RenderError(f"the stored message cannot make a UBL-TR document: "
+                                  f"{exc.reason}") from exc
+        return render_ubl_tr(message, number=sending.number, uuid=uuid.UUID(sending.uuid),
                              sealed_at=sending.sealed_at, tz=series.tz, issuer=profile.issuer)

@@ -20,8 +20,6 @@ from gapless.errors import GaplessError
 from gapless.invoices import DatabaseLike
 from gapless.queries import tenants as q
 
-UNIQUE_VIOLATION = "23505"
-
 
 @dataclass(frozen=True)
 class Profile:
