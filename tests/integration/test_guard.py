@@ -262,6 +262,10 @@ async def test_lookup_goes_through_the_breaker_and_the_metrics(
     assert await guard.lookup("acme", "N2") is None
     assert calls(guard, "lookup", "ok") == 1
     assert calls(guard, "lookup", "not_found") == 1
+    assert await guard.lookup_uuid("acme", document("N1").uuid) == receipt
+    assert await guard.lookup_uuid("acme", document("N2").uuid) is None
+    assert calls(guard, "lookup_uuid", "ok") == 1
+    assert calls(guard, "lookup_uuid", "not_found") == 1
     assert REGISTRY.get_sample_value("gapless_integrator_latency_seconds_count", {
         "name": guard.name, "operation": "lookup"}) == 2
     mock_integrator.set_faults(down=True)

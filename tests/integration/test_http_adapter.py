@@ -86,6 +86,12 @@ async def test_classifies_accept_duplicates_and_rejections(
 
     assert await adapter.lookup("acme", "N1") == receipt
     assert await adapter.lookup("acme", "N2") is None
+    # By the document's UUID (ETTN): found under whichever number it was accepted; another
+    # tenant's UUID space is separate.
+    sent = document("N1", "inv-1")
+    assert await adapter.lookup_uuid("acme", sent.uuid) == receipt
+    assert await adapter.lookup_uuid("acme", document("N2", "inv-2").uuid) is None
+    assert await adapter.lookup_uuid("globex", sent.uuid) is None
     assert [e["number"] for e in mock_integrator.ledger()] == ["N1"]
 
 
