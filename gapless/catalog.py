@@ -10,8 +10,6 @@ reloads it.
 
 from __future__ import annotations
 
-from zoneinfo import ZoneInfo
-
 from gapless.db import Database
 from gapless.numbering import SeriesSpec, series_spec
 from gapless.queries import numbering as nq
@@ -26,14 +24,6 @@ class Catalog:
         self._series: dict[tuple[str, str], SeriesSpec] = {}
         self._in_force: dict[str, Profile | None] = {}
         self._versions: dict[tuple[str, int], Profile] = {}
-        self._zones: dict[str, ZoneInfo] = {}
-
-    def zone(self, name: str) -> ZoneInfo:
-        """A series' time zone (ZoneInfo objects are cached here, not rebuilt per message)."""
-        found = self._zones.get(name)
-        if found is None:
-            found = self._zones[name] = ZoneInfo(name)
-        return found
 
     async def series(self, tenant: str, code: str) -> SeriesSpec | None:
         """The series definition, or None when it does not exist (yet)."""

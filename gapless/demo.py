@@ -584,11 +584,12 @@ async def sample_document(engine: AsyncEngine) -> dict[str, Any] | None:
     """The summary of one issued UBL-TR document (the first ISSUED invoice of the profiled
     tenant), or None when there is none."""
     from gapless.documents import summarize
+    from gapless.integrator.base import MEDIA_XML
     from gapless.queries import status as q
 
     async with engine.connect() as conn:
         row = (await conn.execute(q.FIRST_ISSUED_DOCUMENT, {
-            "tenant": TENANTS[0][0], "media_type": "application/xml"})).first()
+            "tenant": TENANTS[0][0], "media_type": MEDIA_XML})).first()
     if row is None:
         return None
     return {"invoice_id": row.invoice_id, "sha256": row.sha256, **summarize(bytes(row.body))}

@@ -306,6 +306,11 @@ def _unavailable() -> JSONResponse:
     return JSONResponse({"error": "integrator unavailable"}, status_code=503)
 
 
+def _transient() -> JSONResponse:
+    """A drawn transient fault: 503, the request not processed."""
+    return JSONResponse({"error": "temporarily unavailable"}, status_code=503)
+
+
 async def _client_gone(request: Request) -> None:
     """Return once the client has closed its connection (the request body is already read)."""
     while (await request.receive())["type"] != "http.disconnect":
@@ -363,7 +368,7 @@ async def submit(request: Request) -> JSONResponse:
         await asyncio.sleep(draws.latency_s)
     if draws.transient:
         state.stats["transient"] += 1
-        return JSONResponse({"error": "temporarily unavailable"}, status_code=503)
+        return _transient()
     refusal = _refusal(state, submission, draws)  # from here to accept(): no await
     if refusal is not None:
         return refusal
@@ -432,7 +437,7 @@ async def _looked_up(request: Request, find: Callable[[MockState], LedgerEntry |
     state.stats["lookups"] += 1
     if draws.transient:
         state.stats["transient"] += 1
-        raise _Answer(JSONResponse({"error": "temporarily unavailable"}, status_code=503))
+        raise _Answer(_transient())
     entry = find(state)
     if entry is None:
         state.stats["lookups_missing"] += 1

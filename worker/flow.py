@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
+from zoneinfo import ZoneInfo
 
 from structlog.stdlib import BoundLogger
 
@@ -222,7 +223,7 @@ class IssuingFlow:
     def _refusal(self, message: InvoiceMessage, series: SeriesSpec,
                  profile: Profile | None) -> str | None:
         """Why the message cannot be numbered (None: it can), checked before any seal."""
-        today = self._now().astimezone(self.catalog.zone(series.tz)).date()
+        today = self._now().astimezone(ZoneInfo(series.tz)).date()  # ZoneInfo caches by key
         problem = date_window_problem(message.issue_date, today,
                                       self.settings.issue_date_window_days, series.tz)
         if problem is not None or profile is None:

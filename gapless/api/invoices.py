@@ -152,8 +152,5 @@ async def invoice_status(invoice_id: str, who: Principal = Security(principal),
         created_at=feed.iso_utc(row.created_at), updated_at=feed.iso_utc(row.updated_at),
         reserved_at=deps.iso(row.reserved_at), issued_at=deps.iso(row.issued_at),
         next_attempt_at=deps.iso(row.next_attempt_at),
-        events=[EventOut(sequence_id=e.sequence_id, kind=e.kind, from_status=e.from_status,
-                         to_status=e.to_status, number=e.number, attempts=e.attempts,
-                         detail=e.detail, actor=e.actor, created_at=feed.iso_utc(e.created_at),
-                         document_sha256=e.document_sha256)
+        events=[EventOut(**{**e._mapping, "created_at": feed.iso_utc(e.created_at)})
                 for e in events])

@@ -19,7 +19,6 @@ Amounts: :mod:`gapless.documents.amounts` (one rounding rule); code lists:
 from gapless.documents.parties import Issuer, IssuerError, build_issuer, valid_tckn
 from gapless.documents.ubl_tr import (
     FORMAT,
-    MEDIA_TYPE,
     PLACEHOLDER_NS,
     VAT_RATES,
     check_ubl_inputs,
@@ -30,7 +29,6 @@ from gapless.documents.ubl_tr import (
 
 __all__ = [
     "FORMAT",
-    "MEDIA_TYPE",
     "PLACEHOLDER_NS",
     "VAT_RATES",
     "Issuer",

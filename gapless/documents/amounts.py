@@ -60,8 +60,7 @@ def totals(message: InvoiceMessage) -> Totals:
     lines = []
     taxable: dict[Decimal, Decimal] = {}
     for line in message.lines:
-        quantity, price, rate = (Decimal(line.quantity), Decimal(line.unit_price),
-                                 Decimal(line.vat_rate))
+        quantity, price, rate = line.quantity_value, line.unit_price_value, line.vat_rate_value
         net = money(quantity * price)
         lines.append(LineAmounts(quantity, price, rate, net, money(net * rate / HUNDRED)))
         taxable[rate] = taxable.get(rate, Decimal(0)) + net

@@ -31,7 +31,6 @@ from gapless.message import PROFILES, Customer, InvalidMessage, InvoiceMessage
 
 #: The rendering's version: bumped whenever the bytes for the same inputs change.
 FORMAT = "ubl-tr-2.1/1"
-MEDIA_TYPE = "application/xml"
 #: The namespace of the unsigned placeholder (see the module docstring).
 PLACEHOLDER_NS = "urn:gapless:ubl-tr:unsigned"
 

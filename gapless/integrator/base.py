@@ -90,20 +90,25 @@ class DuplicateOfAnother(IntegratorError):
 
     def __init__(self, number: str, holder_invoice_id: str,
                  holder_number: str | None = None) -> None:
-        if holder_number is None or holder_number == number:
-            what = f"number {number} is held by another invoice at the integrator"
-        else:
-            what = (f"the document's UUID was accepted under number {holder_number} at the "
-                    "integrator")
-        super().__init__(what)
         self.number = number
         self.holder_invoice_id = holder_invoice_id
         self.holder_number = holder_number or number
+        if self.uuid_elsewhere:
+            what = (f"the document's UUID was accepted under number {self.holder_number} at the "
+                    "integrator")
+        else:
+            what = f"number {number} is held by another invoice at the integrator"
+        super().__init__(what)
+
+    @property
+    def uuid_elsewhere(self) -> bool:
+        """The document's UUID was accepted under another number (not: the number is taken)."""
+        return self.holder_number != self.number
 
     @property
     def describe(self) -> str:
         """One line for the invoice's last_error (no tax ids, no payload)."""
-        if self.holder_number != self.number:
+        if self.uuid_elsewhere:
             return (f"the document's UUID was accepted under number {self.holder_number} "
                     f"(invoice {self.holder_invoice_id!r}) at the integrator, not {self.number}")
         return (f"number {self.number} is held by invoice {self.holder_invoice_id!r} "
