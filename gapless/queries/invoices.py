@@ -219,12 +219,13 @@ GET_INVOICE = text("""
       FROM invoices WHERE invoice_id = :invoice_id
 """)
 
-#: History of one invoice, oldest first (events without sequence_id are uncommitted elsewhere).
+#: History of one invoice, oldest first: in insertion order, which is also its feed order (events
+#: committed but not positioned yet have no sequence_id, and still come in their place).
 INVOICE_EVENTS = text("""
     SELECT sequence_id, kind, from_status, to_status, number, attempts, detail, actor, created_at,
            document_sha256
       FROM invoice_events WHERE invoice_pk = :pk
-     ORDER BY sequence_id
+     ORDER BY id
 """)
 
 #: The documents one invoice has sent, newest first (the one in force is named on the invoice).

@@ -16,8 +16,16 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gapless.errors import InvalidFeedRequest
-from gapless.feed import MAX_CURSOR, MAX_LIMIT, FeedEvent, events_after, parse_cursor, parse_limit
-from gapless.invoices import Draft, claim_for_sending, upsert_draft
+from gapless.feed import (
+    MAX_CURSOR,
+    MAX_LIMIT,
+    FeedEvent,
+    events_after,
+    parse_cursor,
+    parse_limit,
+    position_events,
+)
+from gapless.invoices import Draft, claim_for_sending, invoice_events, upsert_draft
 from gapless.numbering import add_series, build_series_spec
 from gapless.queries import feed as q_feed
 from gapless.queries import invoices as qi
@@ -351,3 +359,23 @@ def test_query_string_defaults_and_bounds() -> None:
         parse_limit("501")
     with pytest.raises(InvalidFeedRequest):
         parse_limit("0")
+
+
+async def test_an_invoice_history_is_in_order_before_and_after_its_events_are_positioned(
+        engine: AsyncEngine) -> None:
+    await define(engine)
+    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
+    claim = await claim_for_sending(engine, "inv-1", lease_s=60, lock_timeout_ms=5000)
+    assert claim.sending is not None
+    async with engine.connect() as conn:
+        waiting = await invoice_events(conn, claim.sending.pk)
+    async with engine.connect() as conn:
+        await position_events(conn)
+    async with engine.connect() as conn:
+        positioned = await invoice_events(conn, claim.sending.pk)
+    assert [(e.kind, e.sequence_id) for e in waiting] == [
+        ("received", None), ("reserved", None), ("sending", None)]
+    assert [e.kind for e in positioned] == ["received", "reserved", "sending"]
+    positions = [e.sequence_id for e in positioned]
+    assert None not in positions
+    assert positions == sorted(positions)
