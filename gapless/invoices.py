@@ -335,9 +335,13 @@ async def invoice_events(conn: AsyncConnection, pk: int) -> list[Any]:
     return list((await conn.execute(q.INVOICE_EVENTS, {"pk": pk})).all())
 
 
-async def invoice_documents(conn: AsyncConnection, pk: int) -> list[Any]:
-    """Every document the invoice has sent, newest first."""
-    return list((await conn.execute(q.INVOICE_DOCUMENTS, {"pk": pk})).all())
+async def invoice_as_sent(db: DatabaseLike, invoice_id: str) -> Sending | None:
+    """The invoice as its next send would see it, with the document in force if it sent one;
+    None when it has no number yet. Raises InvoiceNotFound."""
+    row = await as_database(db).one(q.INVOICE_AS_SENT, {"invoice_id": invoice_id})
+    if row is None:
+        raise InvoiceNotFound(invoice_id)
+    return None if row.number is None else _sending(row)
 
 
 async def _operator_update(db: DatabaseLike, statement: str, params: dict[str, Any],

@@ -69,30 +69,25 @@ async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | N
     will send (rendered now, said on stderr). Exit 1 when the invoice has no number yet."""
     from gapless.catalog import Catalog
     from gapless.db import as_database
-    from gapless.invoices import Sending, get_invoice, invoice_documents
+    from gapless.invoices import invoice_as_sent
     from gapless.render import Renderer, RenderError
 
     engine = _engine(settings)
     try:
-        async with engine.connect() as conn:
-            row = await get_invoice(conn, invoice_id)
-            documents = {d.sha256: d for d in await invoice_documents(conn, row.id)}
-        if row.number is None:
+        db = as_database(engine)
+        sending = await invoice_as_sent(db, invoice_id)
+        if sending is None:
             typer.echo(f"invoice {invoice_id!r} has no number yet, so no document", err=True)
             raise typer.Exit(1)
-        stored = documents.get(row.document_sha256)
-        if stored is not None:
-            return bytes(stored.body), None
-        sending = Sending(row.id, row.invoice_id, row.tenant, row.series, row.number,
-                          row.reserved_no, row.payload, row.attempts, str(row.uuid),
-                          row.reserved_at, row.profile_version)
         try:
-            rendered = await Renderer(Catalog(as_database(engine))).document(sending)
+            document = await Renderer(Catalog(db)).document(sending)
         except RenderError as exc:
             typer.echo(f"invoice {invoice_id!r}: {exc}", err=True)
             raise typer.Exit(1) from None
-        return rendered.body, (f"invoice {invoice_id!r} has sent no document yet; this is the "
-                               f"one its next send sends (sha256 {rendered.sha256})")
+        if document.stored:
+            return document.body, None
+        return document.body, (f"invoice {invoice_id!r} has sent no document yet; this is the "
+                               f"one its next send sends (sha256 {document.sha256})")
     finally:
         await engine.dispose()
 

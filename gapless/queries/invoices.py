@@ -228,9 +228,10 @@ INVOICE_EVENTS = text("""
      ORDER BY id
 """)
 
-#: The documents one invoice has sent, newest first (the one in force is named on the invoice).
-INVOICE_DOCUMENTS = text("""
-    SELECT sha256, media_type, format, body, created_at
-      FROM invoice_documents WHERE invoice_pk = :pk
-     ORDER BY created_at DESC, sha256
-""")
+#: One invoice as a send would see it, with its document in force (no lock: a read).
+INVOICE_AS_SENT = f"""
+    SELECT {_SENDING_COLUMNS}
+      FROM invoices i
+      LEFT JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256
+     WHERE i.invoice_id = %(invoice_id)s
+"""  # noqa: S608 - constant column list, values are bound

@@ -18,12 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import HEADER_DEAD_REASON
 from gapless.documents import build_issuer
+from gapless.invoices import Draft, claim_for_sending, upsert_draft
 from gapless.numbering import add_series, build_series_spec
 from gapless.render import canonical_json
 from gapless.samples import sample_messages, tckn
 from gapless.settings import Settings
 from gapless.tenants import set_profile
-from tests.helpers import await_until, today
+from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, field
 from tests.worker_support import all_in, counter, drain_dead, publish, rows, running_worker
@@ -271,3 +272,38 @@ async def test_the_issue_date_window_is_configurable(
                           message="the 8-day-old invoice ISSUED")
     body = bytes((await documents(engine))["old-but-allowed"].body)
     assert field(body, "cbc:IssueDate") == datetime.now(IST).date().isoformat()  # the seal's day
+
+
+@pytest.mark.usefixtures("profiled")
+async def test_invoice_show_document_prints_the_bytes_sent_or_what_the_next_send_sends(
+        engine: AsyncEngine, worker_settings: Settings, gapless_env: dict[str, str],
+        mock_integrator: MockIntegratorClient) -> None:
+    async with running_worker(worker_settings, concurrency=2):
+        await publish(worker_settings, ubl_message("sent-1"))
+        await await_until(lambda: all_in(engine, {"sent-1"}, "ISSUED"), 30,
+                          message="sent-1 ISSUED")
+    number = (await rows(engine))["sent-1"].number
+    shown = run_gapless(["invoice", "show", "sent-1", "--document"], gapless_env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.encode() == accepted(mock_integrator, "acme", number) + b"\n"
+    assert shown.stderr == ""
+
+    # Sealed under the profile, nothing sent yet: the document its next send will send.
+    await upsert_draft(engine, Draft("sealed-1", "acme", "ABC", 4, ubl_message("sealed-1")))
+    claim = await claim_for_sending(engine, "sealed-1", lease_s=300, lock_timeout_ms=5000)
+    assert claim.sending is not None
+    shown = run_gapless(["invoice", "show", "sealed-1", "--document"], gapless_env)
+    assert shown.returncode == 0, shown.stderr
+    body = shown.stdout.encode().rstrip(b"\n")
+    assert_valid(body)
+    assert (field(body, "cbc:ID"), field(body, "cbc:UUID")) == (
+        claim.sending.number, claim.sending.uuid)
+    assert f"sha256 {hashlib.sha256(body).hexdigest()}" in shown.stderr
+    assert "has sent no document yet" in shown.stderr
+
+    # A draft without a number has no document.
+    await upsert_draft(engine, Draft("draft-1", "acme", "ABC", 4, ubl_message("draft-1")))
+    shown = run_gapless(["invoice", "show", "draft-1", "--document"], gapless_env)
+    assert shown.returncode == 1
+    assert shown.stdout == ""
+    assert "has no number yet" in shown.stderr
