@@ -34,6 +34,9 @@ from gapless.errors import ClusterMismatchError, NotMigratedError
 from gapless.queries import config as q
 
 LOCK_NOT_AVAILABLE = "55P03"
+#: Seconds to wait for a PostgreSQL connection to be made (every engine, pool and one-off
+#: connection of gapless), so an unreachable server is an error, not a hang.
+CONNECT_TIMEOUT_S = 10
 
 
 def sqlalchemy_url(database_url: str, *, driver: str = "psycopg") -> URL:
@@ -61,7 +64,7 @@ def make_engine(database_url: str, *, actor: str = "sql", application_name: str 
         pool_pre_ping=pre_ping,
         connect_args={
             "application_name": application_name or f"gapless-{actor}",
-            "connect_timeout": 10,
+            "connect_timeout": CONNECT_TIMEOUT_S,
             "options": f"-c gapless.actor={actor}",
         },
         **kwargs,
@@ -115,7 +118,7 @@ class Database:
         password or a missing database fail here (``psycopg.OperationalError``); the pool fills
         in the background, and a statement waits up to ``timeout_s`` for a connection."""
         conninfo = driver_conninfo(database_url)
-        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10,
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S,
                   "application_name": application_name or f"gapless-{actor}",
                   "options": f"-c gapless.actor={actor}"}
         probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs)

@@ -192,12 +192,12 @@ def drop_database(database_url: str) -> None:
     import psycopg
     from psycopg import sql
 
-    url = make_url(database_url)
-    admin = url.set(drivername="postgresql", database="postgres").render_as_string(
-        hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
+    from gapless.db import CONNECT_TIMEOUT_S, driver_conninfo
+
+    with psycopg.connect(driver_conninfo(database_url, dbname="postgres"), autocommit=True,
+                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(str(url.database))))
+            sql.Identifier(str(make_url(database_url).database))))
 
 
 async def prepare_database(settings: Settings, config: DemoConfig) -> str:

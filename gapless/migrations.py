@@ -17,13 +17,11 @@ from alembic.script import ScriptDirectory
 from psycopg import sql
 from sqlalchemy import Connection, create_engine, make_url, pool, text
 
-from gapless.db import driver_conninfo, sqlalchemy_url
+from gapless.db import CONNECT_TIMEOUT_S, driver_conninfo, sqlalchemy_url
 from gapless.errors import ClusterMismatchError, ConfigurationError
 
 # Any constant works; it only has to be the same for every `gapless migrate`.
 MIGRATE_LOCK_KEY = 0x6761706C657373  # "gapless"
-#: Seconds to wait for PostgreSQL to accept a connection (as every gapless engine does).
-CONNECT_TIMEOUT_S = 10
 
 
 #: Where an installed distribution carries ``schema/`` (mapped in pyproject.toml).

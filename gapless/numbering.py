@@ -63,13 +63,19 @@ class SeriesSpec:
     format: str
 
 
+def check_tenant(tenant: str) -> str:
+    """A tenant name as it may be stored; raises SeriesError with a message fit for a person."""
+    if not TENANT_RE.fullmatch(tenant):
+        raise SeriesError(f"invalid tenant {tenant!r}: use 1-64 letters, digits, '.', '_' or '-', "
+                          "starting with a letter or digit")
+    return tenant
+
+
 def build_series_spec(tenant: str, code: str, *, prefix: str | None = None,
                       reset: str = "yearly", tz: str = "Europe/Istanbul",
                       width: int | None = None, fmt: str | None = None) -> SeriesSpec:
     """Validate a series definition; raises SeriesError with a message fit for a person."""
-    if not TENANT_RE.fullmatch(tenant):
-        raise SeriesError(f"invalid tenant {tenant!r}: use 1-64 letters, digits, '.', '_' or '-', "
-                          "starting with a letter or digit")
+    check_tenant(tenant)
     if not CODE_RE.fullmatch(code):
         raise SeriesError(f"invalid series code {code!r}: use 1-32 letters, digits, '_' or '-', "
                           "starting with a letter or digit")

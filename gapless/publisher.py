@@ -75,6 +75,9 @@ class PublishUnconfirmed(GaplessError):
     Publishing it again is safe — the same ``invoice_id`` maps onto the same invoice.
     """
 
+#: What to check when RabbitMQ cannot be reached (every "broker away" message says it).
+BROKER_HINT = "is RabbitMQ running? check GAPLESS_AMQP_URL"
+
 
 class BrokerUnavailable(GaplessError):
     """RabbitMQ cannot be reached at GAPLESS_AMQP_URL; start it or fix the URL.
@@ -84,7 +87,7 @@ class BrokerUnavailable(GaplessError):
     """
 
     def __init__(self, message: str, *, url: str = "", reason: str = "",
-                 hint: str = "is RabbitMQ running? check GAPLESS_AMQP_URL") -> None:
+                 hint: str = BROKER_HINT) -> None:
         super().__init__(message)
         self.url = url
         self.reason = reason
@@ -131,10 +134,10 @@ def broker_failure(exc: BaseException) -> tuple[str, str]:
     if code is None and exc.args and isinstance(exc.args[0], int):
         code = exc.args[0]
     if isinstance(code, int) and code in errno.errorcode:
-        return os.strerror(code).lower(), "is RabbitMQ running? check GAPLESS_AMQP_URL"
+        return os.strerror(code).lower(), BROKER_HINT
     text = str(exc).strip().splitlines()
     reason = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    return reason, "is RabbitMQ running? check GAPLESS_AMQP_URL"
+    return reason, BROKER_HINT
 
 
 def broker_unavailable(amqp_url: str, exc: BaseException) -> BrokerUnavailable:

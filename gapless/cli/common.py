@@ -162,7 +162,7 @@ def _causes(exc: BaseException, *, every_context: bool = False) -> Iterator[Base
         link = link.__cause__ or (None if hidden else link.__context__)
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[0].strip() if lines else ""
 
@@ -186,7 +186,7 @@ def _postgres(link: BaseException, settings: Settings | None) -> ServiceFailure 
     from gapless.publisher import redact_url
 
     url = redact_url(settings.database_url) if settings else "GAPLESS_DATABASE_URL"
-    detail = _first_line(str(error)) or type(error).__name__
+    detail = first_line(str(error)) or type(error).__name__
     detail = re.sub(r"^connection failed:\s*", "", detail)
     at_server = re.search(r"connection to server (?:at|on socket) .*? failed:\s*(.*)$", detail)
     if at_server:
@@ -215,7 +215,12 @@ def _rabbitmq(link: BaseException, settings: Settings | None) -> ServiceFailure 
         return None
     import aiormq
 
-    from gapless.publisher import BrokerUnavailable, broker_unavailable, redact_url
+    from gapless.publisher import (
+        BROKER_HINT,
+        BrokerUnavailable,
+        broker_unavailable,
+        redact_url,
+    )
 
     if isinstance(link, BrokerUnavailable):
         unavailable = link
@@ -224,9 +229,9 @@ def _rabbitmq(link: BaseException, settings: Settings | None) -> ServiceFailure 
     elif module.startswith(("aiormq", "aio_pika")) and isinstance(
             link, ConnectionError | RuntimeError) and "closed" in str(link).lower():
         url = redact_url(settings.amqp_url) if settings else "GAPLESS_AMQP_URL"
-        reason = _first_line(str(link)) or type(link).__name__
+        reason = first_line(str(link)) or type(link).__name__
         return ServiceFailure("RabbitMQ", url, f"lost the connection to RabbitMQ at {url} "
-                              f"({reason})", reason, "is RabbitMQ running? check GAPLESS_AMQP_URL")
+                              f"({reason})", reason, BROKER_HINT)
     else:
         return None
     return ServiceFailure("RabbitMQ", unavailable.url, str(unavailable), unavailable.reason,
@@ -253,7 +258,7 @@ def _integrator(link: BaseException, chain: list[BaseException],
     transport = next((e for e in below if isinstance(
         e, httpx.TransportError | aiohttp.ClientError | TimeoutError)), None)
     if transport is None:  # the adapter's own words (an HTTP 5xx, the breaker open)
-        reason = _first_line(str(link)) or type(link).__name__
+        reason = first_line(str(link)) or type(link).__name__
         return ServiceFailure("integrator", url,
                               f"the integrator at {url} is not answering ({reason})", reason,
                               INTEGRATOR_HINT)
@@ -266,7 +271,7 @@ def _integrator(link: BaseException, chain: list[BaseException],
 
         reason = os.strerror(code).lower()
     else:
-        reason = f"{type(transport).__name__}: {_first_line(str(transport))}".rstrip(": ")
+        reason = f"{type(transport).__name__}: {first_line(str(transport))}".rstrip(": ")
     return ServiceFailure("integrator", url, f"cannot reach the integrator at {url} ({reason})",
                           reason, INTEGRATOR_HINT)
 

@@ -73,8 +73,7 @@ def _reach_services(settings: Settings) -> None:
     outage is the CLI's one line (exit 1) and not a half-started demo."""
     import psycopg
 
-    from gapless.db import driver_conninfo
-    from gapless.migrations import CONNECT_TIMEOUT_S
+    from gapless.db import CONNECT_TIMEOUT_S, driver_conninfo
     from gapless.publisher import connect_once
 
     # The server's maintenance database: the demo database itself is about to be re-created.

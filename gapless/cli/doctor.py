@@ -34,6 +34,7 @@ from gapless.cli.common import (
     DatabaseUrlOption,
     IntegratorUrlOption,
     describe_unreachable,
+    first_line,
     installed_version,
     probe_integrator,
     run,
@@ -43,7 +44,6 @@ from gapless.settings import Settings
 
 OK, FAIL, SKIP = "ok", "fail", "skip"
 DEFAULT_TIMEOUT_S = 5.0
-BROKER_HINT = "is RabbitMQ running? check GAPLESS_AMQP_URL"
 
 
 @dataclass(frozen=True)
@@ -79,24 +79,22 @@ async def bounded(name: str, timeout_s: float, hint: str,
         failure = describe_unreachable(exc)
         if failure is not None:
             return Check(name, FAIL, failure.summary, failure.hint)
-        first = str(exc).strip().splitlines()
-        return Check(name, FAIL, f"{type(exc).__name__}: {first[0]}" if first
+        first = first_line(str(exc))
+        return Check(name, FAIL, f"{type(exc).__name__}: {first}" if first
                      else type(exc).__name__, hint)
 
 
 async def check_postgres(settings: Settings, facts: list[DatabaseFacts]) -> Check:
-    from alembic.runtime.migration import MigrationContext
-
     from gapless.db import make_engine, stored_cluster_id
     from gapless.errors import NotMigratedError
+    from gapless.migrations import current_revision
     from gapless.publisher import redact_url
 
     engine = make_engine(settings.database_url, actor="operator", pool_size=1, pre_ping=False)
     try:
         async with engine.connect() as conn:
             version = (await conn.exec_driver_sql("SHOW server_version")).scalar_one()
-            revision = await conn.run_sync(
-                lambda sync: MigrationContext.configure(sync).get_current_revision())
+            revision = await conn.run_sync(current_revision)
             cluster_id: int | None = None
             if revision is not None:
                 try:
@@ -181,6 +179,8 @@ def check_cluster(settings: Settings, facts: DatabaseFacts | None) -> Check:
 
 async def diagnose(settings: Settings, *, timeout_s: float) -> list[Check]:
     """Every check, the three services at once; schema and cluster from what postgres read."""
+    from gapless.publisher import BROKER_HINT
+
     facts: list[DatabaseFacts] = []
     postgres, rabbitmq, integrator = await asyncio.gather(
         bounded("postgres", timeout_s, DATABASE_HINT, lambda: check_postgres(settings, facts)),

@@ -130,16 +130,16 @@ async def read_database(engine: Any, *, tenant: str | None, series: str | None
     from gapless.invoices import ALARM_PREFIX
     from gapless.queries import feed as qf
     from gapless.queries import status as q
-    from gapless.queries import tenants as qt
+    from gapless.tenants import profiles_in_force
 
     async with engine.connect() as conn:
         rows = (await conn.execute(q.SERIES_STATUS, {
             "tenant": tenant, "series": series, "alarm_pattern": ALARM_PREFIX + "%"})).all()
-        profiles = (await conn.exec_driver_sql(qt.PROFILES_IN_FORCE, {"tenant": tenant})).all()
         backlog = (await conn.execute(qf.BACKLOG)).one()
+    profiles = await profiles_in_force(engine, tenant)
     return (_series_rows(rows),
-            [ProfileStatus(tenant=p.tenant, version=p.version, name=p.name,
-                           tax_office=p.tax_office, city=p.city) for p in profiles],
+            [ProfileStatus(tenant=p.tenant, version=p.version, name=p.issuer.name,
+                           tax_office=p.issuer.tax_office, city=p.issuer.city) for p in profiles],
             FeedStatus(waiting=backlog.waiting, top=backlog.top, holder_pid=backlog.holder_pid,
                        holder_s=backlog.holder_s, holder_state=backlog.holder_state))
 

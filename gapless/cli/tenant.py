@@ -39,16 +39,15 @@ def tenant_set(
 ) -> None:
     """Set the tenant's issuer profile: its documents become UBL-TR 2.1."""
     from gapless.documents import IssuerError, build_issuer
-    from gapless.numbering import TENANT_RE
+    from gapless.errors import SeriesError
+    from gapless.numbering import check_tenant
 
-    if not TENANT_RE.fullmatch(tenant):
-        raise typer.BadParameter(f"invalid tenant {tenant!r}: use 1-64 letters, digits, '.', "
-                                 "'_' or '-', starting with a letter or digit")
     try:
+        check_tenant(tenant)
         issuer = build_issuer(tax_id=tax_id, name=name, tax_office=tax_office, street=street,
                               district=district, city=city, country=country,
                               postal_zone=postal_zone, email=email)
-    except IssuerError as exc:
+    except (SeriesError, IssuerError) as exc:
         raise typer.BadParameter(str(exc)) from None
     settings = settings_from(database_url=database_url)
     version, problems = run(_set(settings, tenant, issuer))
@@ -74,9 +73,8 @@ async def _set(settings: Settings, tenant: str, issuer: Any) -> tuple[int | None
         version = await set_profile(engine, tenant, issuer)
         async with engine.connect() as conn:
             rows = (await conn.execute(nq.LIST_SERIES, {"tenant": tenant, "code": None})).all()
-        specs = {row.code: series_spec(row) for row in rows}
-        problems = [problem for spec in specs.values()
-                    if (problem := gib_layout_problem(spec)) is not None]
+        problems = [problem for row in rows
+                    if (problem := gib_layout_problem(series_spec(row))) is not None]
         return version, problems
     finally:
         await engine.dispose()

@@ -34,11 +34,10 @@ def worker(
     settings = settings_from(database_url=database_url, amqp_url=amqp_url, queue=queue,
                              integrator_url=integrator_url, cluster_id=cluster_id)
     from worker.consumer import Worker
-    from worker.hooks import load_hooks
 
-    hooks = load_hooks()  # GAPLESS_WORKER_HOOKS (tests): a bad setting stops us here, exit 1
+    # The Worker loads GAPLESS_WORKER_HOOKS (tests) as it is made: a bad setting stops us here.
     run(Worker(settings, concurrency=concurrency, shutdown_timeout=shutdown_timeout,
-               metrics_port=metrics_port, hooks=hooks).run())
+               metrics_port=metrics_port).run())
 
 
 def register(app: typer.Typer) -> None:
