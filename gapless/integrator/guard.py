@@ -45,6 +45,7 @@ from pybreaker import (
 )
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception,
     stop_after_attempt,
     stop_before_delay,
@@ -143,9 +144,15 @@ class GuardedIntegrator:
         )
         self._fail_max = settings.breaker_fail_max
         self._reset_timeout = timedelta(seconds=settings.breaker_reset_timeout_s)
-        self._attempts = settings.retry_attempts
-        self._retry_max_s = settings.retry_max_s
-        self._retry_wait_s = settings.retry_wait_s
+        #: The retry policy (its stop and wait; ``_retrying`` runs the loop).
+        self._policy = AsyncRetrying(
+            retry=retry_if_exception(_retryable),
+            stop=stop_after_attempt(settings.retry_attempts)
+            | stop_before_delay(settings.retry_max_s),
+            wait=wait_random_exponential(multiplier=settings.retry_wait_s,
+                                         max=settings.retry_max_s),
+            reraise=True,
+        )
         self._epoch = 0  # bumped on every state change; outcomes of older calls are ignored
         self._trial_in_flight = False
         BREAKER_STATE.labels(name).set(STATE_CODES[STATE_CLOSED])
@@ -275,14 +282,26 @@ class GuardedIntegrator:
 
     async def _retrying(self, operation: str, call: Callable[[], Awaitable[T]],
                         **context: Any) -> T:
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(_retryable),
-            stop=stop_after_attempt(self._attempts) | stop_before_delay(self._retry_max_s),
-            wait=wait_random_exponential(multiplier=self._retry_wait_s, max=self._retry_max_s),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                return await self._attempt(operation, call, context,
-                                           attempt.retry_state.attempt_number)
-        raise AssertionError("tenacity ended without an outcome")  # pragma: no cover
+        """Attempts until one ends without a retryable error or the policy says stop.
+
+        The policy is tenacity's (``self._policy``: which errors, stop, wait), evaluated on its
+        ``RetryCallState`` in tenacity's order: the wait is drawn, then the stop is asked, then
+        the sleep. The loop is written out so that the common case, a first attempt that
+        answers, costs one state object rather than a pass through tenacity's iteration
+        machinery on every call (the worker's hot path).
+        """
+        policy = self._policy
+        state = RetryCallState(policy, None, (), {})
+        while True:
+            try:
+                return await self._attempt(operation, call, context, state.attempt_number)
+            except Exception as exc:
+                state.set_exception((type(exc), exc, exc.__traceback__))
+                if not policy.retry(state):
+                    raise
+                state.upcoming_sleep = policy.wait(state)
+                if policy.stop(state):
+                    raise
+            await asyncio.sleep(state.upcoming_sleep)
+            state.idle_for += state.upcoming_sleep
+            state.prepare_for_next_attempt()
