@@ -15,8 +15,9 @@ before the workers start, and is measured over a window after a warm-up.
   (1–5 lines, company and person customers with addresses; ``gapless.samples``): every invoice's
   UBL-TR 2.1 document is rendered, stored and sent.
 * **bare**    — a minimal consumer in this script (``--baseline-worker bare``): the same intake
-  statement, the same POST, the same ISSUED statement and the ack — and nothing else: no
-  validation, guard, retries, logs or metrics. What an asyncio loop costs for the same work.
+  statement, the same POST, the same ISSUED statement storing the same JSON document (canonical
+  JSON and its SHA-256), and the ack — and nothing else: no validation, guard, retries, logs or
+  metrics. What an asyncio loop costs for the same work.
 * **naive**   — the same minimal consumer holding intake, call and outcome in ONE transaction:
   the counter row stays locked across the integrator call, so every invoice of the series waits
   for the one call in flight.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -104,8 +106,10 @@ async def baseline_worker(design: str, concurrency: int) -> None:
     from psycopg_pool import AsyncConnectionPool
 
     from gapless.db import driver_conninfo
+    from gapless.integrator.base import MEDIA_JSON
     from gapless.publisher import declare_topology
     from gapless.queries import invoices as q
+    from gapless.render import JSON_FORMAT, canonical_json
 
     settings = Settings()
     # The naive design parks a connection per waiter; PostgreSQL allows only ~100 in all.
@@ -139,7 +143,12 @@ async def baseline_worker(design: str, concurrency: int) -> None:
                                 headers={"content-type": "application/json"}) as response:
             return str(json.loads(await response.read())["ref"])
 
-    issued = {"pk": None, "sha256": None, "media_type": None, "format": None, "body": None}
+    def issued(row: Any, ref: str, data: dict[str, Any]) -> dict[str, Any]:
+        """The ISSUED statement's parameters, storing the document that was sent, as gapless
+        does (the canonical JSON of the message, with its SHA-256)."""
+        body = canonical_json(data)
+        return {"pk": row.id, "ref": ref, "sha256": hashlib.sha256(body).hexdigest(),
+                "media_type": MEDIA_JSON, "format": JSON_FORMAT, "body": body}
 
     async def handle(message: aio_pika.abc.AbstractIncomingMessage) -> None:
         data = json.loads(message.body)
@@ -147,14 +156,13 @@ async def baseline_worker(design: str, concurrency: int) -> None:
             async with pool.connection() as conn, conn.transaction():
                 row = await intake(conn, data)
                 ref = await call(row, data)
-                await conn.execute(q.MARK_ISSUED, {**issued, "pk": row.id, "ref": ref})
+                await conn.execute(q.MARK_ISSUED, issued(row, ref, data))
         else:
             async with pool.connection() as conn:
                 row = await intake(conn, data)
             ref = await call(row, data)
             async with pool.connection() as conn:
-                await conn.execute(q.MARK_ISSUED, {**issued, "pk": row.id, "ref": ref},
-                                   prepare=True)
+                await conn.execute(q.MARK_ISSUED, issued(row, ref, data), prepare=True)
         await message.ack()
 
     tasks: set[asyncio.Task[None]] = set()
