@@ -2,7 +2,8 @@
 database and HTTP work, and against the naive design.
 
     .venv/bin/python bench/issue.py [--latency-ms 200] [--concurrency 8,32,64] [--processes 1,2]
-                                    [--warmup 3] [--window 8] [--backlog 2000] [--no-naive]
+                                    [--warmup 3] [--window 8] [--repeat 3] [--backlog 2000]
+                                    [--no-naive]
 
 Everything real: PostgreSQL, RabbitMQ, ``gapless mock-integrator`` at a fixed latency, and the
 workers as separate processes. Each run gets a fresh database and queue, a backlog published
@@ -23,7 +24,9 @@ before the workers start, and is measured over a window after a warm-up.
   for the one call in flight.
 
 Ideal = concurrency × processes ÷ latency. CPU per invoice is the worker processes' own CPU time
-(from /proc) over the window divided by the invoices issued in it. Also measured: the worker's
+(from /proc) over the window divided by the invoices issued in it. Gapless, UBL-TR and bare run
+``--repeat`` times per cell, interleaved round by round; the table gives the medians and the
+range of CPU per invoice, which varies from run to run on a shared 2-core machine. Also measured: the worker's
 RSS at concurrency 64, and the latency of a user-priority message published behind a
 2,000-message batch backlog (against the same message published as batch).
 """
@@ -53,7 +56,7 @@ import aio_pika
 import httpx
 from sqlalchemy import text
 
-from bench.common import bench_database, machine, print_table
+from bench.common import bench_database, machine, median, print_table
 from gapless.constants import dead_exchange_name, dead_queue_name
 from gapless.db import make_engine
 from gapless.logging import configure_logging
@@ -376,6 +379,10 @@ def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
         return (last - first) / elapsed, rss, claim, cpu_ms
 
 
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f}–{max(values):.2f}"
+
+
 def user_latency_run(mock_url: str, backlog: int, priority: str) -> float:
     """Seconds from publishing one message behind ``backlog`` batch messages to its ISSUED."""
     with environment(f"prio{priority}", mock_url) as env:
@@ -420,6 +427,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--window", type=float, default=8.0)
     parser.add_argument("--backlog", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="Runs per design and cell (interleaved; the table gives medians).")
     parser.add_argument("--no-naive", action="store_true", help="Skip the naive design.")
     parser.add_argument("--baseline-worker", choices=("bare", "naive"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -436,26 +445,38 @@ def main() -> None:
             for concurrency in concurrencies:
                 ideal = concurrency * processes / latency_s
                 run = [processes, concurrency, latency_s, args.warmup, args.window]
-                gapless, rss, claim, cpu_ms = throughput_run("gapless", mock_url, *run)
-                ubl, _, _, ubl_cpu_ms = throughput_run("ubl", mock_url, *run)
-                bare, _, _, bare_cpu_ms = throughput_run("bare", mock_url, *run)
+                # Each design runs --repeat times, the designs interleaved round by round, so
+                # that a passing load hits them alike; the table gives medians.
+                runs: dict[str, list[tuple[float, float, float, float]]] = {
+                    "gapless": [], "ubl": [], "bare": []}
+                for _ in range(args.repeat):
+                    for design, results in runs.items():
+                        results.append(throughput_run(design, mock_url, *run))
+                gapless, rss, claim, cpu_ms = (median([r[i] for r in runs["gapless"]])
+                                               for i in range(4))
+                ubl, ubl_cpu_ms = (median([r[i] for r in runs["ubl"]]) for i in (0, 3))
+                bare, bare_cpu_ms = (median([r[i] for r in runs["bare"]]) for i in (0, 3))
+                cpu_range = spread([r[3] for r in runs["gapless"]])
+                bare_cpu_range = spread([r[3] for r in runs["bare"]])
                 naive = (float("nan") if args.no_naive
                          else throughput_run("naive", mock_url, *run)[0])
                 if concurrency == 64 and processes == 1:
                     rss_64 = rss
                 rows.append((processes, concurrency, f"{ideal:.0f}", f"{gapless:.1f}",
                              f"{gapless / ideal:.2f}", f"{bare:.1f}", f"{gapless / bare:.2f}",
-                             f"{cpu_ms:.2f}", f"{bare_cpu_ms:.2f}", f"{ubl:.1f}",
-                             f"{ubl_cpu_ms:.2f}", f"{naive:.1f}", f"{claim:.1f}"))
+                             f"{cpu_ms:.2f}", cpu_range, f"{bare_cpu_ms:.2f}", bare_cpu_range,
+                             f"{ubl:.1f}", f"{ubl_cpu_ms:.2f}", f"{naive:.1f}", f"{claim:.1f}"))
                 print(f"  {processes}x{concurrency}: gapless {gapless:.1f}/s, UBL-TR {ubl:.1f}/s, "
                       f"bare {bare:.1f}/s, naive {naive:.1f}/s", file=sys.stderr, flush=True)
         user = user_latency_run(mock_url, args.backlog, "user")
         batch = user_latency_run(mock_url, args.backlog, "batch")
     print(f"machine: {machine()}; mock latency {args.latency_ms:g} ms; warm-up {args.warmup:g} s, "
-          f"window {args.window:g} s\n")
+          f"window {args.window:g} s; gapless, UBL-TR and bare each run {args.repeat} times per "
+          f"cell, interleaved (medians; CPU range min–max)\n")
     print_table("Issued invoices per second (higher is better) and worker CPU per invoice",
                 ["processes", "in flight", "ideal/s", "gapless/s", "gapless÷ideal", "bare/s",
-                 "gapless÷bare", "gapless CPU ms/invoice", "bare CPU ms/invoice",
+                 "gapless÷bare", "gapless CPU ms/invoice", "gapless CPU range",
+                 "bare CPU ms/invoice", "bare CPU range",
                  "UBL-TR/s", "UBL-TR CPU ms/invoice", "naive/s", "gapless intake ms"], rows)
     print_table("Worker memory and priority",
                 ["measure", "value"],
