@@ -26,9 +26,9 @@ before the workers start, and is measured over a window after a warm-up.
 Ideal = concurrency × processes ÷ latency. CPU per invoice is the worker processes' own CPU time
 (from /proc) over the window divided by the invoices issued in it. Gapless, UBL-TR and bare run
 ``--repeat`` times per cell, interleaved round by round; the table gives the medians and the
-range of CPU per invoice, which varies from run to run on a shared 2-core machine. Also measured: the worker's
-RSS at concurrency 64, and the latency of a user-priority message published behind a
-2,000-message batch backlog (against the same message published as batch).
+range of CPU per invoice, which varies from run to run on a shared 2-core machine. Also
+measured: the worker's RSS at concurrency 64, and the latency of a user-priority message
+published behind a 2,000-message batch backlog (against the same message published as batch).
 """
 
 from __future__ import annotations
