@@ -68,7 +68,8 @@ VARIANT_DDL = {
     "on": [],
     "events": [],  # as migrated, but no feed client: events are written, never positioned
     "lock": [],    # downgraded to schema version 0004 instead (see prepare)
-    "off": ["ALTER TABLE invoices DISABLE TRIGGER invoices_history"],
+    "off": ["ALTER TABLE invoices DISABLE TRIGGER invoices_history",
+            "ALTER TABLE invoices DISABLE TRIGGER invoices_history_update"],
 }
 #: The schema version of the previous design (positions given at commit, under a lock).
 LOCK_REVISION = "0004"

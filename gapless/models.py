@@ -75,7 +75,7 @@ number_counters = Table(
 invoices = Table(
     "invoices", metadata,
     Column("id", BigInteger, primary_key=True,
-           server_default=text("gapless_next_id('invoices_local_seq'::regclass)")),
+           server_default=text("nextval('invoices_local_seq'::regclass)")),
     *_required(Text, "invoice_id", "tenant", "series"),
     Column("status", Text, nullable=False, server_default=text("'RECEIVED'")),
     Column("priority", SmallInteger, nullable=False, server_default=text("1")),
@@ -110,7 +110,7 @@ invoices = Table(
 invoice_events = Table(
     "invoice_events", metadata,
     Column("id", BigInteger, primary_key=True,
-           server_default=text("gapless_next_id('invoice_events_local_seq'::regclass)")),
+           server_default=text("nextval('invoice_events_local_seq'::regclass)")),
     Column("sequence_id", BigInteger),
     Column("invoice_pk", BigInteger, nullable=False),
     *_required(Text, "invoice_id", "tenant", "series", "kind"),
@@ -171,5 +171,5 @@ EXPECTED_FUNCTIONS = frozenset({
     "preview_number", "reserve_number", "gapless_feed_assign", "gapless_event_immutable",
     "gapless_invoice_guard", "gapless_invoice_history", "claim_invoice",
     "gapless_seal", "gapless_profile_version", "gapless_take", "gapless_claim_row",
-    "intake_invoice", "gapless_append_only", "gapless_durable_commit",
+    "intake_invoice", "gapless_append_only", "gapless_durable_commit", "gapless_rebase_ids",
 })

@@ -14,7 +14,7 @@ from sqlalchemy import make_url
 from gapless.db import check_cluster, make_engine
 from gapless.errors import ClusterMismatchError, NotMigratedError
 from gapless.ids import decode_id
-from gapless.migrations import migrate
+from gapless.migrations import downgrade, migrate
 from tests.conftest import RUN_ID, create_database, database_url, drop_database
 from tests.helpers import run_gapless
 
@@ -133,3 +133,26 @@ def test_migrate_refuses_a_bad_or_different_cluster_id(regional: dict[int, str])
     other = run_gapless(["migrate"], {**env, "GAPLESS_CLUSTER_ID": "7"})
     assert other.returncode == 1
     assert "belongs to cluster 1" in other.stderr
+
+
+def test_ids_continue_across_the_upgrade_to_plain_nextval(regional: dict[int, str]) -> None:
+    """Schema 0006 moves the cluster id into the id sequences: a database that made ids through
+    gapless_next_id() under 0005 goes on with the same cluster and the next local part, and
+    gapless_next_id() keeps giving such ids to SQL callers."""
+    url = regional[1]
+    downgrade(url, "0005")
+    before = fill(url, "EU1", 3)
+    migrate(url, 1)
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        for i in range(3, 5):
+            conn.execute("INSERT INTO invoices (invoice_id, tenant, series) "
+                         "VALUES (%s, 'acme', 'EU1')", (f"EU1-{i}",))
+        after = [row[0] for row in conn.execute("SELECT id FROM invoices ORDER BY id")]
+        called = conn.execute("SELECT gapless_next_id('invoices_local_seq')").fetchone()
+        events = [row[0] for row in conn.execute("SELECT id FROM invoice_events ORDER BY id")]
+    assert after[:3] == before
+    assert [decode_id(i) for i in after] == [(1, n) for n in range(1, 6)]
+    assert called is not None
+    assert decode_id(called[0]) == (1, 6)
+    assert {decode_id(i).cluster_id for i in events} == {1}
+    assert [decode_id(i).local for i in events] == list(range(1, len(events) + 1))

@@ -379,3 +379,63 @@ async def test_an_invoice_history_is_in_order_before_and_after_its_events_are_po
     positions = [e.sequence_id for e in positioned]
     assert None not in positions
     assert positions == sorted(positions)
+
+
+async def test_an_update_that_fails_after_its_history_trigger_leaves_no_event(
+        engine: AsyncEngine) -> None:
+    """An update's event is written before the row (schema 0006, BEFORE UPDATE); a constraint
+    that refuses the row afterwards takes the event with it."""
+    await define(engine)
+    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
+    with pytest.raises(DBAPIError, match="payload"):
+        async with engine.begin() as conn:
+            await conn.execute(text("UPDATE invoices SET status = 'CANCELLED', payload = NULL "
+                                    "WHERE invoice_id = 'inv-1'"))
+    async with engine.connect() as conn:
+        pk = (await conn.execute(text("SELECT id FROM invoices WHERE invoice_id = 'inv-1'"))
+              ).scalar_one()
+        assert [e.kind for e in await invoice_events(conn, pk)] == ["received"]
+
+
+async def test_an_update_that_waited_for_a_row_records_the_state_it_found(
+        engine: AsyncEngine) -> None:
+    """READ COMMITTED: an update that waits for another transaction's row lock is rechecked
+    against the row that transaction committed. Its event starts from that state, and an
+    update whose condition no longer holds writes nothing."""
+    await define(engine)
+    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
+    await upsert_draft(engine, Draft("inv-2", "acme", "ABC", 4, {"lines": []}))
+    async with engine.connect() as holder, engine.connect() as erring, \
+            engine.connect() as cancelling:
+        await holder.begin()
+        for invoice_id in ("inv-1", "inv-2"):
+            await holder.execute(text("SELECT * FROM claim_invoice(:i, 60)"), {"i": invoice_id})
+        pids = []
+        for conn in (erring, cancelling):
+            await conn.begin()
+            pids.append((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+        error = asyncio.ensure_future(erring.execute(text(
+            "UPDATE invoices SET status = 'ERROR', last_error = 'timeout' "
+            "WHERE invoice_id = 'inv-1' AND status IN ('RECEIVED', 'SENDING')")))
+        cancel = asyncio.ensure_future(cancelling.execute(text(
+            "UPDATE invoices SET status = 'CANCELLED' "
+            "WHERE invoice_id = 'inv-2' AND status = 'RECEIVED'")))
+        for pid in pids:
+            await await_until(lambda pid=pid: backend_waits_for_lock(engine, pid), 10,
+                              message="the update waiting for the claimed row")
+        await holder.commit()
+        assert (await error).rowcount == 1
+        assert (await cancel).rowcount == 0
+        await erring.commit()
+        await cancelling.commit()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text(
+            "SELECT invoice_id, kind, from_status, to_status, attempts, detail "
+            "FROM invoice_events ORDER BY id"))).all()
+    assert [tuple(r) for r in rows if r.invoice_id == "inv-1"] == [
+        ("inv-1", "received", None, "RECEIVED", 0, None),
+        ("inv-1", "reserved", "RECEIVED", "RECEIVED", 0, None),
+        ("inv-1", "sending", "RECEIVED", "SENDING", 1, None),
+        ("inv-1", "error", "SENDING", "ERROR", 1, "timeout")]
+    assert [r.kind for r in rows if r.invoice_id == "inv-2"] == [
+        "received", "reserved", "sending"]
