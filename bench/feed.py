@@ -8,7 +8,7 @@ reserve its number, take the SENDING lease, commit — two events per transactio
 databases built by the same migrations, in the same run, the variants interleaved in short
 slices so that background load hits every variant alike:
 
-* on     — the schema as migrated (version 0005): writers commit events without a position and
+* on     — the schema as migrated (version 0006): writers commit events without a position and
            without a lock; a feed client in its own process follows the feed all along (every
            50 ms when caught up), and its reads give the committed events their positions
            (`gapless_feed_assign()`), so the cost of positioning is in the figure;
@@ -17,7 +17,7 @@ slices so that background load hits every variant alike:
 * lock   — the previous design, the schema at version 0004: each event gets its sequence_id at
            commit under the commit lock (`invoice_events_commit_lock`, held until the commit is
            visible); the same kind of feed client follows it;
-* off    — the history trigger disabled (no events, no feed at all): the baseline.
+* off    — the history triggers disabled (no events, no feed at all): the baseline.
 
 Feed read throughput: events per second through ``GET /v1/events?limit=L`` following ``next``
 from cursor 0 to the end, against a ``gapless api`` subprocess over real HTTP on 127.0.0.1, next to
