@@ -171,13 +171,6 @@ async def add_series(conn: AsyncConnection, spec: SeriesSpec) -> bool:
                       f"{spec.tenant!r}; numbers of one tenant must never print alike")
 
 
-async def get_series(conn: AsyncConnection, tenant: str, code: str) -> SeriesSpec:
-    row = (await conn.exec_driver_sql(q.GET_SERIES, {"tenant": tenant, "code": code})).first()
-    if row is None:
-        raise UnknownSeriesError(tenant, code)
-    return series_spec(row)
-
-
 def series_spec(row: Any) -> SeriesSpec:
     """A SeriesSpec from a ``series`` row."""
     return SeriesSpec(row.tenant, row.code, row.prefix, ResetPeriod(row.reset), row.tz,

@@ -84,12 +84,6 @@ def _register() -> None:
 _register()
 
 
-def fail_usage(message: str) -> None:
-    """Print a one-line usage error and exit 2 (bad flag or argument)."""
-    print(f"gapless: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     command = typer.main.get_command(app)
