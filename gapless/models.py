@@ -168,8 +168,9 @@ invoice_documents = Table(
 #: SQL functions the code (and producers in other frameworks) call.
 EXPECTED_FUNCTIONS = frozenset({
     "gapless_next_id", "gapless_period_key", "gapless_render", "format_number", "next_number",
-    "preview_number", "reserve_number", "gapless_feed_assign", "gapless_event_immutable",
+    "preview_number", "reserve_number", "gapless_feed_assign",
     "gapless_invoice_guard", "gapless_invoice_history", "claim_invoice",
     "gapless_seal", "gapless_profile_version", "gapless_take", "gapless_claim_row",
     "intake_invoice", "gapless_append_only", "gapless_durable_commit", "gapless_rebase_ids",
+    "gapless_config_rebase_ids",
 })

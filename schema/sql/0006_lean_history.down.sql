@@ -3,9 +3,39 @@
 
 DROP TRIGGER IF EXISTS invoice_events_positioned_once ON invoice_events;
 DROP TRIGGER IF EXISTS invoice_events_append_only ON invoice_events;
+DROP TRIGGER IF EXISTS invoice_events_no_truncate ON invoice_events;
+CREATE FUNCTION gapless_event_immutable() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.sequence_id IS NULL AND NEW.sequence_id IS NOT NULL
+       AND current_setting('gapless.feed_assigning', true) = 'on'
+       AND (NEW.id, NEW.invoice_pk, NEW.invoice_id, NEW.tenant, NEW.series, NEW.kind,
+            NEW.from_status, NEW.to_status, NEW.number, NEW.attempts, NEW.detail, NEW.actor,
+            NEW.created_at, NEW.document_sha256)
+           IS NOT DISTINCT FROM
+           (OLD.id, OLD.invoice_pk, OLD.invoice_id, OLD.tenant, OLD.series, OLD.kind,
+            OLD.from_status, OLD.to_status, OLD.number, OLD.attempts, OLD.detail, OLD.actor,
+            OLD.created_at, OLD.document_sha256) THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+        MESSAGE = 'invoice_events is append-only';
+END $$;
+
 CREATE TRIGGER invoice_events_append_only
     BEFORE UPDATE OR DELETE ON invoice_events
     FOR EACH ROW EXECUTE FUNCTION gapless_event_immutable();
+
+CREATE FUNCTION gapless_event_no_truncate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+        MESSAGE = 'invoice_events is append-only';
+END $$;
+
+CREATE TRIGGER invoice_events_no_truncate
+    BEFORE TRUNCATE ON invoice_events
+    FOR EACH STATEMENT EXECUTE FUNCTION gapless_event_no_truncate();
 
 DROP TRIGGER IF EXISTS invoices_history_update ON invoices;
 DROP TRIGGER IF EXISTS invoices_history ON invoices;
@@ -73,19 +103,8 @@ CREATE TRIGGER invoices_history
 
 ALTER TABLE invoices ALTER COLUMN id SET DEFAULT gapless_next_id('invoices_local_seq');
 ALTER TABLE invoice_events ALTER COLUMN id SET DEFAULT gapless_next_id('invoice_events_local_seq');
+-- Cluster 0's range is the sequences of local parts that version 5 had.
+SELECT gapless_rebase_ids(0);
 DROP TRIGGER IF EXISTS gapless_config_rebase_ids ON gapless_config;
-DROP FUNCTION IF EXISTS gapless_rebase_ids();
-
-DO $$
-DECLARE
-    v_seq regclass;
-    v_last bigint;
-    v_called boolean;
-BEGIN
-    FOREACH v_seq IN ARRAY ARRAY['invoices_local_seq', 'invoice_events_local_seq']::regclass[] LOOP
-        EXECUTE 'SELECT last_value, is_called FROM ' || v_seq::text INTO v_last, v_called;
-        EXECUTE 'ALTER SEQUENCE ' || v_seq::text
-             || ' MINVALUE 1 MAXVALUE 281474976710655 START WITH 1 RESTART WITH '
-             || ((v_last & 281474976710655) + CASE WHEN v_called THEN 1 ELSE 0 END);
-    END LOOP;
-END $$;
+DROP FUNCTION IF EXISTS gapless_config_rebase_ids();
+DROP FUNCTION IF EXISTS gapless_rebase_ids(integer);

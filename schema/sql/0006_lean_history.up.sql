@@ -6,7 +6,8 @@
 --
 -- 1. Ids by plain nextval. The id sequences now hand out cluster-encoded values themselves: their
 --    range is (cluster_id << 48) + 1 .. (cluster_id << 48) + 2^48 - 1, set by gapless_rebase_ids()
---    whenever gapless_config's cluster id is written (gapless migrate inserts it). An insert no
+--    whenever gapless_config's cluster id is written (gapless migrate inserts it; rebasing on
+--    cluster 0 gives the sequences of local parts back, which is how version 5 is restored). An insert no
 --    longer calls a PL/pgSQL function that reads gapless_config. gapless_next_id() stays for SQL
 --    callers and gives the same value ((c << 48) | ((c << 48) | local) is (c << 48) | local).
 -- 2. The event of an update is written by a BEFORE UPDATE trigger, the last one to run (after
@@ -15,35 +16,45 @@
 --    before it fires), and an update that fails later takes its event with it (same statement).
 --    A new invoice's event stays AFTER INSERT: INSERT ... ON CONFLICT may end up inserting nothing.
 -- 3. The append-only guard is asked only when an update is not the one allowed change (the
---    position, given once, by gapless_feed_assign()): a WHEN clause, so positioning an event no
---    longer calls PL/pgSQL.
+--    position, given once, by gapless_feed_assign()): that test is the trigger's WHEN clause, so
+--    positioning an event no longer calls PL/pgSQL, and what the trigger calls only refuses. The
+--    history's guards (update, delete, truncate) are then the one every append-only table has,
+--    gapless_append_only() (version 4), in place of gapless_event_immutable() and
+--    gapless_event_no_truncate().
 --
 -- No statement here uses the percent sign: the file runs through the driver unparameterised.
 
 -- ---------------------------------------------------------------- 1. ids by plain nextval
-CREATE FUNCTION gapless_rebase_ids() RETURNS trigger
+-- gapless_rebase_ids: the id sequences hand out ids of cluster p_cluster from their next local
+-- part on (the ids already given keep theirs, whatever cluster made them).
+CREATE FUNCTION gapless_rebase_ids(p_cluster integer) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_seq regclass;
     v_last bigint;
     v_called boolean;
     v_next bigint;
-    v_base bigint := NEW.cluster_id::bigint << 48;
+    v_base bigint := p_cluster::bigint << 48;
 BEGIN
     FOREACH v_seq IN ARRAY ARRAY['invoices_local_seq', 'invoice_events_local_seq']::regclass[] LOOP
         EXECUTE 'SELECT last_value, is_called FROM ' || v_seq::text INTO v_last, v_called;
-        -- The next local part: the values already given keep theirs, whatever cluster made them.
         v_next := (v_last & 281474976710655) + CASE WHEN v_called THEN 1 ELSE 0 END;
         EXECUTE 'ALTER SEQUENCE ' || v_seq::text
              || ' MINVALUE ' || (v_base + 1) || ' MAXVALUE ' || (v_base + 281474976710655)
              || ' START WITH ' || (v_base + 1) || ' RESTART WITH ' || (v_base + v_next);
     END LOOP;
+END $$;
+
+CREATE FUNCTION gapless_config_rebase_ids() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM gapless_rebase_ids(NEW.cluster_id);
     RETURN NULL;
 END $$;
 
 CREATE TRIGGER gapless_config_rebase_ids
     AFTER INSERT OR UPDATE OF cluster_id ON gapless_config
-    FOR EACH ROW EXECUTE FUNCTION gapless_rebase_ids();
+    FOR EACH ROW EXECUTE FUNCTION gapless_config_rebase_ids();
 
 -- A database migrated before this version: rebase now (no row yet: gapless migrate inserts it).
 UPDATE gapless_config SET cluster_id = cluster_id;
@@ -121,10 +132,18 @@ CREATE TRIGGER invoices_history_update
 
 -- ---------------------------------------------------------------- 3. the append-only guard
 DROP TRIGGER invoice_events_append_only ON invoice_events;
+DROP FUNCTION gapless_event_immutable();
+DROP TRIGGER invoice_events_no_truncate ON invoice_events;
+DROP FUNCTION gapless_event_no_truncate();
 CREATE TRIGGER invoice_events_append_only
     BEFORE DELETE ON invoice_events
-    FOR EACH ROW EXECUTE FUNCTION gapless_event_immutable();
--- The same test as gapless_event_immutable() makes, so the function only ever refuses.
+    FOR EACH ROW EXECUTE FUNCTION gapless_append_only();
+CREATE TRIGGER invoice_events_no_truncate
+    BEFORE TRUNCATE ON invoice_events
+    FOR EACH STATEMENT EXECUTE FUNCTION gapless_append_only();
+-- Refuses every update but the position, given once, by gapless_feed_assign() (which sets
+-- gapless.feed_assigning for its own statement); the other columns are compared too, so nothing
+-- can ride along.
 CREATE TRIGGER invoice_events_positioned_once
     BEFORE UPDATE ON invoice_events
     FOR EACH ROW WHEN (NOT (
@@ -137,4 +156,4 @@ CREATE TRIGGER invoice_events_positioned_once
             (OLD.id, OLD.invoice_pk, OLD.invoice_id, OLD.tenant, OLD.series, OLD.kind,
              OLD.from_status, OLD.to_status, OLD.number, OLD.attempts, OLD.detail, OLD.actor,
              OLD.created_at, OLD.document_sha256)))
-    EXECUTE FUNCTION gapless_event_immutable();
+    EXECUTE FUNCTION gapless_append_only();
