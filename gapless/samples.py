@@ -4,15 +4,19 @@ Every sample is a valid contract message that also carries what a UBL-TR documen
 (customer tax office and address, a person's name for an 11-digit TCKN — with a valid checksum —,
 unit codes, current VAT rates), so the same samples work for a tenant with or without an issuer
 profile. Customers' tax ids never start with 0, so never the always-rejected ``0000000000`` unless
-asked (``reject_every``).
+asked (``reject_every``; those are plain sales, so the rejection reaches the integrator).
+
+The samples are a business's mix of documents (:data:`KIND_WEIGHTS`): sales (some lines
+discounted, some at 0 % VAT), returns of earlier invoices, services with VAT withholding, exempt
+and export-registered sales, special-base sales, exports and public-sector invoices.
 """
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -65,31 +69,135 @@ def _customer(rng: random.Random, tax_id: str | None) -> dict[str, Any]:
             "tax_office": district, "address": address}
 
 
+def _lines(rng: random.Random, **fields: Any) -> list[dict[str, Any]]:
+    lines = []
+    for _ in range(rng.randint(1, 5)):
+        description, unit_price, unit_code = rng.choice(_PRODUCTS)
+        quantity = (str(rng.randint(1, 20)) if unit_code == "C62"
+                    else f"{rng.randint(1, 40)}.{rng.randint(0, 9)}")
+        lines.append({"description": description, "quantity": quantity,
+                      "unit_price": unit_price, "vat_rate": rng.choice(_VAT_RATES),
+                      "unit_code": unit_code, **fields})
+    return lines
+
+
+Kind = Callable[[random.Random, dict[str, Any], date], None]
+
+
+def _sale(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    """A sale: now and then a discounted line, or a line at 0 % VAT (GİB's 351)."""
+    for line in message["lines"]:
+        if rng.random() < 0.3:
+            line["discount"] = f"{rng.randint(1, 5)}.{rng.randint(0, 99):02d}"
+            gross = float(line["quantity"]) * float(line["unit_price"])
+            if float(line["discount"]) > gross:
+                del line["discount"]
+        elif rng.random() < 0.1:
+            line["vat_rate"] = "0"
+
+
+def _return(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    """Goods sent back to the supplier: a return naming the supplier's invoices."""
+    message["type"] = "IADE"
+    message["billing_reference"] = [
+        {"number": f"SUP{today.year}{rng.randint(1, 999_999_999):09d}",
+         "issue_date": (today - timedelta(days=rng.randint(0, 30))).isoformat()}
+        for _ in range(rng.randint(1, 2))]
+
+
+def _withholding(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    """Services whose VAT the buyer partly withholds (cleaning, catering, freight…)."""
+    message["type"] = "TEVKIFAT"
+    code = rng.choice(("602", "604", "612", "614", "624", "625"))
+    for line in message["lines"]:
+        line.update(withholding_code=code, vat_rate="20", unit_code="C62")
+
+
+def _withholding_return(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    _withholding(rng, message, today)
+    _return(rng, message, today)
+    message["type"] = "TEVKIFATIADE"
+
+
+def _exempt(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    message["type"] = "ISTISNA"
+    message["lines"][0].update(vat_rate="0", vat_exemption_code=rng.choice(("301", "302",
+                                                                            "311", "350")))
+
+
+def _export_registered(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    """A sale to an exporter (ihraç kayıtlı): 701, or 702 with the customs facts per line."""
+    message["type"] = "IHRACKAYITLI"
+    code = rng.choice(("701", "702"))
+    for line in message["lines"]:
+        line.update(vat_rate="0", vat_exemption_code=code)
+        if code == "702":
+            line.update(gtip=f"{rng.randint(10**11, 10**12 - 1)}",
+                        dib_line_code=f"D{rng.randint(10**9, 10**10 - 1)}")
+
+
+def _special_base(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    message["type"] = "OZELMATRAH"
+    message["lines"][0].update(vat_rate="0", vat_exemption_code=rng.choice(("805", "806")))
+
+
+def _export(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    """An export: the foreign buyer, delivery terms, a customs tariff number per line."""
+    message.update(profile="IHRACAT", type="ISTISNA", currency=rng.choice(("EUR", "USD")),
+                   exchange_rate=f"{rng.randint(34, 44)}.{rng.randint(0, 9999):04d}")
+    abroad = rng.choice((("Mitte", "Berlin", "Almanya"), ("Westminster", "London", "Birleşik "
+                                                          "Krallık")))
+    address = {"district": abroad[0], "city": abroad[1], "country": abroad[2]}
+    message["customer"] = {"tax_id": "1460415308", "name": rng.choice(("Hansa Handel GmbH",
+                                                                        "Thames Imports Ltd")),
+                           "address": address}
+    message["export"] = {"incoterms": rng.choice(("FOB", "CIF", "EXW", "DAP")),
+                         "transport_mode": rng.choice(("1", "3", "4")),
+                         "delivery_address": address}
+    for line in message["lines"]:
+        line.update(vat_rate="0", vat_exemption_code="301",
+                    gtip=f"{rng.randint(10**11, 10**12 - 1)}")
+
+
+def _public_sector(rng: random.Random, message: dict[str, Any], today: date) -> None:
+    message["profile"] = "KAMU"
+    message["payment"] = {"iban": "TR330006100519786457841326"}
+
+
+#: The mix of document kinds a sample run publishes (relative weights).
+KIND_WEIGHTS: tuple[tuple[str, Kind, int], ...] = (
+    ("SATIS", _sale, 50), ("IADE", _return, 10), ("TEVKIFAT", _withholding, 12),
+    ("TEVKIFATIADE", _withholding_return, 3), ("ISTISNA", _exempt, 8),
+    ("IHRACKAYITLI", _export_registered, 5), ("OZELMATRAH", _special_base, 2),
+    ("IHRACAT", _export, 6), ("KAMU", _public_sector, 4))
+
+
 def sample_messages(count: int, *, tenant: str, series: str, priority: str,
                     reject_every: int | None = None, seed: int | None = None,
-                    run_id: str | None = None) -> Iterator[dict[str, Any]]:
+                    run_id: str | None = None, kinds: bool = True) -> Iterator[dict[str, Any]]:
     """``count`` valid, realistic messages with unique invoice ids ``demo-<run>-<n>``, dated
-    today (in the default series' time zone).
+    today (in the default series' time zone): the mix of :data:`KIND_WEIGHTS`, or only plain
+    sales when ``kinds`` is false.
 
-    Every ``reject_every``-th message carries the tax id the mock integrator always rejects.
+    Every ``reject_every``-th message is a plain sale to the tax id the mock integrator always
+    rejects.
     """
     rng = random.Random(seed)
     run_id = run_id or uuid.uuid4().hex[:8]
-    today = datetime.now(ZoneInfo(SAMPLE_TZ)).date().isoformat()
+    today = datetime.now(ZoneInfo(SAMPLE_TZ)).date()
+    builders = [kind for _, kind, _ in KIND_WEIGHTS]
+    weights = [weight for _, _, weight in KIND_WEIGHTS]
     for n in range(1, count + 1):
         rejected = bool(reject_every and n % reject_every == 0)
-        lines = []
-        for _ in range(rng.randint(1, 5)):
-            description, unit_price, unit_code = rng.choice(_PRODUCTS)
-            quantity = (str(rng.randint(1, 20)) if unit_code == "C62"
-                        else f"{rng.randint(1, 40)}.{rng.randint(0, 9)}")
-            lines.append({"description": description, "quantity": quantity,
-                          "unit_price": unit_price, "vat_rate": rng.choice(_VAT_RATES),
-                          "unit_code": unit_code})
-        yield {"invoice_id": f"demo-{run_id}-{n}", "tenant": tenant, "series": series,
-               "priority": priority, "issue_date": today, "currency": "TRY",
-               "customer": _customer(rng, REJECTED_TAX_ID if rejected else None),
-               "lines": lines}
+        message: dict[str, Any] = {
+            "invoice_id": f"demo-{run_id}-{n}", "tenant": tenant, "series": series,
+            "priority": priority, "issue_date": today.isoformat(), "currency": "TRY",
+            "customer": _customer(rng, REJECTED_TAX_ID if rejected else None),
+            "lines": _lines(rng)}
+        kind = rng.choices(builders, weights)[0] if kinds and not rejected else None
+        if kind is not None:
+            kind(rng, message, today)
+        yield message
 
 
 def with_rejected_customer(message: dict[str, Any]) -> dict[str, Any]:

@@ -5,27 +5,23 @@ documents; one without keeps the message's JSON (:mod:`gapless.render`). The iss
 
 * :func:`check_ubl_inputs` — before a number is sealed: does the message have everything its
   document needs (the customer's address, tax office or name, known unit codes, currency and VAT
-  rates…)? A refusal is a one-line reason naming the field; the message is dead-lettered.
+  rates, a type its profile allows, GİB's exemption and withholding codes, the returned
+  invoices…)? A refusal is a one-line reason naming the field; the message is dead-lettered.
 * :func:`render_ubl_tr` — once the number, the UUID (ETTN) and the seal moment are fixed: the
   document's bytes, the same in every process (:data:`FORMAT` names the rendering).
 * :func:`build_issuer` — validates a profile (``gapless tenant set``).
 * :func:`summarize` — a few facts of a rendered document, for people.
 * :func:`is_gib_number` — whether a number has GİB's layout (``ABC2026000000001``).
 
-Amounts: :mod:`gapless.documents.amounts` (one rounding rule); code lists:
-:mod:`gapless.documents.codes`.
+Amounts: :mod:`gapless.documents.amounts` (one rounding rule); code lists and what each invoice
+type and profile allows: :mod:`gapless.documents.codes` (data files beside it); the checks:
+:mod:`gapless.documents.checks`; the parts of a document: ``parties``, ``taxes``, ``lines``,
+``references`` and ``words`` (the amount in Turkish words).
 """
 
+from gapless.documents.checks import VAT_RATES, check_ubl_inputs, is_gib_number
 from gapless.documents.parties import Issuer, IssuerError, build_issuer, valid_tckn
-from gapless.documents.ubl_tr import (
-    FORMAT,
-    PLACEHOLDER_NS,
-    VAT_RATES,
-    check_ubl_inputs,
-    is_gib_number,
-    render_ubl_tr,
-    summarize,
-)
+from gapless.documents.ubl_tr import FORMAT, PLACEHOLDER_NS, render_ubl_tr, summarize
 
 __all__ = [
     "FORMAT",

@@ -1,25 +1,36 @@
-"""The amounts of a document, in ``Decimal``, under one rounding rule.
+"""The amounts of a document, in ``Decimal``, under one rounding rule — computed here and nowhere
+else (the checks and every renderer read :func:`totals`).
 
-The rule: **every amount is rounded half-up to 2 places once, where it is computed** —
+The rule: **every amount is rounded half-up to 2 places once, where it is computed**, and every
+total is a plain sum of rounded parts, so the document adds up to the cent:
 
-* a line's net amount from its quantity × unit price;
-* a line's VAT from its rounded net amount × rate (shown on the line);
-* each VAT rate's tax from the sum of the rounded net amounts of its lines (the document's
-  TaxSubtotal, the one GİB adds up);
-* every total is a plain sum of rounded parts, so the document adds up to the cent: line
-  extension = Σ net amounts = tax-exclusive amount; tax = Σ per-rate taxes; tax-inclusive =
-  payable = tax-exclusive + tax.
+* a line: gross = quantity × unit price (rounded); its discount is an amount as given (2
+  decimals at most); net = gross − discount; VAT = net × rate (rounded);
+* each VAT group of the document (one rate, and one exemption code when its VAT is zero): tax =
+  Σ net amounts of its lines × rate (rounded once, on the sum — the TaxSubtotal GİB adds up);
+* withholding (tevkifat): a line withholds its own VAT × the code's percent (rounded); the
+  document withholds, per code, Σ VAT of the code's lines × percent (rounded once);
+* the document: line extension = Σ gross; allowances = Σ discounts; tax-exclusive = line
+  extension − allowances (= Σ net); tax = Σ group taxes; tax-inclusive = tax-exclusive + tax;
+  payable = tax-inclusive − withheld; the VAT the seller owes is tax − withheld.
+
+A worked example (README, "Money"): 3 × 33.335 with a 5.00 discount at 20 %, withholding code
+624 (2/10): gross 100.01 (100.005 rounds up), net 95.01, VAT 19.00 (19.002), withheld 3.80,
+tax-inclusive 114.01, payable 110.21.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
-from gapless.message import InvoiceMessage
+from gapless.documents.codes import NOT_EXEMPT_CODE, TYPE_RULES, WITHHOLDING_CODES
+from gapless.message import InvoiceMessage, Line
 
 CENT = Decimal("0.01")
 HUNDRED = Decimal(100)
+ZERO = Decimal(0)
 
 
 def money(value: Decimal) -> Decimal:
@@ -28,19 +39,35 @@ def money(value: Decimal) -> Decimal:
 
 
 @dataclass(frozen=True)
+class Withheld:
+    """Withholding on a base (a VAT amount): ``amount`` = base × percent, rounded."""
+
+    code: str
+    percent: Decimal
+    base: Decimal
+    amount: Decimal
+
+
+@dataclass(frozen=True)
 class LineAmounts:
     quantity: Decimal
     unit_price: Decimal
     rate: Decimal
+    gross: Decimal
+    discount: Decimal
     net: Decimal
     tax: Decimal
+    #: The exemption code shown with a zero VAT (the line's, else 351); None when VAT > 0.
+    exemption: str | None
+    withheld: Withheld | None
 
 
 @dataclass(frozen=True)
-class RateTotal:
-    """One VAT rate of the document: the taxable amount of its lines and its tax."""
+class TaxGroup:
+    """One VAT TaxSubtotal of the document: a rate and, for a zero VAT, its exemption code."""
 
     rate: Decimal
+    exemption: str | None
     taxable: Decimal
     tax: Decimal
 
@@ -48,28 +75,71 @@ class RateTotal:
 @dataclass(frozen=True)
 class Totals:
     lines: tuple[LineAmounts, ...]
-    rates: tuple[RateTotal, ...]  # ascending rate
+    taxes: tuple[TaxGroup, ...]  # by rate, then exemption code
+    withholdings: tuple[Withheld, ...]  # document-level, by code (empty: none on the document)
     line_extension: Decimal
+    allowance: Decimal
+    tax_exclusive: Decimal
     tax: Decimal
     tax_inclusive: Decimal
+    withheld: Decimal
     payable: Decimal
+
+    @property
+    def vat_due(self) -> Decimal:
+        """The VAT the seller collects and owes: the VAT less what the buyer withholds."""
+        return self.tax - self.withheld
+
+
+def _withholding(code: str | None, base: Decimal) -> Withheld | None:
+    if code is None:
+        return None
+    percent = WITHHOLDING_CODES[code].percent
+    return Withheld(code, percent, base, money(base * percent / HUNDRED))
+
+
+def line_amounts(line: Line) -> LineAmounts:
+    """A line's amounts (see the module docstring for the rule)."""
+    quantity, price, rate = line.quantity_value, line.unit_price_value, line.vat_rate_value
+    gross = money(quantity * price)
+    discount = line.discount_value
+    net = gross - discount
+    tax = money(net * rate / HUNDRED)
+    exemption = (line.vat_exemption_code or NOT_EXEMPT_CODE) if tax == 0 else None
+    return LineAmounts(quantity, price, rate, gross, discount, net, tax, exemption,
+                       _withholding(line.withholding_code, tax))
 
 
 def totals(message: InvoiceMessage) -> Totals:
-    """Every amount of the message's document (see the module docstring for the rule)."""
-    lines = []
-    taxable: dict[Decimal, Decimal] = {}
-    for line in message.lines:
-        quantity, price, rate = line.quantity_value, line.unit_price_value, line.vat_rate_value
-        net = money(quantity * price)
-        lines.append(LineAmounts(quantity, price, rate, net, money(net * rate / HUNDRED)))
-        taxable[rate] = taxable.get(rate, Decimal(0)) + net
-    rates = tuple(RateTotal(rate, base, money(base * rate / HUNDRED))
-                  for rate, base in sorted(taxable.items()))
-    line_extension = sum((line.net for line in lines), Decimal(0))
-    tax = sum((rate.tax for rate in rates), Decimal(0))
-    inclusive = line_extension + tax
-    return Totals(tuple(lines), rates, line_extension, tax, inclusive, inclusive)
+    """Every amount of the message's document.
+
+    The message's codes must be known (checked before, by
+    :func:`gapless.documents.check_ubl_inputs`): an unknown withholding code raises KeyError.
+    """
+    lines = tuple(line_amounts(line) for line in message.lines)
+    taxable: dict[tuple[Decimal, str | None], Decimal] = defaultdict(Decimal)
+    withholding_base: dict[str, Decimal] = defaultdict(Decimal)
+    for line, amounts in zip(message.lines, lines, strict=True):
+        taxable[(amounts.rate, line.vat_exemption_code)] += amounts.net
+        if line.withholding_code is not None:
+            withholding_base[line.withholding_code] += amounts.tax
+    taxes = []
+    for (rate, code), base in sorted(taxable.items(), key=lambda item: (item[0][0],
+                                                                         item[0][1] or "")):
+        tax = money(base * rate / HUNDRED)
+        taxes.append(TaxGroup(rate, (code or NOT_EXEMPT_CODE) if tax == 0 else None, base, tax))
+    withholdings: tuple[Withheld, ...] = ()
+    if TYPE_RULES[message.invoice_type].document_withholding:
+        withholdings = tuple(w for code, base in sorted(withholding_base.items())
+                             if (w := _withholding(code, base)) is not None)
+    line_extension = sum((line.gross for line in lines), ZERO)
+    allowance = sum((line.discount for line in lines), ZERO)
+    tax_exclusive = line_extension - allowance
+    tax = sum((group.tax for group in taxes), ZERO)
+    withheld = sum((w.amount for w in withholdings), ZERO)
+    inclusive = tax_exclusive + tax
+    return Totals(lines, tuple(taxes), withholdings, line_extension, allowance, tax_exclusive,
+                  tax, inclusive, withheld, inclusive - withheld)
 
 
 def amount_text(value: Decimal) -> str:

@@ -1,4 +1,6 @@
-"""Parties of a document: the issuer profile (the supplier) and the shape of Turkish tax ids.
+"""Parties of a document: the issuer profile (the supplier), the shape of Turkish tax ids, and
+each party's UBL-TR element (supplier, customer, signatory; for an export the customs office as
+the customer and the foreign buyer).
 
 A VKN (vergi kimlik numarası, 10 digits) identifies a company, a TCKN (T.C. kimlik numarası, 11
 digits with two check digits) a person. gapless checks their shape and the TCKN's check digits;
@@ -10,7 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gapless.documents.xml import Element, cac, cbc
 from gapless.errors import GaplessError
+from gapless.message import Address, Customer
 
 VKN_RE = re.compile(r"[0-9]{10}")
 TCKN_RE = re.compile(r"[1-9][0-9]{10}")
@@ -96,3 +100,136 @@ def build_issuer(*, tax_id: str, name: str, tax_office: str, street: str, distri
         city=_text("--city", city, required=True) or "",
         country=_text("--country", country, required=True) or "",
         postal_zone=_text("--postal-zone", postal_zone, required=False), email=mail)
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+DEFAULT_COUNTRY = "Türkiye"
+
+
+@dataclass(frozen=True)
+class CustomsOffice:
+    """The customer party of every export (IHRACAT) invoice: GİB routes it to the customs
+    administration's e-invoice account; the foreign buyer goes in cac:BuyerCustomerParty."""
+
+    tax_id: str = "1460415308"
+    name: str = ("Gümrük ve Ticaret Bakanlığı Gümrükler Genel Müdürlüğü - Bilgi İşlem Dairesi "
+                 "Başkanlığı")
+    tax_office: str = "Ulus"
+    district: str = "Ulus"
+    city: str = "Ankara"
+
+
+CUSTOMS_OFFICE = CustomsOffice()
+
+
+def address(parent: Element, *, street: str | None, district: str, city: str,
+            postal_zone: str | None, country: str | None, tag: str = "PostalAddress") -> None:
+    element = cac(parent, tag)
+    if street:
+        cbc(element, "StreetName", street)
+    cbc(element, "CitySubdivisionName", district)
+    cbc(element, "CityName", city)
+    if postal_zone:
+        cbc(element, "PostalZone", postal_zone)
+    cbc(cac(element, "Country"), "Name", country or DEFAULT_COUNTRY)
+
+
+def message_address(parent: Element, value: Address | None, *,
+                    tag: str = "PostalAddress") -> None:
+    """An address of the message (the checks made sure it has a district and a city)."""
+    assert value is not None
+    assert value.district is not None
+    assert value.city is not None
+    address(parent, street=value.street, district=value.district, city=value.city,
+            postal_zone=value.postal_zone, country=value.country, tag=tag)
+
+
+def issuer_address(parent: Element, issuer: Issuer) -> None:
+    address(parent, street=issuer.street, district=issuer.district, city=issuer.city,
+            postal_zone=issuer.postal_zone, country=issuer.country)
+
+
+def _identification(parent: Element, tax_id: str) -> None:
+    cbc(cac(parent, "PartyIdentification"), "ID", tax_id,
+        schemeID="TCKN" if len(tax_id) == 11 else "VKN")
+
+
+def _tax_scheme(parent: Element, tax_office: str | None) -> None:
+    if tax_office:
+        cbc(cac(cac(parent, "PartyTaxScheme"), "TaxScheme"), "Name", tax_office)
+
+
+def _person(parent: Element, first: str, family: str) -> None:
+    person = cac(parent, "Person")
+    cbc(person, "FirstName", first)
+    cbc(person, "FamilyName", family)
+
+
+def supplier(root: Element, issuer: Issuer) -> None:
+    party = cac(cac(root, "AccountingSupplierParty"), "Party")
+    _identification(party, issuer.tax_id)
+    if not issuer.is_person:
+        cbc(cac(party, "PartyName"), "Name", issuer.name)
+    issuer_address(party, issuer)
+    _tax_scheme(party, issuer.tax_office)
+    if issuer.email:
+        cbc(cac(party, "Contact"), "ElectronicMail", issuer.email)
+    if issuer.is_person:
+        _person(party, *split_person_name(issuer.name))
+
+
+def customer(root: Element, buyer: Customer) -> None:
+    """The buyer as the customer party: a company (VKN, name, tax office) or a person (TCKN)."""
+    party = cac(cac(root, "AccountingCustomerParty"), "Party")
+    person = len(buyer.tax_id) == 11
+    _identification(party, buyer.tax_id)
+    if not person:
+        cbc(cac(party, "PartyName"), "Name", buyer.name)
+    message_address(party, buyer.address)
+    _tax_scheme(party, buyer.tax_office)
+    if person:
+        assert buyer.person is not None  # check_ubl_inputs
+        _person(party, buyer.person.first_name, buyer.person.family_name)
+
+
+def export_parties(root: Element, buyer: Customer) -> None:
+    """An export: the customs office is the customer party, the foreign buyer the buyer party
+    (identified by PARTYTYPE ``EXPORT``, with its registered name), as GİB wants."""
+    office = cac(cac(root, "AccountingCustomerParty"), "Party")
+    _identification(office, CUSTOMS_OFFICE.tax_id)
+    cbc(cac(office, "PartyName"), "Name", CUSTOMS_OFFICE.name)
+    address(office, street=None, district=CUSTOMS_OFFICE.district, city=CUSTOMS_OFFICE.city,
+            postal_zone=None, country=None)
+    _tax_scheme(office, CUSTOMS_OFFICE.tax_office)
+    party = cac(cac(root, "BuyerCustomerParty"), "Party")
+    cbc(cac(party, "PartyIdentification"), "ID", "EXPORT", schemeID="PARTYTYPE")
+    cbc(cac(party, "PartyName"), "Name", buyer.name)
+    message_address(party, buyer.address)
+    cbc(cac(party, "PartyLegalEntity"), "RegistrationName", buyer.name)
+
+
+def signature(root: Element, issuer: Issuer) -> None:
+    """Who signs the document (the issuer), and where the XAdES signature will be."""
+    element = cac(root, "Signature")
+    cbc(element, "ID", issuer.tax_id, schemeID="VKN_TCKN")
+    signatory = cac(element, "SignatoryParty")
+    _identification(signatory, issuer.tax_id)
+    issuer_address(signatory, issuer)
+    cbc(cac(cac(element, "DigitalSignatureAttachment"), "ExternalReference"), "URI", "#Signature")
+
+
+def party(parent: Element, tag: str, *, tax_id: str, name: str,
+          postal: Address | None, fallback: Issuer) -> None:
+    """A party known by tax id and name (e.g. an internet sale's carrier); without an address of
+    its own it is given ``fallback``'s (where the goods leave)."""
+    element = cac(parent, tag)
+    _identification(element, tax_id)
+    cbc(cac(element, "PartyName"), "Name", name)
+    if postal is not None and postal.district and postal.city:
+        message_address(element, postal)
+    else:
+        issuer_address(element, fallback)
+    if len(tax_id) == 11:
+        _person(element, *(split_person_name(name) if all(split_person_name(name))
+                           else (name, name)))

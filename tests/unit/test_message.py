@@ -203,7 +203,7 @@ RULES: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
     ("line not an object", set_top("lines", ["Widget"]), "lines.0: must be an object"),
     ("missing quantity", lambda d: d["lines"][0].pop("quantity"),
      "lines.0.quantity: required field is missing"),
-    ("unknown line field", set_line("discount", "5"), "lines.0.discount: unknown field"),
+    ("unknown line field", set_line("discont", "5"), "lines.0.discont: unknown field"),
     ("blank description", set_line("description", ""), "lines.0.description: must be 1 to 1000"),
     ("long description", set_line("description", "d" * 1001), "lines.0.description: must be at "
      "most 1000"),

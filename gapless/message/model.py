@@ -1,0 +1,287 @@
+"""The message model: the contract JSON as typed, frozen pydantic models (the parts of an invoice,
+and the document kinds' fields of ``../shared/ARCHITECTURE.md``, "Document kinds")."""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gapless.constants import PRIORITIES, PRIORITY_BATCH
+from gapless.message.fields import (
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    MAX_EXTRA_FIELDS,
+    MAX_EXTRA_KEY,
+    MAX_LINES,
+    MAX_REFERENCES,
+    Code3,
+    Currency,
+    Description,
+    DibLineCode,
+    Discount,
+    DocumentNumber,
+    ExchangeRate,
+    Gtip,
+    Iban,
+    Incoterms,
+    InvoiceId,
+    InvoiceType,
+    IssueDate,
+    Name,
+    Note,
+    PaymentMethod,
+    Priority,
+    Profile,
+    Quantity,
+    SendType,
+    SeriesCode,
+    TaxId,
+    Tenant,
+    TransportMode,
+    UnitCode,
+    UnitPrice,
+    VatRate,
+    WithholdingRate,
+    has_bad_text,
+    json_type,
+    located,
+    rule_error,
+)
+
+
+class _Part(BaseModel):
+    """A part of the message: immutable, and no field outside the contract."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Address(_Part):
+    """A postal address; a UBL-TR document needs at least the district and the city."""
+
+    street: Name | None = None
+    district: Name | None = None
+    city: Name | None = None
+    postal_zone: Name | None = None
+    country: Name | None = None
+
+
+class Person(_Part):
+    """A natural person's name (a customer identified by an 11-digit TCKN)."""
+
+    first_name: Name
+    family_name: Name
+
+
+class Customer(_Part):
+    """The buyer. ``tax_id`` is personal data: never log it at info level nor put it in a reason."""
+
+    tax_id: TaxId
+    name: Name
+    tax_office: Name | None = None
+    address: Address | None = None
+    person: Person | None = None
+
+
+class Line(_Part):
+    """One invoice line; amounts are decimal strings exactly as the producer wrote them."""
+
+    description: Description
+    quantity: Quantity
+    unit_price: UnitPrice
+    vat_rate: VatRate
+    unit_code: UnitCode | None = None
+    #: GİB's exemption code for a line whose VAT is zero, and its text (default: GİB's name).
+    vat_exemption_code: Code3 | None = None
+    vat_exemption_reason: Name | None = None
+    #: GİB's withholding (tevkifat) code; the rate is the code's. ``withholding_rate``, when
+    #: given, must agree with it (a producer's own idea of the rate is checked, never used).
+    withholding_code: Code3 | None = None
+    withholding_rate: WithholdingRate | None = None
+    #: An amount taken off the line's quantity × unit price.
+    discount: Discount | None = None
+    gtip: Gtip | None = None
+    dib_line_code: DibLineCode | None = None
+
+    @property
+    def quantity_value(self) -> Decimal:
+        return Decimal(self.quantity)
+
+    @property
+    def unit_price_value(self) -> Decimal:
+        return Decimal(self.unit_price)
+
+    @property
+    def vat_rate_value(self) -> Decimal:
+        return Decimal(self.vat_rate)
+
+    @property
+    def discount_value(self) -> Decimal:
+        return Decimal(self.discount) if self.discount is not None else Decimal(0)
+
+
+class BillingReference(_Part):
+    """An invoice a return (``IADE``, ``TEVKIFATIADE``) returns: its number and date, as the
+    supplier issued it."""
+
+    number: DocumentNumber
+    issue_date: IssueDate
+
+
+class Export(_Part):
+    """Delivery terms of an export (``IHRACAT``) invoice."""
+
+    incoterms: Incoterms
+    transport_mode: TransportMode
+    delivery_address: Address
+
+
+class Payment(_Part):
+    """Where the buyer pays (required for ``KAMU``)."""
+
+    iban: Iban
+
+
+class Carrier(_Part):
+    """Who carries an internet sale's goods. ``address`` (optional) is the carrier's; without it
+    the document gives the supplier's address, where the carrier takes the goods."""
+
+    tax_id: TaxId
+    name: Name
+    address: Address | None = None
+
+
+class InternetSale(_Part):
+    """An e-Arşiv internet sale: GİB wants the web site, payment and shipment facts."""
+
+    website: Name
+    payment_method: PaymentMethod
+    payment_date: IssueDate
+    carrier: Carrier | None = None
+    shipment_date: IssueDate | None = None
+
+
+class EArsiv(_Part):
+    """e-Arşiv facts: how the document reaches the buyer (default ``ELEKTRONIK``)."""
+
+    send_type: SendType | None = None
+    internet_sale: InternetSale | None = None
+
+
+class InvoiceMessage(BaseModel):
+    """The contract message. Valid instances are always publishable (body within
+    :data:`MAX_BODY_BYTES`) and storable as ``jsonb``.
+
+    Build one from a dict with ``InvoiceMessage.model_validate(data)`` (raises pydantic's
+    ValidationError) or :func:`validate_message` (raises :class:`InvalidMessage`), and from a body
+    with :func:`parse_message`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    invoice_id: InvoiceId
+    tenant: Tenant
+    series: SeriesCode
+    priority: Priority = None
+    issue_date: IssueDate
+    currency: Currency
+    customer: Customer
+    lines: list[Line] = Field(min_length=1, max_length=MAX_LINES)
+    profile: Profile | None = None
+    type: InvoiceType | None = None
+    note: Note | None = None
+    exchange_rate: ExchangeRate | None = None
+    billing_reference: list[BillingReference] | None = Field(
+        default=None, min_length=1, max_length=MAX_REFERENCES)
+    export: Export | None = None
+    payment: Payment | None = None
+    earsiv: EArsiv | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_shaped(cls, data: Any) -> Any:
+        """Refuse non-objects, non-JSON values, deep nesting, bad text and too many extra fields.
+
+        Runs before the field rules so that they only ever see JSON-shaped data.
+        """
+        if not isinstance(data, dict):
+            raise rule_error(f"message must be a JSON object, not {json_type(data)}")
+        _check_json_value(data, (), 0)
+        extras = [key for key in data if key not in cls.model_fields]
+        if len(extras) > MAX_EXTRA_FIELDS:
+            raise rule_error(f"message has {len(extras)} unknown top-level fields; at most "
+                         f"{MAX_EXTRA_FIELDS} are kept")
+        for key in extras:
+            if not 1 <= len(key) <= MAX_EXTRA_KEY or not key.isprintable():
+                raise rule_error(f"unknown top-level field names must be 1 to {MAX_EXTRA_KEY} "
+                             "printable characters")
+        return data
+
+    @model_validator(mode="after")
+    def _fits(self) -> InvoiceMessage:
+        size = len(self.body())
+        if size > MAX_BODY_BYTES:
+            raise rule_error(f"message is {size} bytes as JSON; at most {MAX_BODY_BYTES} are "
+                             "accepted")
+        return self
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON-safe dict stored as the invoice payload and sent as the integrator document:
+        the contract fields (amounts as the producer's strings; optional fields only when the
+        producer sent them, ``priority`` only when not null) and every unknown top-level field,
+        unchanged."""
+        data = self.model_dump(mode="json", exclude_unset=True)
+        if data.get("priority") is None:
+            data.pop("priority", None)
+        return data
+
+    def body(self) -> bytes:
+        """The AMQP body: the payload as compact UTF-8 JSON."""
+        return json.dumps(self.payload(), ensure_ascii=False, separators=(",", ":")).encode()
+
+    @property
+    def invoice_type(self) -> str:
+        """The invoice type code (``SATIS`` when the message names none)."""
+        return self.type or "SATIS"
+
+    @property
+    def priority_value(self) -> int:
+        """The AMQP priority this message asks for (user 4, batch 1; absent means batch)."""
+        return PRIORITIES[self.priority] if self.priority else PRIORITY_BATCH
+
+
+def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> None:
+    """Walk a value: JSON types only, bounded depth, text storable in jsonb.
+
+    Depth is checked before descending, so the recursion itself is bounded by MAX_DEPTH. The
+    path is formatted only when there is a reason to give (this runs on every value).
+    """
+    if isinstance(value, str):
+        if has_bad_text(value):
+            raise located(parts, "contains a NUL character or invalid unicode")
+    elif isinstance(value, dict):
+        if depth >= MAX_DEPTH:
+            raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise located(parts, "object keys must be strings")
+            if has_bad_text(key):
+                raise located(parts, "a field name contains a NUL character or invalid unicode")
+            _check_json_value(item, (*parts, key), depth + 1)
+    elif isinstance(value, list | tuple):
+        if depth >= MAX_DEPTH:
+            raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
+        for index, item in enumerate(value):
+            _check_json_value(item, (*parts, index), depth + 1)
+    elif isinstance(value, bool | int) or value is None:
+        return
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise located(parts, "NaN and Infinity are not JSON")
+    elif isinstance(value, Decimal):
+        raise located(parts, "must be a decimal string such as \"10.00\", not a Python Decimal")
+    else:
+        raise located(parts, f"{type(value).__name__} is not a JSON value")

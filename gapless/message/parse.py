@@ -1,0 +1,160 @@
+"""Parsing a delivery's body into a message, and the one-line reason of a refusal."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from gapless.constants import MAX_PRIORITY, PRIORITIES, PRIORITY_BATCH
+from gapless.message.fields import (
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    MAX_LINES,
+    InvalidMessage,
+    format_path,
+    json_type,
+    one_line,
+)
+from gapless.message.model import InvoiceMessage
+
+_ACCEPTED_CHARSETS = frozenset({"utf-8", "utf8"})
+
+_GENERIC_REASONS = {
+    "missing": "required field is missing",
+    "extra_forbidden": "unknown field (extra fields are kept only at the top level)",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "dict_type": "must be an object",
+    "list_type": "must be a list",
+}
+
+
+def reason_of(error: ValidationError) -> str:
+    """One line naming the first problem's field path (and how many more there are)."""
+    errors = error.errors(include_url=False, include_input=False)
+    if not errors:  # pragma: no cover - pydantic always reports at least one
+        return "invalid message"
+    first = errors[0]
+    path = format_path(tuple(first["loc"]))
+    kind = first["type"]
+    if kind in _GENERIC_REASONS:
+        problem = _GENERIC_REASONS[kind]
+    elif kind == "too_short" and path == "lines":
+        problem = "must contain at least 1 line"
+    elif kind == "too_long" and path == "lines":
+        problem = f"must contain at most {MAX_LINES} lines"
+    else:
+        problem = first["msg"]
+    reason = f"{path}: {problem}" if path else problem
+    if len(errors) > 1:
+        reason += f" (and {len(errors) - 1} more)"
+    return one_line(reason)
+
+
+def validate_message(data: Any) -> InvoiceMessage:
+    """An :class:`InvoiceMessage` from already-decoded data (a dict, or a model).
+
+    Raises :class:`InvalidMessage` with a one-line reason.
+    """
+    if isinstance(data, InvoiceMessage):
+        return data
+    try:
+        return InvoiceMessage.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidMessage(reason_of(exc)) from None
+    except RecursionError:
+        # Only reachable for Python objects that nest deeper than the interpreter's stack
+        # (cycles); JSON input is depth-checked before any recursion.
+        raise InvalidMessage("message nests too deeply") from None
+
+
+def check_content_type(content_type: str | None) -> None:
+    """Accept ``application/json``, optionally with ``charset=utf-8``; raise InvalidMessage."""
+    if not content_type:
+        raise InvalidMessage("missing content type; must be application/json")
+    mime, *params = content_type.split(";")
+    if mime.strip().lower() != "application/json":
+        shown = mime.strip()[:60] if mime.strip().isprintable() else "?"
+        raise InvalidMessage(f"content type {shown!r} is not application/json")
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip('"').lower()
+            if charset not in _ACCEPTED_CHARSETS:
+                raise InvalidMessage("charset must be utf-8")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+class _NotJsonConstant(ValueError):
+    pass
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A repeated key is ambiguous (parsers disagree on which value wins): refuse it.
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJsonConstant(name)
+
+
+def decode_json(body: bytes) -> Any:
+    """Strict JSON from UTF-8 bytes: no NaN/Infinity, no duplicate keys; raise InvalidMessage."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidMessage("body is not valid UTF-8") from None
+    text = text.removeprefix("\ufeff")
+    try:
+        return json.loads(text, object_pairs_hook=_object_without_duplicates,
+                          parse_constant=_refuse_constant)
+    except _DuplicateKey:
+        raise InvalidMessage("body has a duplicate field name in an object") from None
+    except _NotJsonConstant:
+        raise InvalidMessage("body is not valid JSON: NaN and Infinity are not allowed") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidMessage(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column "
+                             f"{exc.colno}") from None
+    except RecursionError:
+        raise InvalidMessage(f"body nests more than {MAX_DEPTH} levels deep") from None
+    except ValueError:
+        # e.g. an integer literal longer than Python's int conversion limit
+        raise InvalidMessage("body is not valid JSON: a number literal is too long") from None
+
+
+def parse_message(body: bytes, content_type: str | None) -> InvoiceMessage:
+    """The message in an AMQP delivery, or InvalidMessage with a one-line reason.
+
+    Checks, in order: content type, size (before any parsing), UTF-8, JSON, object, the contract.
+    Never raises anything but InvalidMessage, whatever ``body`` holds.
+    """
+    check_content_type(content_type)
+    if len(body) > MAX_BODY_BYTES:
+        raise InvalidMessage(f"body is {len(body)} bytes; at most {MAX_BODY_BYTES} are accepted")
+    data = decode_json(body)
+    if not isinstance(data, dict):
+        raise InvalidMessage(f"body must be a JSON object, not {json_type(data)}")
+    return validate_message(data)
+
+
+def priority_of(message_priority_property: int | None, body_priority: str | None) -> int:
+    """The effective priority 0..4 of a delivery.
+
+    The AMQP ``priority`` property rules (contract: 4 user, 1 batch; above 4 counts as 4). When
+    the property is missing the message counts as batch, unless its body says ``"user"`` — the
+    broker has already ordered it as low priority, but the invoice row keeps what the producer
+    asked for.
+    """
+    if message_priority_property is None:
+        return PRIORITIES.get(body_priority or "batch", PRIORITY_BATCH)
+    return max(0, min(MAX_PRIORITY, int(message_priority_property)))
