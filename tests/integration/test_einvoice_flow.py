@@ -307,3 +307,87 @@ async def test_invoice_show_document_prints_the_bytes_sent_or_what_the_next_send
     assert shown.returncode == 1
     assert shown.stdout == ""
     assert "has no number yet" in shown.stderr
+
+
+def kind_messages() -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], str]]]:
+    """A valid message of every document kind, and refusals of each kind's rules (with the
+    field the reason names)."""
+    ref = [{"number": "SUP2025000000012", "issue_date": today()}]
+    zero = {"vat_rate": "0"}
+    abroad = {"district": "Mitte", "city": "Berlin", "country": "Almanya"}
+
+    def lines(**changes: Any) -> list[dict[str, Any]]:
+        return [{**line, **changes} for line in ubl_message("x")["lines"]]
+
+    good = [
+        ubl_message("k-sale", lines=[{**lines()[0], "discount": "2.50"}, {**lines()[1], **zero}]),
+        ubl_message("k-iade", type="IADE", billing_reference=ref),
+        ubl_message("k-tevkifat", type="TEVKIFAT", lines=lines(withholding_code="612")),
+        ubl_message("k-tevkifatiade", type="TEVKIFATIADE", billing_reference=ref,
+                    lines=lines(withholding_code="624")),
+        ubl_message("k-istisna", type="ISTISNA", lines=lines(vat_exemption_code="301", **zero)),
+        ubl_message("k-ihrackayitli", type="IHRACKAYITLI",
+                    lines=lines(vat_exemption_code="702", gtip="847130000000",
+                                dib_line_code="D1234567890", **zero)),
+        ubl_message("k-ozelmatrah", type="OZELMATRAH",
+                    lines=lines(vat_exemption_code="806", **zero)),
+        ubl_message("k-ihracat", profile="IHRACAT", type="ISTISNA", currency="EUR",
+                    exchange_rate="37.5",
+                    customer={"tax_id": "1460415308", "name": "Hansa Handel GmbH",
+                              "address": abroad},
+                    export={"incoterms": "CIF", "transport_mode": "1",
+                            "delivery_address": abroad},
+                    lines=lines(vat_exemption_code="301", gtip="847130000000", **zero)),
+        ubl_message("k-kamu", profile="KAMU", payment={"iban": "TR330006100519786457841326"}),
+        ubl_message("k-earsiv", profile="EARSIVFATURA", earsiv={"send_type": "KAGIT"}),
+    ]
+    bad = [
+        (ubl_message("kb-ticari-iade", type="IADE", profile="TICARIFATURA",
+                     billing_reference=ref), "type"),
+        (ubl_message("kb-iade-no-ref", type="IADE"), "billing_reference"),
+        (ubl_message("kb-iade-bad-ref", type="IADE", billing_reference=[
+            {"number": "12", "issue_date": today()}]), "billing_reference.0.number"),
+        (ubl_message("kb-unknown-exemption", lines=lines(vat_exemption_code="399", **zero)),
+         "lines.0.vat_exemption_code"),
+        (ubl_message("kb-unknown-withholding", type="TEVKIFAT",
+                     lines=lines(withholding_code="699")), "lines.0.withholding_code"),
+        (ubl_message("kb-rate", type="TEVKIFAT", lines=lines(withholding_code="612",
+                                                               withholding_rate="50")),
+         "lines.0.withholding_rate"),
+        (ubl_message("kb-702", type="IHRACKAYITLI",
+                     lines=lines(vat_exemption_code="702", **zero)), "lines.0.gtip"),
+        (ubl_message("kb-kamu", profile="KAMU"), "payment"),
+    ]
+    return good, bad
+
+
+@pytest.mark.usefixtures("profiled")
+async def test_every_document_kind_is_issued_and_each_refusal_consumes_no_number(
+        engine: AsyncEngine, worker_settings: Settings, mock_integrator: MockIntegratorClient,
+        integrated_env: dict[str, str]) -> None:
+    good, bad = kind_messages()
+    interleaved = [m for pair in zip(good, [m for m, _ in bad], strict=False) for m in pair]
+    interleaved += good[len(bad):]
+    async with running_worker(worker_settings, concurrency=4):
+        await publish(worker_settings, *interleaved)
+        dead = await drain_dead(worker_settings, len(bad))
+        await await_until(lambda: all_in(engine, {m["invoice_id"] for m in good}, "ISSUED"),
+                          60, message="every kind ISSUED")
+    reasons = {json.loads(m.body)["invoice_id"]: str((m.headers or {})[HEADER_DEAD_REASON])
+               for m in dead}
+    for message, where in bad:
+        assert reasons[message["invoice_id"]].startswith(f"{where}: "), reasons
+    assert {m["invoice_id"] for m, _ in bad}.isdisjoint(await rows(engine))
+    assert await counter(engine) == len(good)  # no number consumed by a refusal
+    stored = await documents(engine)
+    for message in good:
+        body = bytes(stored[message["invoice_id"]].body)
+        assert accepted(mock_integrator, "acme", stored[message["invoice_id"]].number) == body
+        assert_valid(body)
+        assert field(body, "cbc:InvoiceTypeCode") == message.get("type", "SATIS")
+        assert field(body, "cbc:ProfileID") == message.get("profile", "TEMELFATURA")
+    returned = bytes(stored["k-iade"].body)
+    assert field(returned, "cac:BillingReference/cac:InvoiceDocumentReference/cbc:ID") == (
+        "SUP2025000000012")
+    audit = run_gapless(["audit", "--integrator"], integrated_env)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
