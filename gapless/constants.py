@@ -54,6 +54,19 @@ ALLOWED_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     (before, after) for before, nexts in NEXT_STATUSES.items() for after in nexts)
 
 
+class Channel(StrEnum):
+    """Which documents a series numbers: e-Fatura (to registered users), e-Arşiv (to everyone
+    else), or any (no routing: the producer chooses the profile)."""
+
+    ANY = "any"
+    EFATURA = "efatura"
+    EARSIV = "earsiv"
+
+
+#: The profile of an e-Arşiv document; every other profile is an e-Fatura one.
+EARSIV_PROFILE = "EARSIVFATURA"
+
+
 class ResetPeriod(StrEnum):
     NEVER = "never"
     YEARLY = "yearly"

@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     retry_attempts: int = Field(3, ge=1, description="Integrator attempts per call (transient)")
     retry_max_s: float = Field(10.0, gt=0, description="No new attempt starts after this long")
     retry_wait_s: float = Field(0.5, gt=0, description="Base of the jittered exponential wait")
+    recipient_ttl_s: float = Field(3600.0, gt=0, description="How long an answer of the "
+                                   "integrator's recipient check (e-Fatura user? aliases?) is "
+                                   "reused, by every worker")
+    nilvera_url: str = "https://apitest.nilvera.com"
+    nilvera_api_key: str = Field("", repr=False)
 
     # Worker.
     lease_s: float = Field(300.0, gt=0, description="A SENDING lease older than this is stale "

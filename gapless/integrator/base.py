@@ -38,13 +38,29 @@ class Document:
     format: str
     sha256: str
     stored: bool = False
+    #: The channel the document goes through (``efatura`` / ``earsiv``; None: the integrator's
+    #: own choice, a document of a series without routing) and the e-Fatura recipient's alias.
+    channel: str | None = None
+    alias: str | None = None
 
     @classmethod
     def of(cls, *, tenant: str, number: str, invoice_id: str, uuid: str, body: bytes,
-           media_type: str, format: str, stored: bool = False) -> Document:
+           media_type: str, format: str, stored: bool = False, channel: str | None = None,
+           alias: str | None = None) -> Document:
         """A document with the SHA-256 of its bytes."""
         return cls(tenant, number, invoice_id, uuid, body, media_type, format,
-                   hashlib.sha256(body).hexdigest(), stored)
+                   hashlib.sha256(body).hexdigest(), stored, channel, alias)
+
+
+@dataclass(frozen=True)
+class Recipient:
+    """The integrator's answer to "is this tax id an e-Fatura user?": registered users get
+    e-Fatura documents at one of their invoice ``aliases`` (the first is the default); anyone
+    else gets e-Arşiv."""
+
+    tax_id: str
+    registered: bool
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,17 @@ class PermanentRejection(IntegratorError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class WrongChannel(PermanentRejection):
+    """The integrator refuses the document because the customer's registration is not what it
+    assumed (an e-Arşiv to an e-Fatura user, an e-Fatura to someone who is not one, or an alias
+    that is not the recipient's): refresh the recipient and correct the channel."""
+
+
+class IntegratorAuthError(IntegratorError):
+    """The integrator refuses our credentials (401/403): a configuration error, not the
+    invoice's. Stop sending until an operator fixes the key; never reject an invoice for it."""
 
 
 class DuplicateOfMine(IntegratorError):
@@ -137,6 +164,14 @@ class Integrator(Protocol):
         """
         ...
 
+    async def recipient(self, tax_id: str) -> Recipient:
+        """Ask whether ``tax_id`` is a registered e-Fatura user, and its invoice aliases.
+
+        Raises TransientIntegratorError when the integrator cannot answer (the caller waits:
+        nothing may be sealed on a guess).
+        """
+        ...
+
     async def aclose(self) -> None:
         """Release connections."""
         ...
@@ -152,5 +187,6 @@ def load_integrator(settings: Settings) -> Integrator:
                            what="integrator adapter")
     adapter = factory(settings)
     if not isinstance(adapter, Integrator):
-        raise ConfigurationError(f"{path!r} does not provide send, lookup, lookup_uuid and aclose")
+        raise ConfigurationError(f"{path!r} does not provide send, lookup, lookup_uuid, recipient "
+                                 "and aclose")
     return adapter
