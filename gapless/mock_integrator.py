@@ -16,6 +16,13 @@ Documents: a UBL-TR document (an XML string) is parsed (no entities, no network)
 the submitted UUID; a UUID already accepted under another number answers 409. The document is
 kept exactly as accepted and served at ``GET /invoices/{tenant}/{number}/document``.
 
+Recipients (GİB's e-Fatura user list, as the integrator answers it): ``PUT /admin/recipients``
+registers tax ids with their aliases, ``GET /recipients/{tax_id}`` answers the recipient check.
+A UBL-TR document sent to the wrong channel is refused with 422 and ``code: wrong_channel``: an
+``EARSIVFATURA`` to a registered user; an e-Fatura sent to an ``alias`` (a routed one) when the
+customer is not registered or the alias is not one of theirs. An e-Fatura sent without an alias
+comes from a series without routing (channel ``any``): its recipient is not checked.
+
 The ledger is keyed by (tenant, number) and kept in acceptance order for the life of the process.
 Concurrency: one asyncio event loop in one process; the check-and-insert of a number runs without
 an ``await`` in between, so it is atomic with respect to every other request.
@@ -46,6 +53,8 @@ from pydantic import (
 )
 from starlette.requests import ClientDisconnect
 
+from gapless.constants import EARSIV_PROFILE
+from gapless.integrator.http import WRONG_CHANNEL
 from gapless.logging import get_logger
 
 log = get_logger("gapless.mock_integrator")
@@ -120,6 +129,7 @@ class Submission(BaseModel):
     invoice_id: str = Field(min_length=1)
     uuid: str | None = Field(None, pattern=UUID_PATTERN)
     document: dict[str, Any] | str = Field(default_factory=dict)
+    alias: str | None = Field(None, min_length=1, max_length=256)
 
 
 @dataclass(frozen=True)
@@ -132,10 +142,12 @@ class LedgerEntry:
     accepted_at: str
     #: The document exactly as accepted (XML text, or the JSON object).
     document: dict[str, Any] | str
+    alias: str | None = None
 
     def as_json(self) -> dict[str, str | None]:
         return {"tenant": self.tenant, "number": self.number, "invoice_id": self.invoice_id,
-                "uuid": self.uuid, "ref": self.ref, "accepted_at": self.accepted_at}
+                "uuid": self.uuid, "ref": self.ref, "accepted_at": self.accepted_at,
+                "alias": self.alias}
 
 
 @dataclass
@@ -178,6 +190,8 @@ class MockState:
         self.seed = seed
         self.ledger: dict[tuple[str, str], LedgerEntry] = {}  # insertion order = acceptance order
         self.uuids: dict[tuple[str, str], LedgerEntry] = {}  # (tenant, lower-case uuid)
+        #: Registered e-Fatura users and their aliases (configuration: kept by reset()).
+        self.recipients: dict[str, tuple[str, ...]] = {}
         self.stats: Counter[str] = Counter()
         self.posts_per_number: Counter[str] = Counter()
         self.latency = LatencyStats()
@@ -245,7 +259,8 @@ class MockState:
         self._refs += 1
         entry = LedgerEntry(submission.tenant, submission.number, submission.invoice_id,
                             submission.uuid, f"MI-{self._refs:08d}",
-                            datetime.now(UTC).isoformat(), submission.document)
+                            datetime.now(UTC).isoformat(), submission.document,
+                            submission.alias)
         self.ledger[key] = entry
         if submission.uuid is not None:
             self.uuids[(submission.tenant, submission.uuid.lower())] = entry
@@ -266,16 +281,19 @@ class MockState:
 
 #: Outcome counters of ``GET /admin/stats`` (every key is always present).
 STAT_NAMES = ("posts", "accepted", "duplicate", "duplicate_uuid", "rejected",
-              "rejected_tax_id", "rejected_document", "transient", "lost_response", "down",
-              "lookups", "lookups_found", "lookups_missing")
+              "rejected_tax_id", "rejected_document", "rejected_channel", "transient",
+              "lost_response", "down", "lookups", "lookups_found", "lookups_missing",
+              "recipient_checks")
 
 
 @dataclass(frozen=True)
 class Examined:
-    """What the mock reads of a document: the customer's tax id, or why it refuses it."""
+    """What the mock reads of a document: the customer's tax id (and a UBL-TR document's
+    profile), or why it refuses it."""
 
     tax_id: object = None
     problem: str | None = None
+    profile: str | None = None
 
 
 def examine(submission: Submission) -> Examined:
@@ -299,7 +317,24 @@ def examine(submission: Submission) -> Examined:
         return Examined(problem="cbc:UUID of the document differs from the submitted uuid")
     tax_id = root.findtext("cac:AccountingCustomerParty/cac:Party/cac:PartyIdentification/"
                            "cbc:ID", namespaces=_UBL_NS)
-    return Examined(tax_id)
+    return Examined(tax_id, profile=root.findtext("cbc:ProfileID", namespaces=_UBL_NS))
+
+
+def channel_problem(state: MockState, submission: Submission, examined: Examined) -> str | None:
+    """Why a UBL-TR document goes through the wrong channel for its recipient (None: it does
+    not): see the module docstring."""
+    if examined.profile is None or not isinstance(examined.tax_id, str):
+        return None
+    aliases = state.recipients.get(examined.tax_id)
+    if examined.profile == EARSIV_PROFILE:
+        return "recipient is an e-Fatura user" if aliases is not None else None
+    if submission.alias is None:
+        return None
+    if aliases is None:
+        return "recipient is not an e-Fatura user"
+    if submission.alias not in aliases:
+        return "alias is not one of the recipient's aliases"
+    return None
 
 
 def _unavailable() -> JSONResponse:
@@ -400,6 +435,11 @@ def _refusal(state: MockState, submission: Submission, draws: Draws) -> JSONResp
         state.stats["rejected"] += 1
         state.stats["rejected_document"] += 1
         return JSONResponse({"reason": examined.problem}, status_code=422)
+    wrong_channel = channel_problem(state, submission, examined)
+    if wrong_channel is not None:
+        state.stats["rejected"] += 1
+        state.stats["rejected_channel"] += 1
+        return JSONResponse({"reason": wrong_channel, "code": WRONG_CHANNEL}, status_code=422)
     if examined.tax_id == REJECTED_TAX_ID:
         state.stats["rejected"] += 1
         state.stats["rejected_tax_id"] += 1
@@ -471,6 +511,25 @@ async def lookup(request: Request, tenant: str, number: str) -> JSONResponse:
                          "ref": entry.ref})
 
 
+@invoices.get("/recipients/{tax_id}")
+async def recipient(request: Request, tax_id: str) -> JSONResponse:
+    """The recipient check: is ``tax_id`` a registered e-Fatura user, with which aliases."""
+    state = _state(request)
+    if state.faults.down:
+        state.stats["down"] += 1
+        return _unavailable()
+    draws = state.draw()
+    if draws.latency_s:
+        await asyncio.sleep(draws.latency_s)
+    state.stats["recipient_checks"] += 1
+    if draws.transient:
+        state.stats["transient"] += 1
+        return _transient()
+    aliases = state.recipients.get(tax_id)
+    return JSONResponse({"tax_id": tax_id, "registered": aliases is not None,
+                         "aliases": list(aliases or ())})
+
+
 @invoices.get("/ledger")
 async def ledger(request: Request) -> JSONResponse:
     state = _state(request)
@@ -499,6 +558,20 @@ async def put_faults(request: Request, patch: FaultsPatch) -> JSONResponse:
     state.faults = updated
     log.info("mock_faults_changed", changed=sorted(changes))
     return JSONResponse(state.faults.model_dump(mode="json"))
+
+
+@admin.put("/recipients")
+async def put_recipients(request: Request, registered: dict[str, list[str]]) -> JSONResponse:
+    """Register e-Fatura users with their aliases (added to those registered); an empty list
+    unregisters the tax id. Answers the number of registered users."""
+    state = _state(request)
+    for tax_id, aliases in registered.items():
+        if aliases:
+            state.recipients[tax_id] = tuple(dict.fromkeys(aliases))
+        else:
+            state.recipients.pop(tax_id, None)
+    log.info("mock_recipients_changed", changed=len(registered))
+    return JSONResponse({"registered": len(state.recipients)})
 
 
 @admin.get("/stats")

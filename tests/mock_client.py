@@ -35,6 +35,15 @@ class MockIntegratorClient:
         """POST /admin/reset: forget ledger and stats, re-seed the fault draws (faults stay)."""
         return self._json("POST", "/admin/reset")  # type: ignore[no-any-return]
 
+    def set_recipients(self, registered: dict[str, list[str]]) -> dict[str, Any]:
+        """PUT /admin/recipients: register e-Fatura users with their aliases (an empty list
+        unregisters)."""
+        return self._json(  # type: ignore[no-any-return]
+            "PUT", "/admin/recipients", json=registered)
+
+    def recipient(self, tax_id: str) -> httpx.Response:
+        return self._http.get(f"/recipients/{tax_id}")
+
     def ledger(self) -> list[dict[str, Any]]:
         return self._json("GET", "/ledger")  # type: ignore[no-any-return]
 

@@ -59,6 +59,7 @@ from gapless.integrator.base import (
     Integrator,
     PermanentRejection,
     Receipt,
+    Recipient,
     TransientIntegratorError,
 )
 from gapless.logging import get_logger
@@ -175,6 +176,11 @@ class GuardedIntegrator:
         return await self._retrying("lookup_uuid",
                                     lambda: self._integrator.lookup_uuid(tenant, uuid),
                                     tenant=tenant, uuid=uuid)
+
+    async def recipient(self, tax_id: str) -> Recipient:
+        """The recipient check through the breaker, retrying transient failures (the tax id is
+        never logged)."""
+        return await self._retrying("recipient", lambda: self._integrator.recipient(tax_id))
 
     async def aclose(self) -> None:
         await self._integrator.aclose()

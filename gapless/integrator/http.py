@@ -9,13 +9,19 @@ answer                                  outcome
 409, the holder is this invoice         ``DuplicateOfMine`` (an earlier send of ours arrived)
 409, another invoice, or our UUID       ``DuplicateOfAnother`` (alarm: the number is taken, or
 under another number                    this document was accepted under another number)
+422 ``{reason, code: wrong_channel}``   ``WrongChannel`` (the recipient's registration is not
+                                        what the document assumed: correct the channel)
 422 ``{reason}``                        ``PermanentRejection``
+401, 403                                ``IntegratorAuthError`` (our credentials: stop sending)
 any other 4xx                           ``PermanentRejection`` (the reason names the status)
 5xx, timeout, refused, dropped          ``TransientIntegratorError`` (outcome unknown: the
                                         document may have been accepted; lookup settles it)
 =====================================  ======================================================
 
-The request body is ``{tenant, number, invoice_id, uuid, document}``: ``document`` is the UBL-TR
+``GET /recipients/{tax_id}`` answers the recipient check (``{tax_id, registered, aliases}``).
+
+The request body is ``{tenant, number, invoice_id, uuid, document}`` (and ``alias`` for an
+e-Fatura to a registered user): ``document`` is the UBL-TR
 XML as a JSON string, or the message's JSON object, embedded as the very bytes the invoice
 sends. The document and the customer's tax id are never logged or put into an error message.
 
@@ -36,23 +42,30 @@ from gapless.integrator.base import (
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
+    IntegratorAuthError,
     PermanentRejection,
     Receipt,
+    Recipient,
     TransientIntegratorError,
+    WrongChannel,
 )
 
 if TYPE_CHECKING:
     from gapless.settings import Settings
 
 _JSON_HEADERS = {"content-type": "application/json"}
+#: The ``code`` of a 422 that refuses a document sent through the wrong channel or alias.
+WRONG_CHANNEL = "wrong_channel"
 
 
 def request_body(document: Document) -> bytes:
     """The contract's POST /invoices body, with the document's bytes embedded unchanged (a JSON
     document as the object it is, a UBL-TR document as a JSON string)."""
-    head = json.dumps({"tenant": document.tenant, "number": document.number,
-                       "invoice_id": document.invoice_id, "uuid": document.uuid},
-                      ensure_ascii=False, separators=(",", ":")).encode()
+    fields = {"tenant": document.tenant, "number": document.number,
+              "invoice_id": document.invoice_id, "uuid": document.uuid}
+    if document.alias is not None:
+        fields["alias"] = document.alias
+    head = json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
     if document.media_type == MEDIA_JSON:
         embedded = document.body
     else:
@@ -110,7 +123,12 @@ class HttpIntegrator:
         if status == 409:
             raise _duplicate(document, answer)
         if status == 422:
-            raise PermanentRejection(_field(answer, "reason") or _detail(answer, body))
+            reason = _field(answer, "reason") or _detail(answer, body)
+            if _field(answer, "code") == WRONG_CHANNEL:
+                raise WrongChannel(reason)
+            raise PermanentRejection(reason)
+        if status in (401, 403):
+            raise IntegratorAuthError(f"the integrator refuses our credentials (HTTP {status})")
         if 400 <= status < 500:
             raise PermanentRejection(f"HTTP {status}: {_detail(answer, body)}")
         raise TransientIntegratorError(f"send of {document.number}: HTTP {status}")
@@ -125,6 +143,22 @@ class HttpIntegrator:
         return await self._get(
             f"/invoices/{quote(tenant, safe='')}/by-uuid/{quote(uuid, safe='')}", tenant,
             f"lookup of UUID {uuid}")
+
+    async def recipient(self, tax_id: str) -> Recipient:
+        """Ask whether ``tax_id`` is a registered e-Fatura user, with its aliases."""
+        try:
+            status, body = await self._request("GET", f"/recipients/{quote(tax_id, safe='')}")
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise TransientIntegratorError(f"recipient check: {type(exc).__name__}") from exc
+        answer = _json(body)
+        if status in (401, 403):
+            raise IntegratorAuthError(f"the integrator refuses our credentials (HTTP {status})")
+        if status == 200 and isinstance(answer, dict) and isinstance(
+                answer.get("registered"), bool):
+            aliases = answer.get("aliases") or []
+            if isinstance(aliases, list) and all(isinstance(a, str) for a in aliases):
+                return Recipient(tax_id, answer["registered"], tuple(aliases))
+        raise TransientIntegratorError(f"recipient check: HTTP {status}")
 
     async def _get(self, path: str, tenant: str, what: str) -> Receipt | None:
         try:
