@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,8 @@ def show(
         help="Print the document sent (UBL-TR XML or JSON), byte for byte, and nothing else."),
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
-    """State, number, UUID, attempts, last error, integrator reference and the event history."""
+    """State, number, UUID, document type and profile (and, for a return, the invoices it
+    returns), attempts, last error, integrator reference and the event history."""
     settings = settings_from(database_url=database_url)
     if document:
         body, note = run(_document(settings, invoice_id))
@@ -56,12 +59,13 @@ def show(
             sys.stdout.buffer.write(b"\n")
         sys.stdout.buffer.flush()
         return
-    row, events = run(_load(settings, invoice_id))
+    row, events, sent = run(_load(settings, invoice_id))
+    kind = document_kind(_payload(row), sent)
     if as_json:
-        typer.echo(json.dumps(_as_dict(row, events, with_payload=with_payload), indent=2,
+        typer.echo(json.dumps(_as_dict(row, events, kind, with_payload=with_payload), indent=2,
                               default=str))
         return
-    _print_invoice(row, events, with_payload=with_payload)
+    _print_invoice(row, events, kind, with_payload=with_payload)
 
 
 async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | None]:
@@ -92,25 +96,97 @@ async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | N
         await engine.dispose()
 
 
-async def _load(settings: Settings, invoice_id: str) -> tuple[Any, list[Any]]:
+async def _load(settings: Settings, invoice_id: str) -> tuple[Any, list[Any], bytes | None]:
+    """The invoice row, its history, and the UBL-TR document in force (None: it sent none yet,
+    or its documents are JSON)."""
+    from gapless.integrator.base import MEDIA_XML
     from gapless.invoices import get_invoice, invoice_events
+    from gapless.queries import invoices as q
 
     engine = _engine(settings)
     try:
         async with engine.connect() as conn:
             row = await get_invoice(conn, invoice_id)
-            return row, await invoice_events(conn, row.id)
+            events = await invoice_events(conn, row.id)
+            body = None
+            if row.document_sha256 is not None:
+                stored = (await conn.execute(q.STORED_DOCUMENT, {
+                    "pk": row.id, "sha256": row.document_sha256})).first()
+                if stored is not None and stored.media_type == MEDIA_XML:
+                    body = bytes(stored.body)
+            return row, events, body
     finally:
         await engine.dispose()
+
+
+def _payload(row: Any) -> dict[str, Any]:
+    payload = row.payload
+    if isinstance(payload, str | bytes):
+        payload = json.loads(payload)
+    return payload if isinstance(payload, dict) else {}
+
+
+@dataclass(frozen=True)
+class DocumentKind:
+    """What kind of document an invoice is, for people: its type and profile (from the stored
+    message: none named is a SATIS, a TEMELFATURA), the invoices it returns (a return's
+    ``billing_reference``), and — from its UBL-TR document, once it sent one — the discounts and
+    the withheld VAT (None when the document has none)."""
+
+    type: str
+    profile: str
+    billing_reference: list[dict[str, Any]]
+    discounts: str | None = None
+    withheld: str | None = None
+
+    @property
+    def returns(self) -> list[str]:
+        """One "NUMBER of DATE" per returned invoice."""
+        return [f"{ref.get('number')} of {ref.get('issue_date')}"
+                for ref in self.billing_reference]
+
+
+def _nonzero(amount: str | None) -> str | None:
+    """A summary's "12.50 TRY", or None for no amount or a zero one."""
+    if not amount:
+        return None
+    try:
+        value = Decimal(amount.split()[0])
+    except (InvalidOperation, IndexError):
+        return amount
+    return None if value == 0 else amount
+
+
+def document_kind(payload: dict[str, Any], document: bytes | None) -> DocumentKind:
+    """The :class:`DocumentKind` of a stored message and its UBL-TR document (if any)."""
+    from gapless.documents import summarize
+    from gapless.message import INVOICE_TYPES, PROFILES
+
+    references = payload.get("billing_reference") or []
+    billing_reference = [{"number": ref.get("number"), "issue_date": ref.get("issue_date")}
+                         for ref in references if isinstance(ref, dict)]
+    discounts = withheld = None
+    if document is not None:
+        summary = summarize(document)
+        discounts = _nonzero(summary.get("discounts"))
+        withheld = _nonzero(summary.get("withheld"))
+    return DocumentKind(type=payload.get("type") or INVOICE_TYPES[0],
+                        profile=payload.get("profile") or PROFILES[0],
+                        billing_reference=billing_reference, discounts=discounts,
+                        withheld=withheld)
 
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _as_dict(row: Any, events: list[Any], *, with_payload: bool) -> dict[str, Any]:
+def _as_dict(row: Any, events: list[Any], kind: DocumentKind, *,
+             with_payload: bool) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": row.id, "invoice_id": row.invoice_id, "tenant": row.tenant, "series": row.series,
+        "type": kind.type, "profile": kind.profile,
+        "billing_reference": kind.billing_reference, "discounts": kind.discounts,
+        "withheld": kind.withheld,
         "status": row.status, "priority": row.priority, "period_key": row.period_key,
         "reserved_no": row.reserved_no, "number": row.number, "uuid": str(row.uuid),
         "profile_version": row.profile_version, "document_sha256": row.document_sha256,
@@ -130,7 +206,8 @@ def _as_dict(row: Any, events: list[Any], *, with_payload: bool) -> dict[str, An
     return data
 
 
-def _print_invoice(row: Any, events: list[Any], *, with_payload: bool) -> None:
+def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
+                   with_payload: bool) -> None:
     console = Console(highlight=False)
     facts = Table(show_header=False, box=None, title=f"invoice {row.invoice_id}",
                   title_justify="left")
@@ -140,6 +217,13 @@ def _print_invoice(row: Any, events: list[Any], *, with_payload: bool) -> None:
         f"{row.number} (no {row.reserved_no}, period {row.period_key})")
     facts.add_row("id", str(row.id))
     facts.add_row("tenant/series", f"{row.tenant}/{row.series}")
+    facts.add_row("type/profile", f"{kind.type}/{kind.profile}")
+    if kind.billing_reference:
+        facts.add_row("returns", "\n".join(kind.returns))
+    if kind.discounts is not None:
+        facts.add_row("discounts", kind.discounts)
+    if kind.withheld is not None:
+        facts.add_row("withheld VAT", kind.withheld)
     facts.add_row("status", row.status)
     facts.add_row("number", number)
     facts.add_row("uuid (ETTN)", str(row.uuid))

@@ -2,8 +2,9 @@
 
 Every state change fires the history trigger (an ``invoice_events`` row). The statements of the
 issuing path are plain SQL strings with psycopg parameters (``%(name)s``), run one statement per
-transaction in autocommit mode by :class:`gapless.db.Database`; the two reads at the end are
-SQLAlchemy ``text()`` for the API and the CLI.
+transaction in autocommit mode by :class:`gapless.db.Database`; the reads of one invoice for the
+API and the CLI (``GET_INVOICE``, ``INVOICE_EVENTS``, ``STORED_DOCUMENT``) are SQLAlchemy
+``text()``.
 
 Recording an outcome also stores the document that was sent, the first time (``_DOCUMENT``):
 an ``invoice_documents`` row, and ``invoices.document_sha256`` naming it — in the same statement,
@@ -226,6 +227,13 @@ INVOICE_EVENTS = text("""
            document_sha256
       FROM invoice_events WHERE invoice_pk = :pk
      ORDER BY id
+""")
+
+#: The stored bytes of one document an invoice sent (by its sha256: the one in force is the
+#: invoice's ``document_sha256``). No lock.
+STORED_DOCUMENT = text("""
+    SELECT media_type, format, body
+      FROM invoice_documents WHERE invoice_pk = :pk AND sha256 = :sha256
 """)
 
 #: One invoice as a send would see it, with its document in force (no lock: a read).

@@ -44,8 +44,10 @@ async def test_show_prints_state_number_and_history(
 
     shown = run_gapless(["invoice", "show", "inv-1"], {**integrated_env, "COLUMNS": "80"})
     assert shown.returncode == 0, shown.stderr
-    for fragment in ("ISSUED", sending.number, ref, "received", "reserved", "issued"):
+    for fragment in ("ISSUED", sending.number, ref, "received", "reserved", "issued",
+                     "SATIS/TEMELFATURA"):  # a message without type or profile: the defaults
         assert fragment in shown.stdout
+    assert "returns" not in shown.stdout
     assert GOOD_TAX_ID not in shown.stdout  # the payload only on request
     assert max(len(line) for line in shown.stdout.splitlines()) <= 80
 
@@ -54,6 +56,9 @@ async def test_show_prints_state_number_and_history(
     assert (data["status"], data["number"], data["integrator_ref"], data["attempts"]) == (
         "ISSUED", sending.number, ref, 1)
     assert [e["kind"] for e in data["events"]] == ["received", "reserved", "sending", "issued"]
+    assert (data["type"], data["profile"], data["billing_reference"]) == (
+        "SATIS", "TEMELFATURA", [])
+    assert (data["discounts"], data["withheld"]) == (None, None)  # a JSON document: no summary
     assert "payload" not in data
     with_payload = json.loads(run_gapless(["invoice", "show", "inv-1", "--json",
                                            "--with-payload"], integrated_env).stdout)
