@@ -14,8 +14,9 @@ One run, in order:
    tax id the integrator always rejects;
 5. live progress on stderr; midway, one worker is killed with SIGKILL and started again;
 6. once everything has settled (or the deadline passed): a graceful stop of workers and
-   recovery, ``gapless audit --integrator`` on stdout, the summary of one issued UBL-TR document,
-   then the integrator is stopped and the demo's database and queues are dropped — unless
+   recovery, ``gapless audit --integrator`` on stdout, the issued documents counted by kind (type
+   and profile, from the database), the summary of one issued UBL-TR document, then the
+   integrator is stopped and the demo's database and queues are dropped — unless
    ``keep``, for a look around afterwards.
 
 The exit code is the audit's (0 clean, 1 violations), or 1 when the run did not settle in time.
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -440,6 +442,8 @@ class DemoResult:
     database_url: str
     queue: str
     audit_code: int | None = None
+    #: (type, profile, count) of the ISSUED documents, in the contract's order.
+    issued_by_kind: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 def child_env(settings: Settings) -> dict[str, str]:
@@ -483,6 +487,7 @@ class Outcome:
     elapsed_s: float | None = None
     audit_code: int | None = None
     sample: dict[str, Any] | None = None
+    issued_by_kind: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Console
@@ -515,8 +520,11 @@ async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Con
     exit_code = outcome.audit_code if outcome.audit_code else (0 if outcome.settled else 1)
     result = DemoResult(exit_code=exit_code, settled=outcome.settled, elapsed_s=elapsed,
                         progress=progress, log_dir=log_dir, database_url=database_url,
-                        queue=settings.queue, audit_code=outcome.audit_code)
+                        queue=settings.queue, audit_code=outcome.audit_code,
+                        issued_by_kind=outcome.issued_by_kind)
     _summary(result, config, out)
+    if result.issued_by_kind:
+        _kinds_table(result.issued_by_kind, out)
     if outcome.sample is not None:
         _document_summary(outcome.sample, out)
     return result
@@ -554,11 +562,13 @@ async def _play(settings: Settings, config: DemoConfig, players: Cast, progress:
 
 
 async def _conclude(env: dict[str, str], engine: AsyncEngine, outcome: Outcome) -> None:
-    """``gapless audit --integrator`` on stdout, and one document's summary."""
+    """``gapless audit --integrator`` on stdout; the issued documents by kind, and one
+    document's summary."""
     audit = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gapless", "audit", "--integrator", env=env,
         stdin=asyncio.subprocess.DEVNULL)
     outcome.audit_code = await audit.wait()
+    outcome.issued_by_kind = await issued_by_kind(engine)
     outcome.sample = await sample_document(engine)
 
 
@@ -593,6 +603,37 @@ async def sample_document(engine: AsyncEngine) -> dict[str, Any] | None:
     if row is None:
         return None
     return {"invoice_id": row.invoice_id, "sha256": row.sha256, **summarize(bytes(row.body))}
+
+
+async def issued_by_kind(engine: AsyncEngine) -> list[tuple[str, str, int]]:
+    """(type, profile, count) of the ISSUED invoices, read from their stored messages (no type
+    is a SATIS, no profile a TEMELFATURA: the document's defaults), in the contract's order of
+    types, then of profiles."""
+    from gapless.message import INVOICE_TYPES, PROFILES
+    from gapless.queries import status as q
+
+    async with engine.connect() as conn:
+        rows = (await conn.execute(q.ISSUED_BY_KIND, {
+            "default_type": INVOICE_TYPES[0], "default_profile": PROFILES[0]})).all()
+
+    def rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
+        return (order.index(value) if value in order else len(order), value)
+
+    kinds = [(str(row.type), str(row.profile), int(row.issued)) for row in rows]
+    return sorted(kinds, key=lambda kind: (rank(INVOICE_TYPES, kind[0]),
+                                           rank(PROFILES, kind[1])))
+
+
+def _kinds_table(kinds: list[tuple[str, str, int]], out: Console) -> None:
+    """The issued documents by type and profile, under the summary (fits 80 columns)."""
+    out.print(f"  issued by kind ({sum(count for _, _, count in kinds)}):", highlight=False)
+    table = Table(box=None, padding=(0, 2, 0, 0), pad_edge=False)
+    table.add_column("type")
+    table.add_column("profile")
+    table.add_column("issued", justify="right")
+    for kind, profile, count in kinds:
+        table.add_row(kind, profile, str(count))
+    out.print(Padding(table, (0, 0, 0, 4), expand=False))
 
 
 def _document_summary(sample: dict[str, Any], out: Console) -> None:

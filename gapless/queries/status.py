@@ -78,3 +78,15 @@ FIRST_ISSUED_DOCUMENT = text("""
      ORDER BY i.issued_at, i.id
      LIMIT 1
 """)
+
+#: ISSUED invoices counted by document kind, read from the payload: its type (a message without
+#: one is a :default_type) and profile (without one, :default_profile), for the demo's closing
+#: summary. One snapshot, no lock; scans the invoices.
+ISSUED_BY_KIND = text("""
+    SELECT coalesce(payload->>'type', CAST(:default_type AS text)) AS type,
+           coalesce(payload->>'profile', CAST(:default_profile AS text)) AS profile,
+           count(*) AS issued
+      FROM invoices
+     WHERE status = 'ISSUED'
+     GROUP BY 1, 2
+""")

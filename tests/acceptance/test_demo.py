@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections import Counter
 
 import psycopg
 import pytest
 
+from gapless.demo import REJECT_EVERY, DemoConfig, demo_load
 from tests.conftest import admin_conninfo
 from tests.helpers import run_gapless
 
@@ -19,6 +21,34 @@ def database_exists(name: str) -> bool:
     with psycopg.connect(admin_conninfo(), autocommit=True) as conn:
         return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
                             (name,)).fetchone() is not None
+
+
+def issued_by_kind(stdout: str) -> Counter[tuple[str, str]]:
+    """The summary's "issued by kind (N):" table: (type, profile) -> count; N is their sum."""
+    lines = stdout.splitlines()
+    titles = [(i, re.fullmatch(r"  issued by kind \((\d+)\):", line))
+              for i, line in enumerate(lines) if line.startswith("  issued by kind")]
+    assert len(titles) == 1, stdout
+    at, title = titles[0]
+    assert title is not None, stdout
+    assert lines[at + 1].split() == ["type", "profile", "issued"]
+    kinds: Counter[tuple[str, str]] = Counter()
+    for line in lines[at + 2:]:
+        row = re.fullmatch(r"    ([A-Z]+) +([A-Z]+) +(\d+)", line)
+        if row is None:
+            break
+        kinds[(row.group(1), row.group(2))] = int(row.group(3))
+    assert sum(kinds.values()) == int(title.group(1))
+    return kinds
+
+
+def expected_kinds(invoices: int) -> Counter[tuple[str, str]]:
+    """(type, profile) of the demo's issued invoices: its seeded load less the rejected ones
+    (the ids differ per run; the kinds do not)."""
+    return Counter((message.get("type", "SATIS"), message.get("profile", "TEMELFATURA"))
+                   for position, message in enumerate(
+                       demo_load(invoices, DemoConfig().seed, "test"), start=1)
+                   if position % REJECT_EVERY)
 
 
 def test_demo_settles_survives_a_killed_worker_and_passes_the_audit() -> None:
@@ -41,6 +71,9 @@ def test_demo_settles_survives_a_killed_worker_and_passes_the_audit() -> None:
     # Every 100th invoice carries the tax id the integrator always rejects.
     assert (issued, rejected, errors) == (198, 2, 0)
     assert "integrator (ledger): 198 accepted document(s)" in result.stdout
+    # The issued documents by kind, read from the database: exactly the published mix (the
+    # demo's load is seeded), without the two rejected ones.
+    assert issued_by_kind(result.stdout) == expected_kinds(200), output
     # The worker was killed midway and came back; progress went to stderr.
     assert re.search(r"kill -9 worker-1 \(pid \d+\)", result.stderr), output
     assert "worker-1 restarted" in result.stderr
