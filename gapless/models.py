@@ -25,7 +25,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
 
 metadata = MetaData()
 TZ = TIMESTAMP(timezone=True)
@@ -57,8 +57,21 @@ series = Table(
     Column("width", Integer, nullable=False, server_default=text("9")),
     Column("format", Text, nullable=False, server_default=text("'{prefix}{yyyy}{seq}'")),
     *_stamped("created_at"),
+    Column("channel", Text, nullable=False, server_default=text("'any'")),
+    Column("is_default", Boolean, nullable=False, server_default=text("false")),
     PrimaryKeyConstraint("tenant", "code", name="series_pkey"),
     UniqueConstraint("tenant", "prefix", name="series_tenant_prefix_key"),
+    CheckConstraint("channel IN ('any', 'efatura', 'earsiv')", name="series_channel_kind"),
+    Index("series_default_per_channel", "tenant", "channel", unique=True,
+          postgresql_where=text("is_default")),
+)
+
+recipients = Table(
+    "recipients", metadata,
+    Column("tax_id", Text, primary_key=True),
+    Column("registered", Boolean, nullable=False),
+    Column("aliases", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    *_stamped("checked_at"),
 )
 
 number_counters = Table(

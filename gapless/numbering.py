@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gapless.constants import ResetPeriod
+from gapless.constants import Channel, ResetPeriod
 from gapless.db import is_lock_timeout
 from gapless.errors import ReservationLockTimeout, SeriesError, UnknownSeriesError
 from gapless.queries import numbering as q
@@ -61,6 +61,11 @@ class SeriesSpec:
     tz: str
     width: int
     format: str
+    #: Which documents the series numbers (``any``: no routing) and whether it is the tenant's
+    #: default for that channel (used when a message names no series) — as read: a default may
+    #: move to another series later (the issuing path asks for the defaults themselves).
+    channel: Channel = Channel.ANY
+    default: bool = False
 
 
 def check_tenant(tenant: str) -> str:
@@ -73,7 +78,8 @@ def check_tenant(tenant: str) -> str:
 
 def build_series_spec(tenant: str, code: str, *, prefix: str | None = None,
                       reset: str = "yearly", tz: str = "Europe/Istanbul",
-                      width: int | None = None, fmt: str | None = None) -> SeriesSpec:
+                      width: int | None = None, fmt: str | None = None, channel: str = "any",
+                      default: bool = False) -> SeriesSpec:
     """Validate a series definition; raises SeriesError with a message fit for a person."""
     check_tenant(tenant)
     if not CODE_RE.fullmatch(code):
@@ -99,7 +105,11 @@ def build_series_spec(tenant: str, code: str, *, prefix: str | None = None,
     if not 1 <= width <= 18:
         raise SeriesError(f"invalid width {width}: the sequence takes 1 to 18 digits")
     validate_format(fmt, period)
-    return SeriesSpec(tenant, code, prefix, period, tz, width, fmt)
+    try:
+        kind = Channel(channel)
+    except ValueError:
+        raise SeriesError(f"invalid channel {channel!r}: choose any, efatura or earsiv") from None
+    return SeriesSpec(tenant, code, prefix, period, tz, width, fmt, kind, default)
 
 
 def validate_format(fmt: str, period: ResetPeriod) -> None:
@@ -149,20 +159,29 @@ def render_number(spec: SeriesSpec, local: datetime, no: int) -> str:
 async def add_series(conn: AsyncConnection, spec: SeriesSpec) -> bool:
     """Define a series. True when created, False when an identical one exists already.
 
-    Raises SeriesError when the code or the prefix is taken by a different definition.
+    With ``spec.default`` the series becomes the tenant's default for its channel (the previous
+    default of that channel stops being one), also when it existed already. Raises SeriesError
+    when the code or the prefix is taken by a different definition.
     """
     tz_known = (await conn.execute(q.CHECK_TIME_ZONE, {"tz": spec.tz})).scalar_one()
     if not tz_known:
         raise SeriesError(f"PostgreSQL does not know time zone {spec.tz!r}")
     params = {"tenant": spec.tenant, "code": spec.code, "prefix": spec.prefix,
-              "reset": spec.reset.value, "tz": spec.tz, "width": spec.width, "format": spec.format}
-    if (await conn.execute(q.INSERT_SERIES, params)).first() is not None:
+              "reset": spec.reset.value, "tz": spec.tz, "width": spec.width, "format": spec.format,
+              "channel": spec.channel.value}
+    if spec.default:
+        await conn.execute(q.UNSET_DEFAULT_SERIES, params)
+    if (await conn.execute(q.INSERT_SERIES, {**params, "is_default": spec.default})
+            ).first() is not None:
         return True
     existing = (await conn.exec_driver_sql(q.GET_SERIES, params)).first()
     if existing is not None:
-        same = (existing.prefix, existing.reset, existing.tz, existing.width, existing.format) == (
-            spec.prefix, spec.reset.value, spec.tz, spec.width, spec.format)
+        same = (existing.prefix, existing.reset, existing.tz, existing.width, existing.format,
+                existing.channel) == (spec.prefix, spec.reset.value, spec.tz, spec.width,
+                                      spec.format, spec.channel.value)
         if same:
+            if spec.default:
+                await conn.execute(q.SET_DEFAULT_SERIES, params)
             return False
         raise SeriesError(f"series {spec.code!r} of tenant {spec.tenant!r} exists with another "
                           "definition; a series is never redefined (add a new one)")
@@ -174,7 +193,7 @@ async def add_series(conn: AsyncConnection, spec: SeriesSpec) -> bool:
 def series_spec(row: Any) -> SeriesSpec:
     """A SeriesSpec from a ``series`` row."""
     return SeriesSpec(row.tenant, row.code, row.prefix, ResetPeriod(row.reset), row.tz,
-                      row.width, row.format)
+                      row.width, row.format, Channel(row.channel), row.is_default)
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,27 @@ import uuid
 from typing import Any
 
 from gapless.catalog import Catalog
+from gapless.constants import Channel
 from gapless.documents import FORMAT as UBL_FORMAT
 from gapless.documents import check_ubl_inputs, render_ubl_tr
 from gapless.integrator.base import MEDIA_JSON, MEDIA_XML, Document
 from gapless.invoices import Sending
 from gapless.message import InvalidMessage, InvoiceMessage, validate_message
+from gapless.numbering import SeriesSpec
 
 JSON_FORMAT = "json/1"
+
+
+def _route(series: SeriesSpec, sending: Sending) -> tuple[str | None, str | None]:
+    """The channel and alias the invoice was routed to (pinned in its payload at the seal):
+    none for a series without routing."""
+    if series.channel is Channel.ANY or sending.profile_version is None:
+        return None, None
+    if series.channel is Channel.EARSIV:
+        return Channel.EARSIV.value, None
+    customer = sending.payload.get("customer")
+    alias = customer.get("alias") if isinstance(customer, dict) else None
+    return Channel.EFATURA.value, alias if isinstance(alias, str) else None
 
 
 class RenderError(Exception):
@@ -54,25 +68,28 @@ class Renderer:
         only under the profile version the caller checked), to save validating and checking it
         again. Raises RenderError when the stored payload cannot make the document.
         """
+        series = await self.catalog.series(sending.tenant, sending.series)
+        if series is None:  # invoices reference their series: it cannot be missing
+            raise RenderError(f"series {sending.series!r} of tenant {sending.tenant!r} is gone")
+        channel, alias = _route(series, sending)
         stored = sending.document
         if stored is not None:
             return Document(sending.tenant, sending.number, sending.invoice_id, sending.uuid,
                             stored.body, stored.media_type, stored.format, stored.sha256,
-                            stored=True)
+                            stored=True, channel=channel, alias=alias)
         if sending.profile_version is None:
             body, media_type, fmt = canonical_json(sending.payload), MEDIA_JSON, JSON_FORMAT
         else:
-            body, media_type, fmt = await self._ubl(sending, message), MEDIA_XML, UBL_FORMAT
+            body = await self._ubl(sending, series, message)
+            media_type, fmt = MEDIA_XML, UBL_FORMAT
         return Document.of(tenant=sending.tenant, number=sending.number,
                            invoice_id=sending.invoice_id, uuid=sending.uuid, body=body,
-                           media_type=media_type, format=fmt)
+                           media_type=media_type, format=fmt, channel=channel, alias=alias)
 
-    async def _ubl(self, sending: Sending, message: InvoiceMessage | None) -> bytes:
+    async def _ubl(self, sending: Sending, series: SeriesSpec,
+                   message: InvoiceMessage | None) -> bytes:
         assert sending.profile_version is not None
         profile = await self.catalog.profile(sending.tenant, sending.profile_version)
-        series = await self.catalog.series(sending.tenant, sending.series)
-        if series is None:  # invoices reference their series: it cannot be missing
-            raise RenderError(f"series {sending.series!r} of tenant {sending.tenant!r} is gone")
         if message is None:
             try:
                 message = validate_message(sending.payload)

@@ -49,6 +49,7 @@ from gapless.integrator.base import (
     DuplicateOfMine,
     PermanentRejection,
     Receipt,
+    Recipient,
     TransientIntegratorError,
 )
 from gapless.invoices import (
@@ -69,6 +70,7 @@ from gapless.logging import get_logger
 from gapless.message import InvalidMessage, InvoiceMessage, parse_message, priority_of
 from gapless.numbering import SeriesSpec, gib_layout_problem
 from gapless.render import Renderer, RenderError
+from gapless.routing import RecipientUnavailable, Route, Router, RoutingRefused
 from gapless.settings import Settings
 from gapless.tenants import Profile
 from worker import metrics
@@ -103,6 +105,8 @@ class GuardLike(Protocol):
     """What the flow needs of :class:`gapless.integrator.guard.GuardedIntegrator`."""
 
     async def send(self, document: Document) -> Receipt: ...
+
+    async def recipient(self, tax_id: str) -> Recipient: ...
 
     def accepting(self) -> bool: ...
 
@@ -173,6 +177,7 @@ class IssuingFlow:
         self.settings = settings
         self.catalog = catalog or Catalog(db)
         self.renderer = Renderer(self.catalog)
+        self.router = Router(db, self.catalog, guard, settings.recipient_ttl_s)
         self.hooks = hooks
         self._clock = clock
         self._stopping = stopping
@@ -196,29 +201,54 @@ class IssuingFlow:
                          series=message.series)
         bound.debug("message_received", priority=delivery.priority,
                     redelivered=delivery.redelivered)
-        series = await self.catalog.series(message.tenant, message.series)
-        if series is None:
-            return Verdict(Action.DEAD_LETTER, "dead_lettered",
-                           reason=str(UnknownSeriesError(message.tenant, message.series)))
         profile = await self.catalog.profile_in_force(message.tenant)
+        routed = await self._route(message, profile, bound)
+        if isinstance(routed, Verdict):
+            return routed
+        message, series = routed.message, routed.series
+        bound = bound.bind(series=series.code)
         refusal = self._refusal(message, series, profile)
         if refusal is not None and not await self._numbered_already(message, refusal, bound):
             return self._dead_letter(refusal, bound)
-        draft = Draft(message.invoice_id, message.tenant, message.series,
+        draft = Draft(message.invoice_id, message.tenant, series.code,
                       priority_of(delivery.priority, message.priority), message.payload())
-        async with self._gate(message.tenant, message.series):
+        async with self._gate(message.tenant, series.code):
             if self._stopping():
                 # No number is sealed once a stop is requested; the message waits in the queue.
                 return self._requeue("worker_stopping", bound)
             if not self.guard.accepting():
                 # Breaker open: sealing now would only turn the queue into ERRORs.
                 return self._requeue("breaker_open", bound, pause=True)
-            claim = await self._intake(message, draft, profile, bound)
+            claim = await self._intake(message, series, draft, profile, bound)
         if isinstance(claim, Verdict):
             return claim
         return await self._after_claim(claim, message, bound)
 
-    # -- checks before any number is used -------------------------------------------------------
+    # -- routing and checks before any number is used --------------------------------------------
+
+    async def _route(self, message: InvoiceMessage, profile: Profile | None,
+                     bound: BoundLogger) -> Route | Verdict:
+        """The message's series, and for a routed tenant its channel, profile and alias (see
+        :mod:`gapless.routing`). A message that contradicts the routing, or names a series that
+        does not exist, is dead-lettered — unless its invoice is numbered already (a redelivery
+        goes on as sealed); when the integrator cannot answer the recipient check, it waits."""
+        try:
+            return await self.router.route(message, profiled=profile is not None)
+        except UnknownSeriesError as exc:
+            return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=str(exc))
+        except RoutingRefused as exc:
+            if await self._numbered_already(message, exc.reason, bound):
+                state = await invoice_state(self.db, message.invoice_id)
+                assert state is not None  # numbered: it exists
+                series = await self.catalog.series(message.tenant, state.series)
+                if series is not None:
+                    return Route(message.model_copy(update={"series": state.series}), series,
+                                 series.channel)
+            return self._dead_letter(exc.reason, bound)
+        except RecipientUnavailable:
+            return self._requeue("recipient_check_unavailable", bound, backoff_s=1.0,
+                                 pause=not self.guard.accepting())
+
 
     def _refusal(self, message: InvoiceMessage, series: SeriesSpec,
                  profile: Profile | None) -> str | None:
@@ -269,8 +299,8 @@ class IssuingFlow:
             gate = self._gates[(tenant, series)] = asyncio.Semaphore(CLAIMS_PER_SERIES)
         return gate
 
-    async def _intake(self, message: InvoiceMessage, draft: Draft, profile: Profile | None,
-                      bound: BoundLogger) -> Claim | Verdict:
+    async def _intake(self, message: InvoiceMessage, series: SeriesSpec, draft: Draft,
+                      profile: Profile | None, bound: BoundLogger) -> Claim | Verdict:
         started = time.perf_counter()
         try:
             for _ in range(STALE_RETRIES + 1):
@@ -285,8 +315,6 @@ class IssuingFlow:
                 # Another issuer profile is in force than the one the message was checked
                 # against: nothing was sealed; check again with the new one.
                 profile = await self.catalog.refresh(message.tenant)
-                series = await self.catalog.series(message.tenant, message.series)
-                assert series is not None  # it was there a moment ago; series are never removed
                 refusal = self._refusal(message, series, profile)
                 if refusal is not None:
                     await self._numbered_already(message, refusal, bound)

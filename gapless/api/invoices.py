@@ -68,13 +68,14 @@ def invalid_status(body: bytes, content_type: str | None) -> int:
 
 async def known_status(engine: AsyncEngine, message: InvoiceMessage) -> Status | None:
     """What the database knows of the message's invoice (None: nothing); 409 when the
-    invoice_id already names another tenant's or series' invoice."""
+    invoice_id already names another tenant's or series' invoice (a message that names no
+    series takes the one routing chose for it)."""
     async with engine.connect() as conn:
         try:
             known = await get_invoice(conn, message.invoice_id)
         except InvoiceNotFound:
             return None
-    if (known.tenant, known.series) != (message.tenant, message.series):
+    if (known.tenant, known.series) != (message.tenant, message.series or known.series):
         raise HTTPException(409, "invoice_id already names a different invoice; "
                                  "invoice ids are unique across tenants and series")
     return Status(known.status)

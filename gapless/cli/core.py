@@ -47,6 +47,14 @@ def series_add(
     fmt: str | None = typer.Option(
         None, "--format",
         help="Layout with {prefix} {yyyy} {yy} {mm} {dd} {seq} (default: GİB, 16 characters)."),
+    channel: str = typer.Option(
+        "any", "--channel",
+        help="Which documents it numbers: any (no routing) | efatura | earsiv. With an efatura or "
+             "earsiv series, the worker asks the integrator whether the customer is an e-Fatura "
+             "user before sealing, and numbers each document in the right channel's series."),
+    default: bool = typer.Option(
+        False, "--default",
+        help="Make it the tenant's series for its channel, used when a message names no series."),
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
     """Define a series (idempotent when the definition is identical)."""
@@ -54,14 +62,15 @@ def series_add(
 
     try:
         spec = build_series_spec(tenant, code, prefix=prefix, reset=reset, tz=tz, width=width,
-                                 fmt=fmt)
+                                 fmt=fmt, channel=channel, default=default)
     except SeriesError as exc:
         raise typer.BadParameter(str(exc)) from None
     settings = settings_from(database_url=database_url)
     created = run(_add_series(settings.database_url, spec))
     verb = "added" if created else "exists (identical)"
     typer.echo(f"series {spec.tenant}/{spec.code} {verb}: prefix {spec.prefix}, reset "
-               f"{spec.reset.value}, tz {spec.tz}, format {spec.format}, width {spec.width}")
+               f"{spec.reset.value}, tz {spec.tz}, format {spec.format}, width {spec.width}, "
+               f"channel {spec.channel.value}" + (" (default)" if spec.default else ""))
 
 
 async def _add_series(database_url: str, spec: object) -> bool:
@@ -87,10 +96,12 @@ def series_list(
     settings = settings_from(database_url=database_url)
     rows = run(_list_series(settings.database_url, tenant, code))
     table = Table(title="series")
-    for column in ("tenant", "series", "prefix", "reset", "tz", "period", "last no", "last number"):
+    for column in ("tenant", "series", "prefix", "reset", "tz", "channel", "period", "last no",
+                   "last number"):
         table.add_column(column, justify="right" if column == "last no" else "left")
     for row in rows:
         table.add_row(row.tenant, row.code, row.prefix, row.reset, row.tz,
+                      row.channel + (" (default)" if row.is_default else ""),
                       row.period_key or "-", str(row.last_no) if row.last_no else "0",
                       row.last_number or "-")
     Console(width=120).print(table)

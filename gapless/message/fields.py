@@ -242,6 +242,9 @@ def json_type(value: Any) -> str:
 InvoiceId = Annotated[str, BeforeValidator(_check_invoice_id)]
 Tenant = Annotated[str, BeforeValidator(_check_tenant)]
 SeriesCode = Annotated[str, BeforeValidator(_check_series)]
+#: A series that may be omitted (routing, or the tenant's default, chooses it) but, when given,
+#: is a code: an explicit null is refused like any other non-string.
+OptionalSeriesCode = Annotated[str | None, BeforeValidator(_check_series)]
 Priority = Annotated[Literal["user", "batch"] | None, BeforeValidator(_check_priority)]
 IssueDate = Annotated[date, BeforeValidator(_check_issue_date)]
 Currency = Annotated[str, BeforeValidator(_check_currency)]

@@ -33,12 +33,12 @@ from gapless.message.fields import (
     IssueDate,
     Name,
     Note,
+    OptionalSeriesCode,
     PaymentMethod,
     Priority,
     Profile,
     Quantity,
     SendType,
-    SeriesCode,
     TaxId,
     Tenant,
     TransportMode,
@@ -84,6 +84,8 @@ class Customer(_Part):
     tax_office: Name | None = None
     address: Address | None = None
     person: Person | None = None
+    #: The e-Fatura alias to send to (one of the recipient's; default: its first).
+    alias: Name | None = None
 
 
 class Line(_Part):
@@ -184,7 +186,8 @@ class InvoiceMessage(BaseModel):
 
     invoice_id: InvoiceId
     tenant: Tenant
-    series: SeriesCode
+    #: Absent: the tenant's default series of the channel routing chooses (or of channel "any").
+    series: OptionalSeriesCode = None
     priority: Priority = None
     issue_date: IssueDate
     currency: Currency

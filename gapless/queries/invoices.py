@@ -209,7 +209,8 @@ RETRY = f"""
 """  # noqa: S608 - constant column list, values are bound
 
 #: The status and number of one invoice (no lock): what an operator action found instead.
-INVOICE_STATE = "SELECT status, number FROM invoices WHERE invoice_id = %(invoice_id)s"
+INVOICE_STATE = \
+    "SELECT status, number, series FROM invoices WHERE invoice_id = %(invoice_id)s"
 
 #: One invoice by producer key (no lock).
 GET_INVOICE = text("""

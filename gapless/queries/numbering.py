@@ -4,16 +4,29 @@ from sqlalchemy import text
 
 #: Define a series. Fails on (tenant, code) or (tenant, prefix) conflicts; caller checks first.
 INSERT_SERIES = text("""
-    INSERT INTO series (tenant, code, prefix, reset, tz, width, format)
-    VALUES (:tenant, :code, :prefix, :reset, :tz, :width, :format)
+    INSERT INTO series (tenant, code, prefix, reset, tz, width, format, channel, is_default)
+    VALUES (:tenant, :code, :prefix, :reset, :tz, :width, :format, :channel, :is_default)
     ON CONFLICT DO NOTHING
     RETURNING tenant
+""")
+
+#: The tenant's default series of a channel stops being the default unless it is :code (row
+#: locks on the series rows it changes, until the caller commits).
+UNSET_DEFAULT_SERIES = text("""
+    UPDATE series SET is_default = false
+     WHERE tenant = :tenant AND channel = :channel AND is_default AND code <> :code
+""")
+
+#: An existing series becomes its tenant's default for its channel (after UNSET_DEFAULT_SERIES).
+SET_DEFAULT_SERIES = text("""
+    UPDATE series SET is_default = true
+     WHERE tenant = :tenant AND code = :code AND channel = :channel
 """)
 
 #: One series by key (no lock). A driver-level statement (psycopg parameters): the issuing path
 #: reads it through gapless.db.Database, operator code through ``exec_driver_sql``.
 GET_SERIES = """
-    SELECT tenant, code, prefix, reset, tz, width, format, created_at
+    SELECT tenant, code, prefix, reset, tz, width, format, channel, is_default, created_at
       FROM series WHERE tenant = %(tenant)s AND code = %(code)s
 """
 
@@ -22,8 +35,8 @@ GET_SERIES_BY_PREFIX = text("SELECT code FROM series WHERE tenant = :tenant AND 
 
 #: Every series with every counter period (no lock); series without counters have NULL periods.
 LIST_SERIES = text("""
-    SELECT s.tenant, s.code, s.prefix, s.reset, s.tz, s.width, s.format,
-           c.period_key, c.last_no, c.updated_at,
+    SELECT s.tenant, s.code, s.prefix, s.reset, s.tz, s.width, s.format, s.channel,
+           s.is_default, c.period_key, c.last_no, c.updated_at,
            CASE WHEN c.last_no IS NOT NULL THEN
                (SELECT i.number FROM invoices i
                  WHERE i.tenant = s.tenant AND i.series = s.code

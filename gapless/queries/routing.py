@@ -1,0 +1,27 @@
+"""Routing: the recipient answers cached for every worker, and a tenant's default series.
+
+Driver-level statements (psycopg parameters), run by gapless.db.Database in autocommit: none is
+ever part of the transaction that seals a number.
+"""
+
+#: A cached recipient answer younger than :ttl_s seconds (no lock).
+FRESH_RECIPIENT = """
+    SELECT registered, aliases FROM recipients
+     WHERE tax_id = %(tax_id)s
+       AND checked_at > now() - make_interval(secs => %(ttl_s)s)
+"""
+
+#: Keep the integrator's newest answer for a tax id (one row lock, released by its own commit).
+STORE_RECIPIENT = """
+    INSERT INTO recipients (tax_id, registered, aliases, checked_at)
+    VALUES (%(tax_id)s, %(registered)s, %(aliases)s, now())
+    ON CONFLICT (tax_id) DO UPDATE
+       SET registered = EXCLUDED.registered, aliases = EXCLUDED.aliases,
+           checked_at = EXCLUDED.checked_at
+    RETURNING tax_id
+"""
+
+#: The tenant's default series per channel (no lock).
+DEFAULT_SERIES = """
+    SELECT channel, code FROM series WHERE tenant = %(tenant)s AND is_default
+"""

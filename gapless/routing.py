@@ -1,0 +1,224 @@
+"""Routing before the seal: the channel (e-Fatura or e-Arşiv), profile, alias and series a
+message's document takes, chosen the way a Turkish issuer chooses them — by asking the
+integrator whether the customer is a registered e-Fatura user.
+
+Routing applies to a tenant with an issuer profile whose message names a series of channel
+``efatura`` or ``earsiv``, or names no series while the tenant has a default series of those
+channels. A series of channel ``any`` is today's behaviour: the producer's profile, no check.
+
+* A registered customer gets an e-Fatura (``TEMELFATURA``, or the message's ``TICARIFATURA`` /
+  ``KAMU`` / ``IHRACAT``) in a series of channel ``efatura``, sent to the customer's alias (the
+  message's ``customer.alias`` if it is one of theirs, else their first);
+* anyone else gets ``EARSIVFATURA`` in a series of channel ``earsiv``.
+
+A message whose ``profile``, ``series`` or ``customer.alias`` contradicts the answer is refused
+(:class:`RoutingRefused`, dead-lettered before any number). When the integrator cannot answer,
+:class:`RecipientUnavailable` makes the message wait (requeued): nothing is sealed on a guess.
+
+The choice is written into the message itself (``series``, ``profile``, ``customer.alias``)
+before its draft is stored, so it is pinned with the number: every resend renders and sends the
+same. Answers are cached in PostgreSQL (``recipients``) for ``GAPLESS_RECIPIENT_TTL_S``, shared
+by every worker, and never read or written inside the transaction that seals a number.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from gapless.catalog import Catalog
+from gapless.constants import EARSIV_PROFILE, Channel
+from gapless.db import Database
+from gapless.errors import GaplessError, UnknownSeriesError
+from gapless.integrator.base import IntegratorError, Recipient
+from gapless.message import InvoiceMessage
+from gapless.numbering import SeriesSpec
+from gapless.queries import routing as q
+
+#: Profiles of an e-Fatura document the message may ask for (the first is the default).
+EFATURA_PROFILES = ("TEMELFATURA", "TICARIFATURA", "KAMU", "IHRACAT")
+ROUTED = frozenset({Channel.EFATURA, Channel.EARSIV})
+#: How long a tenant's default series are reused by one process before they are read again.
+DEFAULTS_TTL_S = 10.0
+
+
+class RoutingRefused(GaplessError):
+    """The message contradicts the routing (or the tenant lacks the series it needs):
+    dead-lettered with :attr:`reason`, before any number."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RecipientUnavailable(GaplessError):
+    """The integrator could not answer the recipient check: the message waits."""
+
+
+class RecipientSource(Protocol):
+    """Who answers the recipient check (the guarded integrator)."""
+
+    async def recipient(self, tax_id: str) -> Recipient: ...
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a message's document goes: its series, channel (``any``: not routed) and the
+    message with the choice written in."""
+
+    message: InvoiceMessage
+    series: SeriesSpec
+    channel: Channel
+
+
+class RecipientCache:
+    """The integrator's recipient answers in PostgreSQL, reused for ``ttl_s`` by every worker."""
+
+    def __init__(self, db: Database, ttl_s: float) -> None:
+        self._db = db
+        self._ttl_s = ttl_s
+
+    async def fresh(self, tax_id: str) -> Recipient | None:
+        """The cached answer if it is younger than the TTL (one indexed read, no lock)."""
+        row = await self._db.one(q.FRESH_RECIPIENT, {"tax_id": tax_id, "ttl_s": self._ttl_s})
+        return None if row is None else Recipient(tax_id, row.registered, tuple(row.aliases))
+
+    async def store(self, recipient: Recipient) -> None:
+        """Keep an answer (the newest wins; one short autocommit statement)."""
+        await self._db.one(q.STORE_RECIPIENT, {
+            "tax_id": recipient.tax_id, "registered": recipient.registered,
+            "aliases": list(recipient.aliases)})
+
+
+class Router:
+    """Routes messages of one worker process (safe for any number of concurrent tasks)."""
+
+    def __init__(self, db: Database, catalog: Catalog, source: RecipientSource,
+                 ttl_s: float) -> None:
+        self._db = db
+        self._catalog = catalog
+        self._source = source
+        self.cache = RecipientCache(db, ttl_s)
+        self._defaults: dict[str, tuple[float, dict[Channel, str]]] = {}
+
+    async def recipient(self, tax_id: str, *, refresh: bool = False) -> Recipient:
+        """The recipient answer: cached if fresh (unless ``refresh``), else asked and stored.
+
+        Raises RecipientUnavailable when the integrator cannot answer.
+        """
+        if not refresh:
+            cached = await self.cache.fresh(tax_id)
+            if cached is not None:
+                return cached
+        try:
+            answer = await self._source.recipient(tax_id)
+        except IntegratorError as exc:  # transient, breaker open, auth: the message waits
+            raise RecipientUnavailable(f"recipient check: {type(exc).__name__}") from exc
+        await self.cache.store(answer)
+        return answer
+
+    async def defaults(self, tenant: str) -> dict[Channel, str]:
+        """The tenant's default series per channel (re-read every DEFAULTS_TTL_S)."""
+        now = time.monotonic()
+        cached = self._defaults.get(tenant)
+        if cached is not None and now - cached[0] < DEFAULTS_TTL_S:
+            return cached[1]
+        rows = await self._db.all(q.DEFAULT_SERIES, {"tenant": tenant})
+        found = {Channel(row.channel): row.code for row in rows}
+        self._defaults[tenant] = (now, found)
+        return found
+
+    async def _series(self, tenant: str, code: str) -> SeriesSpec:
+        spec = await self._catalog.series(tenant, code)
+        if spec is None:
+            raise UnknownSeriesError(tenant, code)
+        return spec
+
+    async def route(self, message: InvoiceMessage, *, profiled: bool) -> Route:
+        """Choose the message's series (and, when routed, channel, profile and alias).
+
+        Raises UnknownSeriesError (the named series does not exist), RoutingRefused (dead-letter)
+        or RecipientUnavailable (wait).
+        """
+        tenant = message.tenant
+        defaults: dict[Channel, str] = {}
+        if message.series is not None:
+            spec = await self._series(tenant, message.series)
+            if not profiled or spec.channel not in ROUTED:
+                return Route(message, spec, Channel.ANY)
+        else:
+            defaults = await self.defaults(tenant)
+            if not profiled or not ROUTED & defaults.keys():
+                code = defaults.get(Channel.ANY)
+                if code is None:
+                    raise RoutingRefused(f"series: required (tenant {tenant!r} has no default "
+                                         "series)")
+                spec = await self._series(tenant, code)
+                return Route(message.model_copy(update={"series": code}), spec, Channel.ANY)
+        recipient = await self.recipient(message.customer.tax_id)
+        channel = Channel.EFATURA if recipient.registered else Channel.EARSIV
+        profile = _profile(message, channel)
+        alias = _alias(message, recipient, channel)
+        if message.series is not None:
+            if spec.channel is not channel:
+                raise RoutingRefused(
+                    f"series: {message.series} numbers {spec.channel.value} documents, but the "
+                    f"customer {_who(channel)}, so the document is an {_document(channel)}")
+        else:
+            code = defaults.get(channel)
+            if code is None:
+                raise RoutingRefused(
+                    f"series: tenant {tenant!r} has no default series of channel "
+                    f"{channel.value} (the customer {_who(channel)}; add one with gapless series "
+                    f"add {tenant} CODE --channel {channel.value} --default)")
+            spec = await self._series(tenant, code)
+        customer = message.customer
+        if alias != customer.alias:
+            customer = customer.model_copy(update={"alias": alias})
+        routed = message.model_copy(update={"series": spec.code, "profile": profile,
+                                            "customer": customer})
+        return Route(routed, spec, channel)
+
+
+def _who(channel: Channel) -> str:
+    return "is a registered e-Fatura user" if channel is Channel.EFATURA else \
+        "is not an e-Fatura user"
+
+
+def _document(channel: Channel) -> str:
+    return "e-Fatura" if channel is Channel.EFATURA else "e-Arşiv"
+
+
+def _profile(message: InvoiceMessage, channel: Channel) -> str:
+    """The document's profile for the channel, or RoutingRefused when the message's
+    contradicts it."""
+    asked = message.profile
+    if channel is Channel.EARSIV:
+        if asked not in (None, EARSIV_PROFILE):
+            raise RoutingRefused(f"profile: {asked} is an e-Fatura profile, but the customer is "
+                                 "not an e-Fatura user (its document is an EARSIVFATURA)")
+        return EARSIV_PROFILE
+    if asked == EARSIV_PROFILE:
+        raise RoutingRefused("profile: EARSIVFATURA, but the customer is a registered e-Fatura "
+                             "user (its document is an e-Fatura: TEMELFATURA, TICARIFATURA, "
+                             "KAMU or IHRACAT)")
+    return asked or EFATURA_PROFILES[0]
+
+
+def _alias(message: InvoiceMessage, recipient: Recipient, channel: Channel) -> str | None:
+    """The e-Fatura alias: the message's if it is one of the recipient's, else their first."""
+    asked = message.customer.alias
+    if channel is Channel.EARSIV:
+        if asked is not None:
+            raise RoutingRefused("customer.alias: the customer is not an e-Fatura user (an "
+                                 "e-Arşiv document has no alias)")
+        return None
+    if asked is not None:
+        if asked not in recipient.aliases:
+            raise RoutingRefused("customer.alias: not one of the customer's e-Fatura aliases")
+        return asked
+    if not recipient.aliases:
+        raise RoutingRefused("customer.alias: the integrator lists no invoice alias for the "
+                             "customer")
+    return recipient.aliases[0]

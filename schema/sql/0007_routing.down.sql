@@ -1,0 +1,3 @@
+DROP TABLE recipients;
+DROP INDEX series_default_per_channel;
+ALTER TABLE series DROP COLUMN is_default, DROP COLUMN channel;

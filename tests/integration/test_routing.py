@@ -1,0 +1,196 @@
+"""Routing before the seal, end to end (the worker in-process against real RabbitMQ, PostgreSQL
+and the mock integrator over HTTP): the worker asks whether each customer is an e-Fatura user,
+numbers each document in its channel's series with the right profile and alias, refuses a
+message that contradicts the answer before any number, and waits — sealing nothing — while the
+integrator cannot answer."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.constants import HEADER_DEAD_REASON
+from gapless.documents import build_issuer
+from gapless.numbering import add_series, build_series_spec
+from gapless.samples import vkn
+from gapless.settings import Settings
+from gapless.tenants import set_profile
+from tests.helpers import await_until, run_gapless, today
+from tests.mock_client import MockIntegratorClient
+from tests.ubl import assert_valid, field
+from tests.worker_support import all_in, counter, drain_dead, publish, rows, running_worker
+
+ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
+          "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
+          "postal_zone": "34716"}
+
+
+def message(invoice_id: str, tax_id: str, **changes: Any) -> dict[str, Any]:
+    """A message with no series and no profile: routing chooses both."""
+    data: dict[str, Any] = {
+        "invoice_id": invoice_id, "tenant": "acme", "issue_date": today(), "currency": "TRY",
+        "customer": {"tax_id": tax_id, "name": "Example Ltd", "tax_office": "Çankaya",
+                     "address": {"district": "Çankaya", "city": "Ankara"}},
+        "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
+                   "vat_rate": "20"}]}
+    data.update(changes)
+    return data
+
+
+@pytest.fixture
+async def routed(engine: AsyncEngine) -> None:
+    """Tenant acme with an issuer profile, an e-Fatura series EFA and an e-Arşiv series EAR,
+    both defaults, and a series ANY without routing."""
+    async with engine.begin() as conn:
+        await add_series(conn, build_series_spec("acme", "EFA", channel="efatura", default=True))
+        await add_series(conn, build_series_spec("acme", "EAR", channel="earsiv", default=True))
+        await add_series(conn, build_series_spec("acme", "ANY"))
+    await set_profile(engine, "acme", build_issuer(**ISSUER))
+
+
+@pytest.fixture
+def worker_settings(settings: Settings, mock_integrator: MockIntegratorClient) -> Settings:
+    return settings.with_overrides(integrator_url=mock_integrator.url, retry_wait_s=0.05,
+                                   retry_max_s=2.0, breaker_reset_timeout_s=0.5)
+
+
+async def documents(engine: AsyncEngine) -> dict[str, Any]:
+    async with engine.connect() as conn:
+        result = await conn.execute(text("""
+            SELECT i.invoice_id, i.series, i.reserved_no, i.number, i.status, i.payload, d.body
+              FROM invoices i
+              LEFT JOIN invoice_documents d ON d.invoice_pk = i.id
+                                           AND d.sha256 = i.document_sha256"""))
+        return {row.invoice_id: row for row in result}
+
+
+@pytest.mark.usefixtures("routed")
+async def test_each_document_goes_to_its_channel_series_profile_and_alias(
+        engine: AsyncEngine, worker_settings: Settings, mock_integrator: MockIntegratorClient,
+        integrated_env: dict[str, str]) -> None:
+    rng = random.Random(20)
+    customers = [vkn(rng) for _ in range(12)]
+    registered = {tax_id: [f"urn:mail:{n}pk@customer{n}.example"]
+                  + ([f"urn:mail:{n}b@customer{n}.example"] if n % 3 == 0 else [])
+                  for n, tax_id in enumerate(customers[:6])}
+    mock_integrator.set_recipients(registered)
+    messages = [message(f"r-{n}", customers[n % len(customers)]) for n in range(60)]
+    # one message names the recipient's second alias
+    second = next(t for t, aliases in registered.items() if len(aliases) == 2)
+    messages.append(message("r-alias", second, customer={
+        **message("x", second)["customer"], "alias": registered[second][1]}))
+    async with running_worker(worker_settings, concurrency=8):
+        await publish(worker_settings, *messages)
+        await await_until(lambda: all_in(engine, {m["invoice_id"] for m in messages},
+                                         "ISSUED"), 90, message="every invoice ISSUED")
+    stored = await documents(engine)
+    ledger = {entry["number"]: entry for entry in mock_integrator.ledger()}
+    for sent in messages:
+        row = stored[sent["invoice_id"]]
+        tax_id = sent["customer"]["tax_id"]
+        body = bytes(row.body)
+        assert_valid(body)
+        if tax_id in registered:
+            want_alias = sent["customer"].get("alias", registered[tax_id][0])
+            assert (row.series, field(body, "cbc:ProfileID")) == ("EFA", "TEMELFATURA")
+            assert row.payload["customer"]["alias"] == want_alias  # pinned with the number
+            assert ledger[row.number]["alias"] == want_alias
+        else:
+            assert (row.series, field(body, "cbc:ProfileID")) == ("EAR", "EARSIVFATURA")
+            assert "alias" not in row.payload["customer"]
+            assert ledger[row.number]["alias"] is None
+    for series in ("EFA", "EAR"):  # both series gap-free
+        numbers = sorted(r.reserved_no for r in stored.values() if r.series == series)
+        assert numbers == list(range(1, len(numbers) + 1))
+    audit = run_gapless(["audit", "--integrator"], integrated_env)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+@pytest.mark.usefixtures("routed")
+async def test_a_registration_that_changes_is_followed_after_the_ttl(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    tax_id = "4840847211"
+    settings = worker_settings.with_overrides(recipient_ttl_s=0.5)
+    async with running_worker(settings):
+        await publish(settings, message("t-1", tax_id))
+        await await_until(lambda: all_in(engine, {"t-1"}, "ISSUED"), 30, message="t-1 ISSUED")
+        mock_integrator.set_recipients({tax_id: ["urn:mail:defaultpk@new.example"]})
+        await await_sql_age(engine, tax_id, 0.5)
+        await publish(settings, message("t-2", tax_id))
+        await await_until(lambda: all_in(engine, {"t-2"}, "ISSUED"), 30, message="t-2 ISSUED")
+    stored = await documents(engine)
+    assert (stored["t-1"].series, stored["t-2"].series) == ("EAR", "EFA")
+    assert stored["t-2"].payload["customer"]["alias"] == "urn:mail:defaultpk@new.example"
+
+
+async def await_sql_age(engine: AsyncEngine, tax_id: str, ttl_s: float) -> None:
+    """Wait until the cached answer for ``tax_id`` is older than ``ttl_s`` (by the database's
+    clock, which the cache reads)."""
+    async def stale() -> bool:
+        async with engine.connect() as conn:
+            return bool((await conn.execute(text(
+                "SELECT checked_at < now() - make_interval(secs => :ttl) FROM recipients "
+                "WHERE tax_id = :tax_id"), {"ttl": ttl_s, "tax_id": tax_id})).scalar_one())
+    await await_until(stale, 10, message="the cached answer is stale")
+
+
+@pytest.mark.usefixtures("routed")
+async def test_nothing_is_sealed_while_the_recipient_check_is_down(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    mock_integrator.set_recipients({"4840847211": ["urn:mail:defaultpk@a.example"]})
+    mock_integrator.set_faults(down=True)
+    messages = [message(f"d-{n}", "4840847211" if n % 2 else "5950193314") for n in range(10)]
+    async with running_worker(worker_settings, concurrency=4):
+        await publish(worker_settings, *messages)
+        await await_until(lambda: recipient_checks_refused(mock_integrator), 20,
+                          message="the worker asked while the integrator was down")
+        assert await counter(engine) == 0  # nothing sealed on a guess
+        assert await rows(engine) == {}  # nor stored
+        mock_integrator.set_faults(down=False)
+        await await_until(lambda: all_in(engine, {m["invoice_id"] for m in messages}, "ISSUED"),
+                          60, message="everything issued once the check is back")
+    assert len(mock_integrator.ledger()) == len(messages)
+
+
+async def recipient_checks_refused(mock: MockIntegratorClient) -> bool:
+    return int(mock.stats().get("down", 0)) >= 2
+
+
+@pytest.mark.usefixtures("routed")
+async def test_a_message_that_contradicts_the_answer_is_refused_before_any_number(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    user, other = "4840847211", "5950193314"
+    mock_integrator.set_recipients({user: ["urn:mail:defaultpk@a.example"]})
+    bad = [
+        (message("c-earsiv-to-user", user, profile="EARSIVFATURA"), "profile: "),
+        (message("c-efatura-to-other", other, profile="TICARIFATURA"), "profile: "),
+        (message("c-series", other, series="EFA"), "series: "),
+        (message("c-alias", user, customer={**message("x", user)["customer"],
+                                            "alias": "urn:mail:someone@else.example"}),
+         "customer.alias: "),
+    ]
+    good = [message("c-good", user, profile="TICARIFATURA"),
+            message("c-any", other, series="ANY", profile="TICARIFATURA")]
+    async with running_worker(worker_settings, concurrency=4):
+        await publish(worker_settings, *[m for m, _ in bad], *good)
+        dead = await drain_dead(worker_settings, len(bad))
+        await await_until(lambda: all_in(engine, {m["invoice_id"] for m in good}, "ISSUED"),
+                          30, message="the good ones ISSUED")
+    reasons = {json.loads(m.body)["invoice_id"]: str((m.headers or {})[HEADER_DEAD_REASON])
+               for m in dead}
+    for sent, where in bad:
+        assert reasons[sent["invoice_id"]].startswith(where), reasons
+        assert user not in reasons[sent["invoice_id"]]
+    assert set(await rows(engine)) == {"c-good", "c-any"}
+    stored = await documents(engine)
+    assert (stored["c-good"].series, stored["c-any"].series) == ("EFA", "ANY")
+    # a series without routing is today's behaviour: the producer's profile, no check
+    assert field(bytes(stored["c-any"].body), "cbc:ProfileID") == "TICARIFATURA"
