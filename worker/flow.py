@@ -51,6 +51,7 @@ from gapless.integrator.base import (
     Receipt,
     Recipient,
     TransientIntegratorError,
+    WrongChannel,
 )
 from gapless.invoices import (
     Claim,
@@ -74,6 +75,7 @@ from gapless.routing import RecipientUnavailable, Route, Router, RoutingRefused
 from gapless.settings import Settings
 from gapless.tenants import Profile
 from worker import metrics
+from worker.correction import WRONG_CHANNEL_PREFIX, ChannelCorrector, NothingToCorrect
 from worker.errors import is_database_unavailable
 from worker.hooks import NO_HOOKS, FlowHooks
 
@@ -178,6 +180,7 @@ class IssuingFlow:
         self.catalog = catalog or Catalog(db)
         self.renderer = Renderer(self.catalog)
         self.router = Router(db, self.catalog, guard, settings.recipient_ttl_s)
+        self.corrector = ChannelCorrector(db, self.catalog, self.router, settings)
         self.hooks = hooks
         self._clock = clock
         self._stopping = stopping
@@ -232,18 +235,20 @@ class IssuingFlow:
         :mod:`gapless.routing`). A message that contradicts the routing, or names a series that
         does not exist, is dead-lettered — unless its invoice is numbered already (a redelivery
         goes on as sealed); when the integrator cannot answer the recipient check, it waits."""
+        if profile is not None:
+            # A numbered invoice (a redelivery, a duplicate) keeps the route it was sealed with.
+            known = await invoice_state(self.db, message.invoice_id)
+            if known is not None and known.number is not None:
+                spec = await self.catalog.series(message.tenant, known.series)
+                if spec is not None:
+                    return Route(message.model_copy(update={"series": known.series}), spec,
+                                 spec.channel)
         try:
             return await self.router.route(message, profiled=profile is not None)
         except UnknownSeriesError as exc:
             return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=str(exc))
         except RoutingRefused as exc:
-            if await self._numbered_already(message, exc.reason, bound):
-                state = await invoice_state(self.db, message.invoice_id)
-                assert state is not None  # numbered: it exists
-                series = await self.catalog.series(message.tenant, state.series)
-                if series is not None:
-                    return Route(message.model_copy(update={"series": state.series}), series,
-                                 series.channel)
+            await self._numbered_already(message, exc.reason, bound)  # cancels an unsealed draft
             return self._dead_letter(exc.reason, bound)
         except RecipientUnavailable:
             return self._requeue("recipient_check_unavailable", bound, backoff_s=1.0,
@@ -336,6 +341,9 @@ class IssuingFlow:
             return self._dead_letter(
                 f"invoice_id: {message.invoice_id!r} already names an invoice of another tenant "
                 "or series", bound)
+        if (claim.kind is ClaimKind.PARKED and claim.status is Status.REJECTED
+                and await self.corrector.pending(message.invoice_id)):
+            return await self._correct(message.invoice_id, bound)
         if claim.kind is not ClaimKind.SEND:
             outcome, event = _NOTHING_TO_SEND[claim.kind]
             bound.info(event, status=None if claim.status is None else claim.status.value)
@@ -370,6 +378,10 @@ class IssuingFlow:
             result = "duplicate_of_another"
             await self.hooks.reached("after_call")
             return await self._alarm(sending, document, exc, bound)
+        except WrongChannel as exc:
+            result = "wrong_channel"
+            await self.hooks.reached("after_call")
+            return await self._wrong_channel(sending, document, exc.reason, bound)
         except PermanentRejection as exc:
             result = "rejected"
             await self.hooks.reached("after_call")
@@ -407,6 +419,36 @@ class IssuingFlow:
             return Verdict(Action.ACK, "superseded")
         bound.warning("invoice_rejected", reason=reason)
         return await self._settled("rejected")
+
+    async def _wrong_channel(self, sending: Sending, document: Document, reason: str,
+                             bound: BoundLogger) -> Verdict:
+        """The integrator refused the document for its channel: REJECTED (marked), then
+        corrected (see :mod:`worker.correction`)."""
+        marked = WRONG_CHANNEL_PREFIX + reason
+        if not await self._record(lambda: mark_rejected(self.db, sending, marked, document)):
+            bound.warning("outcome_superseded", outcome="rejected")
+            return Verdict(Action.ACK, "superseded")
+        bound.warning("invoice_wrong_channel", reason=reason)
+        return await self._correct(sending.invoice_id, bound)
+
+    async def _correct(self, invoice_id: str, bound: BoundLogger) -> Verdict:
+        """Seal and send the successor of an invoice refused for its channel. When the
+        recipient check cannot answer, the delivery is requeued: its redelivery finds the
+        invoice still marked and corrects it then."""
+        try:
+            correction = await self.corrector.correct(invoice_id)
+        except NothingToCorrect as exc:
+            bound.warning("channel_not_corrected", reason=exc.reason)
+            return await self._settled("rejected")
+        except RecipientUnavailable:
+            return self._requeue("recipient_check_unavailable", bound, backoff_s=1.0,
+                                 pause=not self.guard.accepting())
+        except ReservationLockTimeout:
+            return self._requeue("lock_timeout", bound, backoff_s=1.0)
+        bound.info("channel_corrected", voided_number=correction.voided_number,
+                   successor=correction.successor_id)
+        return await self._after_claim(correction.claim, correction.message,
+                                       bound.bind(invoice_id=correction.successor_id))
 
     async def _error(self, sending: Sending, document: Document, exc: TransientIntegratorError,
                      bound: BoundLogger) -> Verdict:

@@ -16,7 +16,8 @@ OUTCOMES = ("issued", "error", "rejected", "alarm", "superseded", "dead_lettered
             "already_final", "busy", "parked", "requeued", "failed")
 
 #: Results of a guarded integrator send (the ``result`` label of INTEGRATOR_SECONDS).
-SEND_RESULTS = ("ok", "duplicate_of_mine", "duplicate_of_another", "rejected", "transient")
+SEND_RESULTS = ("ok", "duplicate_of_mine", "duplicate_of_another", "rejected", "wrong_channel",
+                "transient")
 
 MESSAGES = Counter("gapless_worker_messages_total", "Deliveries handled, by outcome",
                    ["outcome"])

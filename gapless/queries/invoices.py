@@ -212,6 +212,12 @@ RETRY = f"""
 INVOICE_STATE = \
     "SELECT status, number, series FROM invoices WHERE invoice_id = %(invoice_id)s"
 
+#: What a channel correction needs of an invoice (no lock).
+CORRECTION_STATE = """
+    SELECT id, tenant, series, status, number, priority, payload, last_error
+      FROM invoices WHERE invoice_id = %(invoice_id)s
+"""
+
 #: One invoice by producer key (no lock).
 GET_INVOICE = text("""
     SELECT id, invoice_id, tenant, series, status, priority, period_key, reserved_no, number,

@@ -194,3 +194,110 @@ async def test_a_message_that_contradicts_the_answer_is_refused_before_any_numbe
     assert (stored["c-good"].series, stored["c-any"].series) == ("EFA", "ANY")
     # a series without routing is today's behaviour: the producer's profile, no check
     assert field(bytes(stored["c-any"].body), "cbc:ProfileID") == "TICARIFATURA"
+
+
+@pytest.mark.usefixtures("routed")
+async def test_a_registration_that_changes_after_the_check_is_corrected_under_load(
+        engine: AsyncEngine, worker_settings: Settings, mock_integrator: MockIntegratorClient,
+        integrated_env: dict[str, str]) -> None:
+    # The cache says A and B are e-Fatura users and C is not; then the integrator's list
+    # changes (A and B leave it, C joins): every document sent on the stale answer is refused
+    # for its channel, voided naming its successor, and the successor issued in the other
+    # channel's series.
+    flipping = {"4840847211": "EFA", "5950193314": "EFA", "6060304417": "EAR"}
+    steady = "7170415513"
+    mock_integrator.set_recipients({"4840847211": ["urn:mail:apk@a.example"],
+                                    "5950193314": ["urn:mail:bpk@b.example"],
+                                    steady: ["urn:mail:spk@s.example"]})
+    warm = [message(f"w-{n}", tax_id) for n, tax_id in enumerate([*flipping, steady])]
+    async with running_worker(worker_settings, concurrency=8):
+        await publish(worker_settings, *warm)
+        await await_until(lambda: all_in(engine, {m["invoice_id"] for m in warm}, "ISSUED"),
+                          30, message="the cache is warm")
+        mock_integrator.set_recipients({"4840847211": [], "5950193314": [],
+                                        "6060304417": ["urn:mail:cpk@c.example"]})
+        load = [message(f"x-{n}", [*flipping, steady][n % 4]) for n in range(40)]
+        await publish(worker_settings, *load)
+        flipped = {m["invoice_id"] for m in load if m["customer"]["tax_id"] in flipping}
+        await await_until(lambda: settled(engine, flipped), 60,
+                          message="every invoice of a flipped customer issued or corrected")
+    stored = await documents(engine)
+    voided = {invoice_id for invoice_id in flipped if stored[invoice_id].status == "VOIDED"}
+    assert voided  # the stale answers were refused and corrected (the first ones refresh it)
+    for invoice_id in flipped:
+        tax_id = stored[invoice_id].payload["customer"]["tax_id"]
+        now = "EAR" if flipping[tax_id] == "EFA" else "EFA"
+        live = stored[f"{invoice_id}~c1"] if invoice_id in voided else stored[invoice_id]
+        assert (live.status, live.series) == ("ISSUED", now)
+        assert field(bytes(live.body), "cbc:ProfileID") == (
+            "EARSIVFATURA" if now == "EAR" else "TEMELFATURA")
+        if invoice_id not in voided:
+            continue
+        assert stored[invoice_id].series == flipping[tax_id]  # sealed on the stale answer
+        async with engine.connect() as conn:
+            reason = (await conn.execute(text(
+                "SELECT last_error FROM invoices WHERE invoice_id = :id"), {"id": invoice_id}
+            )).scalar_one()
+        assert reason.startswith("channel correction: ")
+        assert live.number in reason
+        assert f"{invoice_id}~c1" in reason
+    steady_rows = [r for r in stored.values() if r.payload["customer"]["tax_id"] == steady]
+    assert {r.status for r in steady_rows} == {"ISSUED"}  # the steady customer never noticed
+    for series in ("EFA", "EAR"):  # every number accounted for, gap-free
+        numbers = sorted(r.reserved_no for r in stored.values() if r.series == series)
+        assert numbers == list(range(1, len(numbers) + 1))
+    audit = run_gapless(["audit", "--integrator"], integrated_env)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    show = run_gapless(["invoice", "show", sorted(voided)[0]], integrated_env)
+    assert "channel correction" in show.stdout
+
+
+async def settled(engine: AsyncEngine, invoice_ids: set[str]) -> bool:
+    """Each invoice ISSUED, or VOIDED with its successor ISSUED."""
+    current = await rows(engine)
+    for invoice_id in invoice_ids:
+        row = current.get(invoice_id)
+        if row is None:
+            return False
+        if row.status == "VOIDED":
+            successor = current.get(f"{invoice_id}~c1")
+            if successor is None or successor.status != "ISSUED":
+                return False
+        elif row.status != "ISSUED":
+            return False
+    return True
+
+
+@pytest.mark.usefixtures("routed")
+async def test_a_correction_interrupted_by_a_crash_is_finished_by_the_redelivery(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    from gapless.invoices import Draft, intake, mark_rejected
+    from worker.correction import WRONG_CHANNEL_PREFIX
+
+    tax_id = "4840847211"
+    mock_integrator.set_recipients({tax_id: ["urn:mail:apk@a.example"]})
+    async with running_worker(worker_settings):
+        await publish(worker_settings, message("w-1", tax_id))
+        await await_until(lambda: all_in(engine, {"w-1"}, "ISSUED"), 30, message="w-1 issued")
+    # A worker sealed y-1 in EFA on the cached answer, was refused for its channel, recorded
+    # the refusal — and died before correcting it; its delivery was never acked.
+    sent = message("y-1", tax_id)
+    routed_payload = {**sent, "series": "EFA", "profile": "TEMELFATURA",
+                      "customer": {**sent["customer"], "alias": "urn:mail:apk@a.example"}}
+    profile_version = 1
+    claim = await intake(engine, Draft("y-1", "acme", "EFA", 1, routed_payload), lease_s=300,
+                         lock_timeout_ms=5000, profile_version=profile_version)
+    assert claim.sending is not None
+    assert await mark_rejected(engine, claim.sending,
+                               WRONG_CHANNEL_PREFIX + "recipient is not an e-Fatura user")
+    mock_integrator.set_recipients({tax_id: []})
+    async with running_worker(worker_settings):
+        await publish(worker_settings, sent)  # the redelivery
+        await await_until(lambda: all_in(engine, {"y-1~c1"}, "ISSUED"), 30,
+                          message="the successor issued")
+        await await_until(lambda: all_in(engine, {"y-1"}, "VOIDED"), 30,
+                          message="y-1 voided")
+    stored = await documents(engine)
+    assert (stored["y-1"].series, stored["y-1~c1"].series) == ("EFA", "EAR")
+    assert sorted(r.reserved_no for r in stored.values() if r.series == "EFA") == [1, 2]
