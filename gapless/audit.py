@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
 from gapless.errors import GaplessError
-from gapless.integrator.base import Integrator, TransientIntegratorError
+from gapless.integrator.base import UNKNOWN, Integrator, TransientIntegratorError
 from gapless.queries import audit as q
 
 #: Kinds of violation, in the order a person should read them.
@@ -320,26 +320,35 @@ async def numbered_invoices(engine: AsyncEngine, *, tenant: str | None,
                                         {"tenant": tenant, "series": series})).all())
 
 
-async def ledger_by_lookup(integrator: Integrator, numbers: Sequence[tuple[str, str]], *,
+async def ledger_by_lookup(integrator: Integrator, invoices: Sequence[Any], *,
                            concurrency: int = 16) -> list[dict[str, Any]]:
-    """Ask the integrator about each (tenant, number): the accepted ones, as a ledger.
+    """Ask the integrator about each numbered invoice (``tenant``, ``number``, ``uuid``,
+    ``invoice_id``): the accepted ones, as a ledger. By number, or by the document's UUID where
+    the adapter cannot look numbers up (a field the integrator does not tell is the invoice's).
 
     Raises AuditError when a number cannot be looked up (the answer would be incomplete).
     """
     gate = asyncio.Semaphore(concurrency)
+    by_number = getattr(integrator, "looks_up_numbers", True)
 
-    async def one(tenant: str, number: str) -> dict[str, Any] | None:
+    async def one(row: Any) -> dict[str, Any] | None:
         async with gate:
             try:
-                receipt = await integrator.lookup(tenant, number)
+                if by_number:
+                    receipt = await integrator.lookup(row.tenant, row.number)
+                else:
+                    receipt = await integrator.lookup_uuid(row.tenant, str(row.uuid))
             except TransientIntegratorError as exc:
-                raise AuditError(f"cannot look up {number} at the integrator: {exc}") from exc
+                raise AuditError(f"cannot look up {row.number} at the integrator: {exc}"
+                                 ) from exc
         if receipt is None:
             return None
-        return {"tenant": receipt.tenant, "number": receipt.number,
-                "invoice_id": receipt.invoice_id}
+        return {"tenant": receipt.tenant,
+                "number": row.number if receipt.number == UNKNOWN else receipt.number,
+                "invoice_id": row.invoice_id if receipt.invoice_id == UNKNOWN
+                else receipt.invoice_id}
 
-    found = await asyncio.gather(*(one(t, n) for t, n in numbers))
+    found = await asyncio.gather(*(one(row) for row in invoices))
     return [entry for entry in found if entry is not None]
 
 
@@ -407,6 +416,6 @@ async def check_integrator(engine: AsyncEngine, integrator_url: str,
         source = "lookup"
         read_at = await db_now(engine)
         rows = await numbered_invoices(engine, tenant=tenant, series=series)
-        ledger = await ledger_by_lookup(integrator, [(r.tenant, r.number) for r in rows])
+        ledger = await ledger_by_lookup(integrator, rows)
     return await compare_with_ledger(engine, ledger, tenant=tenant, series=series,
                                      horizon_s=horizon_s, read_at=read_at, source=source)

@@ -31,6 +31,7 @@ from typing import Protocol
 from structlog.stdlib import BoundLogger
 
 from gapless.integrator.base import (
+    UNKNOWN,
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
@@ -60,6 +61,8 @@ class Guard(Protocol):
     async def send(self, document: Document) -> Receipt: ...
 
     async def lookup(self, tenant: str, number: str) -> Receipt | None: ...
+
+    async def lookup_uuid(self, tenant: str, uuid: str) -> Receipt | None: ...
 
     def accepting(self) -> bool: ...
 
@@ -118,15 +121,36 @@ def _found(sending: Sending, found: Receipt) -> _Answer:
     return _Answer(Outcome.ALARM, duplicate=DuplicateOfAnother(sending.number, found.invoice_id))
 
 
+def _found_uuid(sending: Sending, found: Receipt) -> _Answer:
+    """The integrator holds the invoice's document (its UUID): under its number (or one it does
+    not tell), the lost send arrived; under another number, an alarm."""
+    if found.number in (sending.number, UNKNOWN):
+        return _Answer(Outcome.REPAIRED, receipt=Receipt(
+            sending.tenant, sending.number, sending.invoice_id, found.ref, sending.uuid))
+    return _Answer(Outcome.ALARM, duplicate=DuplicateOfAnother(
+        sending.number, found.invoice_id, found.number))
+
+
+async def _ask(guard: Guard, sending: Sending) -> _Answer | None:
+    """Is the invoice's document at the integrator? By its number where the adapter can look
+    numbers up (a number held by another invoice is then found before anything is sent), else
+    by its UUID (a number held by another invoice then answers the resend with 409)."""
+    if getattr(guard, "looks_up_numbers", True):
+        found = await guard.lookup(sending.tenant, sending.number)
+        return None if found is None else _found(sending, found)
+    found = await guard.lookup_uuid(sending.tenant, sending.uuid)
+    return None if found is None else _found_uuid(sending, found)
+
+
 async def _ask_then_send(guard: Guard, sending: Sending, document: Document) -> _Answer:
     try:
-        found = await guard.lookup(sending.tenant, sending.number)
+        answer = await _ask(guard, sending)
     except IntegratorUnavailable as exc:
         return _Answer(Outcome.UNAVAILABLE, error=exc)
     except IntegratorError as exc:
         return _Answer(Outcome.ERROR, error=exc)
-    if found is not None:
-        return _found(sending, found)
+    if answer is not None:
+        return answer
     try:
         receipt = await guard.send(document)
     except IntegratorUnavailable as exc:

@@ -47,10 +47,11 @@ log = get_logger("gapless.worker")
 #: How long a starting worker keeps retrying a database that is briefly unreachable.
 STARTUP_DB_RETRY_S = 15.0
 
-#: A lookup of this number answers "not found" at any sane integrator; it tests reachability
-#: without consuming a number.
+#: A lookup of this document UUID (the nil UUID) answers "not found" at any sane integrator; it
+#: tests reachability without consuming a number. By UUID because every adapter can ask by UUID
+#: (Nilvera's API has no lookup by number).
 PROBE_TENANT = "gapless-probe"
-PROBE_NUMBER = "PROBE0000000000"
+PROBE_UUID = "00000000-0000-0000-0000-000000000000"
 #: How often a paused consumer looks at the breaker (local state only; no network).
 PAUSE_POLL_S = 0.25
 #: Backoff before requeueing a delivery that met database trouble or an unexpected error.
@@ -273,7 +274,7 @@ class Worker:
             if self.stopping:
                 return
             try:
-                await guard.lookup(PROBE_TENANT, PROBE_NUMBER)
+                await guard.lookup_uuid(PROBE_TENANT, PROBE_UUID)
             except TransientIntegratorError as exc:
                 log.info("integrator_probe_failed", error=type(exc).__name__)
                 continue

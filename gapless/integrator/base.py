@@ -63,6 +63,10 @@ class Recipient:
     aliases: tuple[str, ...] = ()
 
 
+#: A receipt's field the integrator did not tell (e.g. a lookup by UUID that answers no number).
+UNKNOWN = "<unknown at the integrator>"
+
+
 @dataclass(frozen=True)
 class Receipt:
     """The integrator's word that ``number`` is accepted, as ``invoice_id``, under ``ref``
@@ -155,6 +159,8 @@ class Integrator(Protocol):
 
         Raises TransientIntegratorError when the integrator cannot answer. Recovery depends on a
         truthful answer: it is how a lost response is told from a document that never arrived.
+        An adapter whose integrator cannot look numbers up says so with a class attribute
+        ``looks_up_numbers = False``; recovery then asks by UUID (``lookup_uuid``).
         """
         ...
 

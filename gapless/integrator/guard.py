@@ -134,6 +134,8 @@ class GuardedIntegrator:
     def __init__(self, integrator: Integrator, settings: Settings, *, name: str) -> None:
         self.name = name
         self._integrator = integrator
+        #: Whether the adapter can look a number up (``lookup``); without, callers ask by UUID.
+        self.looks_up_numbers: bool = getattr(integrator, "looks_up_numbers", True)
         self._storage = CircuitMemoryStorage(STATE_CLOSED)
         self._breaker = CircuitBreaker(
             fail_max=settings.breaker_fail_max,

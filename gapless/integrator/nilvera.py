@@ -139,6 +139,9 @@ from gapless.integrator.base import (
     TransientIntegratorError,
     WrongChannel,
 )
+from gapless.integrator.base import (
+    UNKNOWN as NOT_TOLD,
+)
 
 if TYPE_CHECKING:
     from gapless.settings import Settings
@@ -147,7 +150,7 @@ EFATURA: Final = "efatura"
 EARSIV: Final = "earsiv"
 #: What Nilvera cannot tell: the holder of a number that is not ours, and in ``lookup_uuid``'s
 #: receipt the invoice_id (and the number, unless the answer names it).
-UNKNOWN: Final = "<unknown at Nilvera>"
+UNKNOWN: Final = NOT_TOLD
 
 #: Path segments per channel: where documents are sent, series registered, statuses read.
 _SEND: Final = {EFATURA: "/einvoice/Send/Xml", EARSIV: "/earchive/Send/Xml"}
@@ -225,6 +228,9 @@ class NilveraIntegrator:
     process configured for Nilvera without a key stops at start-up rather than at its first
     invoice.
     """
+
+    #: Nilvera's API has no lookup by number: recovery asks by the invoice's UUID.
+    looks_up_numbers = False
 
     def __init__(self, settings: Settings) -> None:
         if not settings.nilvera_api_key:

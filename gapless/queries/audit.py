@@ -174,7 +174,7 @@ NOT_ISSUED = text("""
 #: Every pinned number with its holder (to ask the integrator about each one when it has no
 #: ledger endpoint).
 NUMBERED_INVOICES = text("""
-    SELECT tenant, series, number, invoice_id, status
+    SELECT tenant, series, number, invoice_id, status, uuid
       FROM invoices
      WHERE number IS NOT NULL
        AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
