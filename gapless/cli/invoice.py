@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gapless.cli.common import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
+from gapless.constants import EARSIV_PROFILE, Channel
 from gapless.settings import Settings
 
 invoice_app = typer.Typer(help="Inspect and act on one invoice (by its invoice_id).",
@@ -138,6 +139,14 @@ class DocumentKind:
     billing_reference: list[dict[str, Any]]
     discounts: str | None = None
     withheld: str | None = None
+    #: The e-Fatura recipient's alias the document goes to (pinned by routing, or the
+    #: producer's); None for an e-Arşiv or a document without one.
+    alias: str | None = None
+
+    @property
+    def channel(self) -> str:
+        """``earsiv`` for an EARSIVFATURA, ``efatura`` for every other profile."""
+        return Channel.EARSIV.value if self.profile == EARSIV_PROFILE else Channel.EFATURA.value
 
     @property
     def returns(self) -> list[str]:
@@ -170,10 +179,12 @@ def document_kind(payload: dict[str, Any], document: bytes | None) -> DocumentKi
         summary = summarize(document)
         discounts = _nonzero(summary.get("discounts"))
         withheld = _nonzero(summary.get("withheld"))
+    customer = payload.get("customer")
+    alias = customer.get("alias") if isinstance(customer, dict) else None
     return DocumentKind(type=payload.get("type") or INVOICE_TYPES[0],
                         profile=payload.get("profile") or PROFILES[0],
                         billing_reference=billing_reference, discounts=discounts,
-                        withheld=withheld)
+                        withheld=withheld, alias=alias if isinstance(alias, str) else None)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -184,9 +195,9 @@ def _as_dict(row: Any, events: list[Any], kind: DocumentKind, *,
              with_payload: bool) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": row.id, "invoice_id": row.invoice_id, "tenant": row.tenant, "series": row.series,
-        "type": kind.type, "profile": kind.profile,
-        "billing_reference": kind.billing_reference, "discounts": kind.discounts,
-        "withheld": kind.withheld,
+        "type": kind.type, "profile": kind.profile, "channel": kind.channel,
+        "alias": kind.alias, "billing_reference": kind.billing_reference,
+        "discounts": kind.discounts, "withheld": kind.withheld,
         "status": row.status, "priority": row.priority, "period_key": row.period_key,
         "reserved_no": row.reserved_no, "number": row.number, "uuid": str(row.uuid),
         "profile_version": row.profile_version, "document_sha256": row.document_sha256,
@@ -218,6 +229,7 @@ def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
     facts.add_row("id", str(row.id))
     facts.add_row("tenant/series", f"{row.tenant}/{row.series}")
     facts.add_row("type/profile", f"{kind.type}/{kind.profile}")
+    facts.add_row("channel", kind.channel + (f" to {kind.alias}" if kind.alias else ""))
     if kind.billing_reference:
         facts.add_row("returns", "\n".join(kind.returns))
     if kind.discounts is not None:

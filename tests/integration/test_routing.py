@@ -100,6 +100,10 @@ async def test_each_document_goes_to_its_channel_series_profile_and_alias(
             assert (row.series, field(body, "cbc:ProfileID")) == ("EFA", "TEMELFATURA")
             assert row.payload["customer"]["alias"] == want_alias  # pinned with the number
             assert ledger[row.number]["alias"] == want_alias
+            if sent["invoice_id"] == "r-alias":
+                shown = json.loads(run_gapless(["invoice", "show", "r-alias", "--json"],
+                                               integrated_env).stdout)
+                assert (shown["channel"], shown["alias"]) == ("efatura", want_alias)
         else:
             assert (row.series, field(body, "cbc:ProfileID")) == ("EAR", "EARSIVFATURA")
             assert "alias" not in row.payload["customer"]
@@ -250,6 +254,10 @@ async def test_a_registration_that_changes_after_the_check_is_corrected_under_lo
     assert audit.returncode == 0, audit.stdout + audit.stderr
     show = run_gapless(["invoice", "show", sorted(voided)[0]], integrated_env)
     assert "channel correction" in show.stdout
+    first = sorted(voided)[0]
+    shown = json.loads(run_gapless(["invoice", "show", f"{first}~c1", "--json"],
+                                   integrated_env).stdout)
+    assert shown["channel"] == ("earsiv" if stored[first].series == "EFA" else "efatura")
 
 
 async def settled(engine: AsyncEngine, invoice_ids: set[str]) -> bool:
