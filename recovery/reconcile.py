@@ -30,6 +30,7 @@ from typing import Protocol
 
 from structlog.stdlib import BoundLogger
 
+from gapless.correction import WRONG_CHANNEL_PREFIX
 from gapless.integrator.base import (
     UNKNOWN,
     Document,
@@ -38,6 +39,7 @@ from gapless.integrator.base import (
     IntegratorError,
     PermanentRejection,
     Receipt,
+    WrongChannel,
 )
 from gapless.integrator.guard import IntegratorUnavailable
 from gapless.invoices import (
@@ -161,6 +163,9 @@ async def _ask_then_send(guard: Guard, sending: Sending, document: Document) -> 
         return _Answer(Outcome.RESENT, receipt=exc.receipt)
     except DuplicateOfAnother as exc:
         return _Answer(Outcome.ALARM, duplicate=exc)
+    except WrongChannel as exc:
+        # Marked for the channel correction (gapless.correction), which recovery runs next.
+        return _Answer(Outcome.REJECTED, reason=WRONG_CHANNEL_PREFIX + exc.reason)
     except PermanentRejection as exc:
         return _Answer(Outcome.REJECTED, reason=exc.reason)
     except IntegratorError as exc:

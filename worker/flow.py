@@ -40,6 +40,7 @@ from structlog.stdlib import BoundLogger
 
 from gapless.catalog import Catalog
 from gapless.constants import TERMINAL_STATUSES, Status
+from gapless.correction import WRONG_CHANNEL_PREFIX, ChannelCorrector, NothingToCorrect
 from gapless.db import Database
 from gapless.documents import check_ubl_inputs
 from gapless.errors import InvalidTransition, ReservationLockTimeout, UnknownSeriesError
@@ -75,7 +76,6 @@ from gapless.routing import RecipientUnavailable, Route, Router, RoutingRefused
 from gapless.settings import Settings
 from gapless.tenants import Profile
 from worker import metrics
-from worker.correction import WRONG_CHANNEL_PREFIX, ChannelCorrector, NothingToCorrect
 from worker.errors import is_database_unavailable
 from worker.hooks import NO_HOOKS, FlowHooks
 

@@ -280,8 +280,8 @@ async def settled(engine: AsyncEngine, invoice_ids: set[str]) -> bool:
 async def test_a_correction_interrupted_by_a_crash_is_finished_by_the_redelivery(
         engine: AsyncEngine, worker_settings: Settings,
         mock_integrator: MockIntegratorClient) -> None:
+    from gapless.correction import WRONG_CHANNEL_PREFIX
     from gapless.invoices import Draft, intake, mark_rejected
-    from worker.correction import WRONG_CHANNEL_PREFIX
 
     tax_id = "4840847211"
     mock_integrator.set_recipients({tax_id: ["urn:mail:apk@a.example"]})

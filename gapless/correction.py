@@ -1,6 +1,7 @@
 """Channel correction: the integrator refused a document because the customer's registration
 changed between the recipient check and the send (an e-Arşiv to someone who has just become an
-e-Fatura user, or the reverse). No operator is needed and every number stays accounted for:
+e-Fatura user, or the reverse). No operator is needed and every number stays accounted for. The
+worker corrects what its sends meet; recovery marks what its resends meet (and corrects it):
 
 1. the refused invoice is REJECTED with a reason that starts ``WRONG CHANNEL:`` (its number stays
    pinned, its document stored);
