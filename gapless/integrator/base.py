@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gapless.errors import ConfigurationError, GaplessError
@@ -78,6 +79,34 @@ class Receipt:
     ref: str
     #: Not part of equality: a lookup by number does not say it, a duplicate answer may.
     uuid: str | None = field(default=None, compare=False)
+
+
+class GibState(StrEnum):
+    """gapless's word for a document's state at GİB after the integrator accepted it."""
+
+    ACCEPTED = "accepted"  # GİB accepted it: final
+    REFUSED = "refused"    # GİB refused it: final (a new invoice or a return, never a resend)
+    PENDING = "pending"    # no final verdict yet (e-Arşiv: until GİB's nightly report)
+
+
+@dataclass(frozen=True)
+class GibStatus:
+    """A document's state at GİB as the integrator reports it: ``final`` once GİB accepted or
+    refused it (it will not change), ``accepted`` True/False when final and None while pending;
+    ``detail`` is the integrator's one-line description (no tax ids); ``channel`` is where the
+    integrator found it (``efatura`` / ``earsiv``), when it says."""
+
+    state: GibState
+    detail: str
+    channel: str | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.state is not GibState.PENDING
+
+    @property
+    def accepted(self) -> bool | None:
+        return None if self.state is GibState.PENDING else self.state is GibState.ACCEPTED
 
 
 class IntegratorError(GaplessError):
@@ -181,6 +210,27 @@ class Integrator(Protocol):
     async def aclose(self) -> None:
         """Release connections."""
         ...
+
+
+@runtime_checkable
+class FollowsGibStatus(Protocol):
+    """The optional part of an adapter: GİB's verdict on a document the integrator accepted.
+
+    An adapter that has no ``status`` (or sets the class attribute ``follows_gib_status =
+    False``) is simply not asked: its documents' GİB verdicts are not followed.
+    """
+
+    async def status(self, tenant: str, uuid: str) -> GibStatus | None:
+        """GİB's state of the document with this UUID (ETTN), in gapless's words; None when the
+        integrator does not know the UUID. Raises TransientIntegratorError when it cannot
+        answer."""
+        ...
+
+
+def follows_gib_status(integrator: object) -> bool:
+    """Whether ``integrator`` can be asked GİB's verdict (``status(tenant, uuid)``)."""
+    return (getattr(integrator, "follows_gib_status", True) is not False
+            and callable(getattr(integrator, "status", None)))
 
 
 def load_integrator(settings: Settings) -> Integrator:

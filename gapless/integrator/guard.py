@@ -56,11 +56,14 @@ from gapless.integrator.base import (
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
+    FollowsGibStatus,
+    GibStatus,
     Integrator,
     PermanentRejection,
     Receipt,
     Recipient,
     TransientIntegratorError,
+    follows_gib_status,
 )
 from gapless.logging import get_logger
 
@@ -136,6 +139,8 @@ class GuardedIntegrator:
         self._integrator = integrator
         #: Whether the adapter can look a number up (``lookup``); without, callers ask by UUID.
         self.looks_up_numbers: bool = getattr(integrator, "looks_up_numbers", True)
+        #: Whether the adapter answers GİB's verdict (``status``); without, nobody asks it.
+        self.follows_gib_status: bool = follows_gib_status(integrator)
         self._storage = CircuitMemoryStorage(STATE_CLOSED)
         self._breaker = CircuitBreaker(
             fail_max=settings.breaker_fail_max,
@@ -177,6 +182,17 @@ class GuardedIntegrator:
         """Look up a document's UUID through the breaker, retrying transient failures."""
         return await self._retrying("lookup_uuid",
                                     lambda: self._integrator.lookup_uuid(tenant, uuid),
+                                    tenant=tenant, uuid=uuid)
+
+    async def status(self, tenant: str, uuid: str) -> GibStatus | None:
+        """GİB's verdict on a document, by its UUID, through the breaker, retrying transient
+        failures. Only for an adapter that answers it (``follows_gib_status``); raises
+        TypeError otherwise."""
+        adapter = self._integrator
+        if not self.follows_gib_status or not isinstance(adapter, FollowsGibStatus):
+            raise TypeError(f"the integrator adapter {type(adapter).__name__} does not answer "
+                            "GİB's status")
+        return await self._retrying("status", lambda: adapter.status(tenant, uuid),
                                     tenant=tenant, uuid=uuid)
 
     async def recipient(self, tax_id: str) -> Recipient:

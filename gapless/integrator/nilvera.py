@@ -75,9 +75,11 @@ and other document types' aliases); registered means at least one. An empty list
 (ASSUMPTION, below), means not registered. 401/403: ``IntegratorAuthError``; anything else:
 ``TransientIntegratorError`` (nothing may be sealed on a guess).
 
-GİB status (``status``): Nilvera's status word (e-Fatura ``InvoiceStatus.Code``, e-Arşiv
-``StatusCode``) becomes gapless's own: ``succeed`` → ``accepted`` (final), ``error`` →
-``refused`` (final), ``waiting`` / ``unknown`` / anything else → ``pending`` (ask again).
+GİB status (``status(tenant, uuid)``, the optional method of gapless's interface, answering
+``gapless.integrator.base.GibStatus``): Nilvera's status word (e-Fatura
+``InvoiceStatus.Code``, e-Arşiv ``StatusCode``) becomes gapless's own: ``succeed`` →
+``accepted`` (final), ``error`` → ``refused`` (final), ``waiting`` / ``unknown`` / anything
+else → ``pending`` (ask again). ``gapless recovery`` follows it for every ISSUED document.
 
 Assumptions (where Nilvera does not document its behaviour)
 ===========================================================
@@ -118,7 +120,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
@@ -131,6 +132,8 @@ from gapless.integrator.base import (
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
+    GibState,
+    GibStatus,
     IntegratorAuthError,
     IntegratorError,
     PermanentRejection,
@@ -179,35 +182,8 @@ _TAX_ID: Final = re.compile(r"(?<!\d)\d{10,11}(?!\d)")
 _REASON_MAX: Final = 300
 
 
-class GibState(StrEnum):
-    """gapless's word for a document's state at GİB, as Nilvera reports it."""
-
-    ACCEPTED = "accepted"  # Nilvera: succeed
-    REFUSED = "refused"    # Nilvera: error
-    PENDING = "pending"    # Nilvera: waiting, unknown, or a word gapless does not know
-
-
 #: Nilvera's status words; every other word is PENDING.
 _GIB_STATES: Final = {"succeed": GibState.ACCEPTED, "error": GibState.REFUSED}
-
-
-@dataclass(frozen=True)
-class GibStatus:
-    """A document's state at GİB: ``final`` once GİB accepted or refused it (it will not
-    change), ``accepted`` True/False when final and None while pending; ``detail`` is Nilvera's
-    description (one line, tax ids masked); ``channel`` is where it was found."""
-
-    state: GibState
-    detail: str
-    channel: str
-
-    @property
-    def final(self) -> bool:
-        return self.state is not GibState.PENDING
-
-    @property
-    def accepted(self) -> bool | None:
-        return None if self.state is GibState.PENDING else self.state is GibState.ACCEPTED
 
 
 @dataclass(frozen=True)
@@ -355,20 +331,17 @@ class NilveraIntegrator:
         _, answer = found
         return Receipt(tenant, _text(answer, "InvoiceNumber") or UNKNOWN, UNKNOWN, uuid, uuid)
 
-    async def status(self, document_or_uuid: Document | str) -> GibStatus | None:
-        """The document's state at GİB as Nilvera reports it, or None when Nilvera does not
-        know the UUID. A Document is asked in its own channel only; a bare UUID in e-Fatura,
-        then e-Arşiv. Raises TransientIntegratorError when Nilvera cannot answer."""
-        order: tuple[str, ...]
-        if isinstance(document_or_uuid, Document):
-            uuid, order = document_or_uuid.uuid, (channel_of(document_or_uuid),)
-        else:
-            uuid, order = document_or_uuid, (EFATURA, EARSIV)
-        found = await self._find(uuid, order)
+    async def status(self, tenant: str, uuid: str, *,
+                     channel: str | None = None) -> GibStatus | None:
+        """GİB's state of the document with ``uuid`` as Nilvera reports it (gapless's
+        ``status(tenant, uuid)``), or None when Nilvera does not know the UUID. Asked in
+        e-Fatura, then e-Arşiv; in ``channel`` only when it is given. Raises
+        TransientIntegratorError when Nilvera cannot answer."""
+        found = await self._find(uuid, (channel,) if channel else (EFATURA, EARSIV))
         if found is None:
             return None
-        channel, answer = found
-        return gib_status(channel, answer)
+        where, answer = found
+        return gib_status(where, answer)
 
     async def _find(self, uuid: str, channels: tuple[str, ...]) -> tuple[str, Any] | None:
         """(channel, status answer) of the first channel that knows ``uuid``; None if none."""

@@ -21,6 +21,8 @@ from gapless.integrator.base import (
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
+    FollowsGibStatus,
+    GibState,
     Integrator,
     IntegratorAuthError,
     IntegratorError,
@@ -29,11 +31,11 @@ from gapless.integrator.base import (
     Recipient,
     TransientIntegratorError,
     WrongChannel,
+    follows_gib_status,
     load_integrator,
 )
 from gapless.integrator.nilvera import (
     UNKNOWN,
-    GibState,
     NilveraIntegrator,
     channel_of,
 )
@@ -121,6 +123,8 @@ def test_load_integrator_builds_the_nilvera_adapter(monkeypatch: pytest.MonkeyPa
     adapter = load_integrator(Settings())
     assert isinstance(adapter, NilveraIntegrator)
     assert isinstance(adapter, Integrator)
+    assert isinstance(adapter, FollowsGibStatus)  # gapless recovery follows GİB's verdict
+    assert follows_gib_status(adapter)
     assert KEY not in repr(adapter)
     assert KEY not in repr(Settings())
 
@@ -346,7 +350,7 @@ async def test_a_refused_api_key_is_an_auth_error_everywhere(fake: NilveraFake) 
         failures = [await outcome(integrator.send(doc)),
                     await outcome(integrator.recipient(USER)),
                     await outcome(integrator.lookup_uuid("acme", doc.uuid)),
-                    await outcome(integrator.status(doc.uuid))]
+                    await outcome(integrator.status("acme", doc.uuid))]
     finally:
         await integrator.aclose()
     for failure in failures:
@@ -380,7 +384,7 @@ async def test_server_errors_timeouts_and_refused_connections_are_transient(
     try:
         for call in (nobody.send(document("ABC2026000000005", "inv-5")),
                      nobody.recipient(USER), nobody.lookup_uuid("acme", "u"),
-                     nobody.status("u")):
+                     nobody.status("acme", "u")):
             failure = await outcome(call)
             assert isinstance(failure, TransientIntegratorError), failure
             assert USER not in str(failure)
@@ -504,13 +508,13 @@ async def test_gib_status_in_gaplesss_words(
     await adapter.send(fatura)
     await adapter.send(arsiv)
 
-    pending = await adapter.status(fatura)
+    pending = await adapter.status("acme", fatura.uuid, channel="efatura")
     assert pending is not None
     assert (pending.state, pending.final, pending.accepted, pending.channel) == (
         GibState.PENDING, False, None, "efatura")
 
     fake.set_gib(fatura.uuid, "succeed", "Fatura GİB tarafından kabul edildi")
-    accepted = await adapter.status(fatura.uuid)
+    accepted = await adapter.status("acme", fatura.uuid)
     assert accepted is not None
     assert (accepted.state, accepted.final, accepted.accepted) == (
         GibState.ACCEPTED, True, True)
@@ -518,21 +522,21 @@ async def test_gib_status_in_gaplesss_words(
 
     fake.set_gib(arsiv.uuid, "error", f"Alıcı {NON_USER} hatalı")
     fake.calls.clear()
-    refused = await adapter.status(arsiv)
+    refused = await adapter.status("acme", arsiv.uuid, channel="earsiv")
     assert refused is not None
     assert (refused.state, refused.final, refused.accepted, refused.channel) == (
         GibState.REFUSED, True, False, "earsiv")
     assert refused.detail == "Alıcı … hatalı"
-    # A document is asked in its own channel only.
+    # Asked in the channel given only.
     assert [call.path for call in fake.calls] == [f"/earchive/invoices/{arsiv.uuid}/Status"]
 
     fake.set_gib(arsiv.uuid, "boop", "?")
-    odd = await adapter.status(arsiv.uuid)
+    odd = await adapter.status("acme", arsiv.uuid)
     assert odd is not None
     assert odd.state is GibState.PENDING
     assert odd.detail.startswith("unrecognised status 'boop'")
 
-    assert await adapter.status(str(uuid_module.uuid4())) is None
+    assert await adapter.status("acme", str(uuid_module.uuid4())) is None
 
 
 async def test_status_answers_nilvera_cannot_give_are_transient(
@@ -540,7 +544,7 @@ async def test_status_answers_nilvera_cannot_give_are_transient(
     doc = document("ABC2026000000001", "inv-1")
     await adapter.send(doc)
     fake.status_failure = 500
-    for call in (adapter.lookup_uuid("acme", doc.uuid), adapter.status(doc)):
+    for call in (adapter.lookup_uuid("acme", doc.uuid), adapter.status("acme", doc.uuid)):
         with pytest.raises(TransientIntegratorError, match="status of UUID"):
             await call
     # A 409 that cannot be settled is not an alarm: outcome unknown, ask again later.
