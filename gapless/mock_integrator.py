@@ -23,6 +23,13 @@ A UBL-TR document sent to the wrong channel is refused with 422 and ``code: wron
 customer is not registered or the alias is not one of theirs. An e-Fatura sent without an alias
 comes from a series without routing (channel ``any``): its recipient is not checked.
 
+GİB's verdict after acceptance: ``GET /invoices/{tenant}/by-uuid/{uuid}/status`` answers
+``{state, detail}`` for an accepted document (404 for a UUID it does not hold): ``accepted``
+unless ``PUT /admin/gib-status`` set another verdict for that UUID, or another default (key
+``"*"``) — ``{"<uuid>": {"state": "refused", "detail": "..."}, "*": {"state": "pending"}}``.
+Verdicts are configuration, like the recipients: they may be set before the document arrives,
+and ``POST /admin/reset`` keeps them.
+
 The ledger is keyed by (tenant, number) and kept in acceptance order for the life of the process.
 Concurrency: one asyncio event loop in one process; the check-and-insert of a number runs without
 an ``await`` in between, so it is atomic with respect to every other request.
@@ -33,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import signal
 from collections import Counter
 from collections.abc import Callable
@@ -62,6 +70,7 @@ log = get_logger("gapless.mock_integrator")
 #: Customers with this tax id are always rejected (422), whatever the fault settings.
 REJECTED_TAX_ID = "0000000000"
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+_UUID = re.compile(UUID_PATTERN)
 UBL_INVOICE = "{urn:oasis:names:specification:ubl:schema:xsd:Invoice-2}Invoice"
 _UBL_NS = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
            "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
@@ -119,6 +128,26 @@ class FaultsPatch(BaseModel):
         if any(value is None for value in given.values()):
             raise ValueError("fault fields cannot be null")
         return self
+
+
+GibStateName = Literal["accepted", "refused", "pending"]
+#: The key of ``PUT /admin/gib-status`` that sets the verdict of every document without its own.
+GIB_DEFAULT_KEY = "*"
+GIB_DETAILS: dict[str, str] = {"accepted": "accepted by GİB (mock)",
+                               "refused": "refused by GİB (mock)",
+                               "pending": "waiting for GİB (mock)"}
+
+
+class GibVerdict(BaseModel):
+    """GİB's verdict on an accepted document, as the mock will answer it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: GibStateName
+    detail: str | None = Field(None, max_length=300)
+
+    def as_json(self) -> dict[str, str]:
+        return {"state": self.state, "detail": self.detail or GIB_DETAILS[self.state]}
 
 
 class Submission(BaseModel):
@@ -192,6 +221,9 @@ class MockState:
         self.uuids: dict[tuple[str, str], LedgerEntry] = {}  # (tenant, lower-case uuid)
         #: Registered e-Fatura users and their aliases (configuration: kept by reset()).
         self.recipients: dict[str, tuple[str, ...]] = {}
+        #: GİB's verdict per lower-case UUID, and for every other document (configuration).
+        self.gib_verdicts: dict[str, GibVerdict] = {}
+        self.gib_default = GibVerdict(state="accepted")
         self.stats: Counter[str] = Counter()
         self.posts_per_number: Counter[str] = Counter()
         self.latency = LatencyStats()
@@ -283,7 +315,7 @@ class MockState:
 STAT_NAMES = ("posts", "accepted", "duplicate", "duplicate_uuid", "rejected",
               "rejected_tax_id", "rejected_document", "rejected_channel", "transient",
               "lost_response", "down", "lookups", "lookups_found", "lookups_missing",
-              "recipient_checks")
+              "recipient_checks", "gib_status_checks")
 
 
 @dataclass(frozen=True)
@@ -494,6 +526,26 @@ async def lookup_uuid(request: Request, tenant: str, uuid: str) -> JSONResponse:
                          "uuid": entry.uuid, "ref": entry.ref})
 
 
+@invoices.get("/invoices/{tenant}/by-uuid/{uuid}/status")
+async def gib_status(request: Request, tenant: str, uuid: str) -> JSONResponse:
+    """GİB's verdict on the document accepted with this UUID (404: no such document)."""
+    state = _state(request)
+    if state.faults.down:
+        state.stats["down"] += 1
+        return _unavailable()
+    draws = state.draw()
+    if draws.latency_s:
+        await asyncio.sleep(draws.latency_s)
+    state.stats["gib_status_checks"] += 1
+    if draws.transient:
+        state.stats["transient"] += 1
+        return _transient()
+    if state.uuid_holder(tenant, uuid) is None:
+        return JSONResponse({"error": "not found"}, status_code=404)
+    verdict = state.gib_verdicts.get(uuid.lower(), state.gib_default)
+    return JSONResponse(verdict.as_json())
+
+
 @invoices.get("/invoices/{tenant}/{number}/document")
 async def document(request: Request, tenant: str, number: str) -> Response:
     """The document exactly as accepted: XML for UBL-TR, JSON otherwise."""
@@ -572,6 +624,25 @@ async def put_recipients(request: Request, registered: dict[str, list[str]]) -> 
             state.recipients.pop(tax_id, None)
     log.info("mock_recipients_changed", changed=len(registered))
     return JSONResponse({"registered": len(state.recipients)})
+
+
+@admin.put("/gib-status")
+async def put_gib_status(request: Request, verdicts: dict[str, GibVerdict]) -> JSONResponse:
+    """Set GİB's verdict per document UUID (``"*"``: the default of every other document).
+    Answers the default and the number of documents with a verdict of their own."""
+    state = _state(request)
+    bad = [key for key in verdicts if key != GIB_DEFAULT_KEY and not _UUID.match(key)]
+    if bad:
+        return JSONResponse({"detail": f"not a UUID (nor {GIB_DEFAULT_KEY!r}): {bad[0][:64]!r}"},
+                            status_code=422)
+    for key, verdict in verdicts.items():
+        if key == GIB_DEFAULT_KEY:
+            state.gib_default = verdict
+        else:
+            state.gib_verdicts[key.lower()] = verdict
+    log.info("mock_gib_status_changed", changed=len(verdicts))
+    return JSONResponse({"default": state.gib_default.as_json(),
+                         "documents": len(state.gib_verdicts)})
 
 
 @admin.get("/stats")

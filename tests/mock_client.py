@@ -41,6 +41,16 @@ class MockIntegratorClient:
         return self._json(  # type: ignore[no-any-return]
             "PUT", "/admin/recipients", json=registered)
 
+    def set_gib_status(self, verdicts: dict[str, dict[str, str]]) -> dict[str, Any]:
+        """PUT /admin/gib-status: GİB's verdict per document UUID (``"*"``: the default),
+        e.g. ``{uuid: {"state": "refused", "detail": "..."}}``."""
+        return self._json(  # type: ignore[no-any-return]
+            "PUT", "/admin/gib-status", json=verdicts)
+
+    def gib_status(self, tenant: str, uuid: str) -> httpx.Response:
+        """GET /invoices/{tenant}/by-uuid/{uuid}/status."""
+        return self._http.get(f"/invoices/{tenant}/by-uuid/{uuid}/status")
+
     def recipient(self, tax_id: str) -> httpx.Response:
         return self._http.get(f"/recipients/{tax_id}")
 

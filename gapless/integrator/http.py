@@ -19,6 +19,8 @@ any other 4xx                           ``PermanentRejection`` (the reason names
 =====================================  ======================================================
 
 ``GET /recipients/{tax_id}`` answers the recipient check (``{tax_id, registered, aliases}``).
+``GET /invoices/{tenant}/by-uuid/{uuid}/status`` answers GİB's verdict on an accepted document
+(``{state: accepted|refused|pending, detail}``; 404: the integrator does not know the UUID).
 
 The request body is ``{tenant, number, invoice_id, uuid, document}`` (and ``alias`` for an
 e-Fatura to a registered user): ``document`` is the UBL-TR
@@ -42,6 +44,8 @@ from gapless.integrator.base import (
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
+    GibState,
+    GibStatus,
     IntegratorAuthError,
     PermanentRejection,
     Receipt,
@@ -143,6 +147,26 @@ class HttpIntegrator:
         return await self._get(
             f"/invoices/{quote(tenant, safe='')}/by-uuid/{quote(uuid, safe='')}", tenant,
             f"lookup of UUID {uuid}")
+
+    async def status(self, tenant: str, uuid: str) -> GibStatus | None:
+        """GİB's verdict on the document with this UUID (``{state, detail}``), or None when the
+        integrator does not know the UUID (404). Transient otherwise."""
+        what = f"GİB status of UUID {uuid}"
+        try:
+            status, body = await self._request(
+                "GET", f"/invoices/{quote(tenant, safe='')}/by-uuid/{quote(uuid, safe='')}/status")
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise TransientIntegratorError(f"{what}: {type(exc).__name__}") from exc
+        if status == 404:
+            return None
+        if status in (401, 403):
+            raise IntegratorAuthError(f"the integrator refuses our credentials (HTTP {status})")
+        answer = _json(body)
+        state = _field(answer, "state")
+        if status == 200 and state in tuple(GibState):
+            detail = " ".join((_field(answer, "detail") or "").split())[:300]
+            return GibStatus(GibState(state), detail or state)
+        raise TransientIntegratorError(f"{what}: HTTP {status}")
 
     async def recipient(self, tax_id: str) -> Recipient:
         """Ask whether ``tax_id`` is a registered e-Fatura user, with its aliases."""

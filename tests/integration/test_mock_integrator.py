@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,52 @@ def test_down_answers_503_everywhere_but_admin(mock_integrator: MockIntegratorCl
     mock_integrator.set_faults(down=False)
     assert mock_integrator.post(submission("N2", "inv-2")).status_code == 201
     assert [e["number"] for e in mock_integrator.ledger()] == ["N1", "N2"]
+
+
+def test_gib_verdict_by_uuid_is_accepted_by_default_and_set_by_the_admin_switch(
+        mock_integrator: MockIntegratorClient) -> None:
+    accepted, refused, pending = (str(uuid.uuid4()) for _ in range(3))
+    for n, key in enumerate((accepted, refused, pending)):
+        body = {**submission(f"N{n}", f"inv-{n}"), "uuid": key}
+        assert mock_integrator.post(body).status_code == 201
+    assert mock_integrator.gib_status("acme", accepted).json() == {
+        "state": "accepted", "detail": "accepted by GİB (mock)"}
+
+    answer = mock_integrator.set_gib_status({
+        refused: {"state": "refused", "detail": "Alıcı etiketi hatalı"},
+        pending.upper(): {"state": "pending"}})
+    assert answer == {"default": {"state": "accepted", "detail": "accepted by GİB (mock)"},
+                      "documents": 2}
+    assert mock_integrator.gib_status("acme", refused).json() == {
+        "state": "refused", "detail": "Alıcı etiketi hatalı"}
+    assert mock_integrator.gib_status("acme", pending).json()["state"] == "pending"
+    # The default ("*") is every other document's verdict; a document's own one wins.
+    mock_integrator.set_gib_status({"*": {"state": "pending", "detail": "GİB raporu bekleniyor"}})
+    assert mock_integrator.gib_status("acme", accepted).json() == {
+        "state": "pending", "detail": "GİB raporu bekleniyor"}
+    assert mock_integrator.gib_status("acme", refused).json()["state"] == "refused"
+    # Unknown to the integrator: 404 (another tenant's UUID too); faults apply like any call.
+    assert mock_integrator.gib_status("acme", str(uuid.uuid4())).status_code == 404
+    assert mock_integrator.gib_status("other", accepted).status_code == 404
+    mock_integrator.set_faults(down=True)
+    assert mock_integrator.gib_status("acme", accepted).status_code == 503
+    mock_integrator.set_faults(down=False)
+    assert mock_integrator.stats()["gib_status_checks"] == 7
+    # Verdicts are configuration: a reset forgets the ledger, not them.
+    mock_integrator.reset()
+    assert mock_integrator.post({**submission("N9", "inv-9"), "uuid": refused}
+                                ).status_code == 201
+    assert mock_integrator.gib_status("acme", refused).json()["state"] == "refused"
+
+
+@pytest.mark.parametrize("bad", [
+    {"x": {"state": "refused"}}, {str(uuid.UUID(int=1)): {"state": "rejected"}},
+    {str(uuid.UUID(int=1)): {"state": "refused", "extra": 1}}, {"*": {}},
+])
+def test_bad_gib_verdicts_are_refused(mock_integrator: MockIntegratorClient,
+                                      bad: dict[str, Any]) -> None:
+    with httpx.Client(base_url=mock_integrator.url) as http:
+        assert http.put("/admin/gib-status", json=bad).status_code == 422
 
 
 @pytest.mark.parametrize("bad", [
