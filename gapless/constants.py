@@ -53,6 +53,10 @@ NEXT_STATUSES: dict[Status, frozenset[Status]] = {
 ALLOWED_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     (before, after) for before, nexts in NEXT_STATUSES.items() for after in nexts)
 
+#: History events of GİB's verdict on an ISSUED document (ISSUED -> ISSUED: the status does not
+#: change; schema/sql/0008): final verdicts, and giving up while still pending.
+GIB_EVENT_KINDS = frozenset({"gib_accepted", "gib_refused", "gib_unresolved"})
+
 
 class Channel(StrEnum):
     """Which documents a series numbers: e-Fatura (to registered users), e-Arşiv (to everyone

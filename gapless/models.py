@@ -107,6 +107,14 @@ invoices = Table(
     Column("uuid", UUID(as_uuid=True), nullable=False, server_default=text("gen_random_uuid()")),
     Column("profile_version", Integer),
     Column("document_sha256", Text),
+    # GİB's verdict after acceptance (0008): NULL not followed, pending, accepted, refused.
+    Column("gib_status", Text),
+    Column("gib_detail", Text),
+    Column("gib_checked_at", TZ),
+    Column("gib_next_check_at", TZ),
+    CheckConstraint("gib_status IN ('pending', 'accepted', 'refused')",
+                    name="invoices_gib_status_kind"),
+    CheckConstraint("gib_status IS NULL OR status = 'ISSUED'", name="invoices_gib_status_issued"),
     UniqueConstraint("invoice_id", name="invoices_invoice_id_key"),
     UniqueConstraint("uuid", name="invoices_uuid_key"),
     ForeignKeyConstraint(["tenant", "series"], ["series.tenant", "series.code"],
@@ -118,6 +126,11 @@ invoices = Table(
     Index("invoices_sending_idx", "sending_since", postgresql_where=text("status = 'SENDING'")),
     Index("invoices_error_due_idx", "next_attempt_at", postgresql_where=text("status = 'ERROR'")),
     Index("invoices_tenant_series_status_idx", "tenant", "series", "status"),
+    Index("invoices_gib_unasked_idx", "issued_at",
+          postgresql_where=text("status = 'ISSUED' AND gib_status IS NULL "
+                                "AND gib_next_check_at IS NULL")),
+    Index("invoices_gib_due_idx", "gib_next_check_at",
+          postgresql_where=text("status = 'ISSUED' AND gib_next_check_at IS NOT NULL")),
 )
 
 invoice_events = Table(
@@ -185,5 +198,5 @@ EXPECTED_FUNCTIONS = frozenset({
     "gapless_invoice_guard", "gapless_invoice_history", "claim_invoice",
     "gapless_seal", "gapless_profile_version", "gapless_take", "gapless_claim_row",
     "intake_invoice", "gapless_append_only", "gapless_durable_commit", "gapless_rebase_ids",
-    "gapless_config_rebase_ids",
+    "gapless_config_rebase_ids", "gapless_invoice_verdict",
 })

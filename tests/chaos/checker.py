@@ -35,7 +35,7 @@ import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy import make_url
 
-from gapless.constants import ALLOWED_TRANSITIONS, Status
+from gapless.constants import ALLOWED_TRANSITIONS, GIB_EVENT_KINDS, Status
 
 #: How many violating rows a failure message shows per violation (the Report keeps them all).
 SHOWN_ROWS = 50
@@ -493,4 +493,7 @@ def _allowed(event: Mapping[str, Any]) -> bool:
     if pair == (Status.RECEIVED, Status.RECEIVED):
         # The reservation pins a number before the lease is taken (same transaction).
         return bool(event["kind"] == "reserved")
+    if pair == (Status.ISSUED, Status.ISSUED):
+        # GİB's verdict after acceptance: recorded in the history, the status unchanged.
+        return event["kind"] in GIB_EVENT_KINDS
     return pair in ALLOWED_TRANSITIONS

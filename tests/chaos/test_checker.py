@@ -361,3 +361,25 @@ async def test_the_guard_refuses_what_the_checker_calls_forbidden(world: World) 
     with pytest.raises(psycopg.errors.CheckViolation, match="ISSUED -> VOIDED"):
         world.sql("UPDATE invoices SET status = 'VOIDED', last_error = 'x' "
                   "WHERE invoice_id = 'acme-3'")
+
+
+async def test_gibs_verdicts_on_issued_documents_are_history_not_forbidden_transitions(
+        world: World) -> None:
+    # GİB's verdicts after acceptance: ISSUED -> ISSUED events written by schema/sql/0008.
+    world.sql("UPDATE invoices SET gib_status = 'refused', gib_detail = 'GİB: planted' "
+              "WHERE invoice_id = 'acme-1'")
+    world.sql("UPDATE invoices SET gib_status = 'accepted' WHERE invoice_id = 'acme-2'")
+    world.sql("UPDATE invoices SET gib_status = 'pending' WHERE invoice_id = 'acme-4'")
+    await world.refresh_feed()
+    assert [(e.invoice_id, e.kind) for e in world.history.feed if e.kind.startswith("gib_")] == [
+        ("acme-1", "gib_refused"), ("acme-2", "gib_accepted"), ("acme-4", "gib_unresolved")]
+
+    assert world.check().of("transitions") == []
+
+    # Any other event from ISSUED to ISSUED still is one.
+    world.sql("ALTER TABLE invoice_events DISABLE TRIGGER USER")
+    world.sql("UPDATE invoice_events SET kind = 'resent' WHERE kind = 'gib_accepted'")
+    world.sql("ALTER TABLE invoice_events ENABLE TRIGGER USER")
+    (row,) = only(world.check(), "transitions", "allowed transitions")
+    assert (row["invoice_id"], row["kind"], row["problem"]) == (
+        "acme-2", "resent", "transition not allowed")
