@@ -38,6 +38,17 @@ class Settings(BaseSettings):
     recipient_ttl_s: float = Field(3600.0, gt=0, description="How long an answer of the "
                                    "integrator's recipient check (e-Fatura user? aliases?) is "
                                    "reused, by every worker")
+    # GİB's verdict after acceptance, followed by recovery (gapless.gib.GibPolicy).
+    gib_poll_first_s: float = Field(60.0, gt=0, description="First question about GİB's "
+                                    "verdict this long after acceptance; then as long again as "
+                                    "the document's age (exponential)")
+    gib_poll_max_efatura_s: float = Field(3600.0, gt=0, description="Longest wait between "
+                                          "questions about an e-Fatura")
+    gib_poll_max_earsiv_s: float = Field(21600.0, gt=0, description="Longest wait between "
+                                         "questions about an e-Arşiv (GİB's nightly report)")
+    gib_poll_give_up_s: float = Field(604800.0, gt=0, description="A document still pending "
+                                      "this long after acceptance is given up (stays pending)")
+    gib_poll_batch: int = Field(100, ge=1, description="Questions claimed per recovery round")
     nilvera_url: str = "https://apitest.nilvera.com"
     nilvera_api_key: str = Field("", repr=False)
 

@@ -23,10 +23,16 @@ Each round:
    drain between batches. A refill only takes leases older than the round itself: never one of
    its own orphans still in flight, however small ``stuck_after_s``.
 
-A round whose last claim was full is followed at once by the next; otherwise the loop waits
-``interval_s``. SIGTERM/SIGINT: no new round starts, orphans not yet started are put back,
-in-flight ones get ``drain_timeout_s`` to finish; then the process exits 0. An orphan cut off
-mid-call stays SENDING under this process's lease, and the next round anywhere asks first.
+5. **GİB's verdict.** Then, if the adapter answers GİB's status and the round was not skipped,
+   one bounded batch of questions about ISSUED documents (:mod:`recovery.verdicts`: claimed
+   with ``FOR UPDATE SKIP LOCKED``, asked outside any transaction, each answer one statement),
+   with the backoff of ``options.gib`` (:class:`gapless.gib.GibPolicy`; None: not followed).
+
+A round whose last claim (of orphans or of questions) was full is followed at once by the next;
+otherwise the loop waits ``interval_s``. SIGTERM/SIGINT: no new round starts, orphans not yet
+started are put back, in-flight ones get ``drain_timeout_s`` to finish; then the process exits
+0. An orphan cut off mid-call stays SENDING under this process's lease, and the next round
+anywhere asks first.
 """
 
 from __future__ import annotations
@@ -42,12 +48,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.catalog import Catalog
 from gapless.db import Database, as_database
+from gapless.gib import GibPolicy
 from gapless.invoices import Orphan, claim_orphans, release_orphan
 from gapless.logging import get_logger
 from gapless.render import Renderer
 from recovery import metrics
 from recovery.outcomes import IssuedWriter
 from recovery.reconcile import Backoff, Guard, Outcome, reconcile
+from recovery.verdicts import VerdictGuard, VerdictSummary, follow_verdicts
 
 log = get_logger("gapless.recovery")
 
@@ -69,6 +77,9 @@ class RecoveryOptions:
     #: A transient failure while the breaker is open is not due before it can half-open.
     breaker_reset_s: float = 10.0
     drain_timeout_s: float = 30.0
+    #: When to ask GİB's verdict on ISSUED documents (None: never; also never for an adapter
+    #: without ``status``).
+    gib: GibPolicy | None = field(default_factory=GibPolicy)
 
 
 #: Outcomes of one orphan as reported in a round (``Outcome`` plus the loop's own two).
@@ -85,6 +96,8 @@ class RoundSummary:
     seconds: float = 0.0
     #: The claim filled its batch: more orphans are probably waiting, start the next round now.
     batch_full: bool = False
+    #: The questions about GİB's verdict asked in this round.
+    verdicts: VerdictSummary = field(default_factory=VerdictSummary)
 
     def add(self, other: RoundSummary) -> None:
         self.claimed += other.claimed
@@ -97,6 +110,9 @@ class RoundSummary:
                                      "seconds": round(self.seconds, 3)}
         for name in metrics.OUTCOMES:
             fields[name] = self.outcomes.get(name, 0)
+        if self.verdicts.claimed:
+            fields["gib_claimed"] = self.verdicts.claimed
+            fields.update({f"gib_{name}": count for name, count in self.verdicts.results.items()})
         return fields
 
     def line(self) -> str:
@@ -105,6 +121,8 @@ class RoundSummary:
         head = f"recovery: claimed {self.claimed} orphan(s): {counts}"
         if self.skipped:
             head += f"; integrator work skipped ({self.skipped})"
+        if self.verdicts.claimed:
+            head += f"; {self.verdicts.line()}"
         return f"{head}; breaker {self.breaker}"
 
 
@@ -193,6 +211,8 @@ class RecoveryLoop:
                 summary.add(await self._claim_and_settle(
                     self.options.batch, concurrency=self.options.concurrency,
                     max_claims=self.options.claims_per_round))
+            if summary.skipped is None and not self.stopping:
+                summary.verdicts = await self._follow_verdicts()
         summary.breaker = self._breaker_state()
         summary.seconds = time.perf_counter() - started
         metrics.ROUND_SECONDS.observe(summary.seconds)
@@ -204,6 +224,15 @@ class RecoveryLoop:
             metrics.ROUNDS.labels(result="completed").inc()
         log.info("recovery_round_finished", **summary.as_fields())
         return summary
+
+    async def _follow_verdicts(self) -> VerdictSummary:
+        """One batch of questions about GİB's verdict (nothing when not followed)."""
+        policy, guard = self.options.gib, self.guard
+        if policy is None or not isinstance(guard, VerdictGuard):
+            return VerdictSummary()
+        return await follow_verdicts(self.db, guard, policy,
+                                     concurrency=self.options.concurrency,
+                                     stopping=lambda: self.stopping)
 
     async def _claim_and_settle(self, batch: int, *, concurrency: int,
                                 max_claims: int = 1) -> RoundSummary:
@@ -324,7 +353,7 @@ class RecoveryLoop:
                 log.error("recovery_round_failed", error=type(exc).__name__,
                           detail=str(exc).splitlines()[0] if str(exc) else "")
                 summary = RoundSummary()
-            if summary.batch_full and summary.skipped is None:
+            if (summary.batch_full or summary.verdicts.full) and summary.skipped is None:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.options.interval_s)

@@ -1,4 +1,5 @@
-"""``gapless recovery``: settle orphans (stuck SENDING, due ERROR), asking the integrator first."""
+"""``gapless recovery``: settle orphans (stuck SENDING, due ERROR), asking the integrator first;
+and follow GİB's verdict on ISSUED documents (``GAPLESS_GIB_POLL_*``)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ def recovery(
     integrator_url: str | None = IntegratorUrlOption,
     cluster_id: int | None = ClusterIdOption,
 ) -> None:
-    """Run the orphan-recovery loop (ask the integrator first; resend with the same number)."""
+    """Run the orphan-recovery loop (ask the integrator first; resend with the same number), and
+    follow GİB's verdict on issued documents."""
+    from gapless.gib import GibPolicy
     from recovery.loop import RecoveryOptions
     from recovery.reconcile import Backoff
 
@@ -55,7 +58,8 @@ def recovery(
     options = RecoveryOptions(
         interval_s=interval, stuck_after_s=stuck_after, batch=batch, max_attempts=max_attempts,
         concurrency=concurrency, backoff=Backoff(backoff_base, backoff_max),
-        breaker_reset_s=settings.breaker_reset_timeout_s, drain_timeout_s=drain_timeout)
+        breaker_reset_s=settings.breaker_reset_timeout_s, drain_timeout_s=drain_timeout,
+        gib=GibPolicy.from_settings(settings))
     summary = run(_recovery(settings, options, once=once, metrics_port=metrics_port))
     if summary is not None:
         typer.echo(summary)
