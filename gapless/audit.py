@@ -1,5 +1,7 @@
 """The audit: is every counter gap-free and every number on exactly one invoice (I1–I3), where did
-each number that is not ISSUED go, and does the integrator agree with the ISSUED set (I7)?
+each number that is not ISSUED go, and does the integrator agree with the ISSUED set (I7)? It also
+reports findings that are not violations: ISSUED documents GİB refused after the integrator
+accepted them, and those whose verdict recovery stopped waiting for (each with what to do).
 
 Reads only. The database checks run in one REPEATABLE READ, READ ONLY transaction (one snapshot,
 no row locks). The integrator's side is fetched outside any transaction (I5) and compared in a
@@ -22,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
 from gapless.errors import GaplessError
+from gapless.gib import REFUSED_TODO, UNRESOLVED_TODO
 from gapless.integrator.base import UNKNOWN, Integrator, TransientIntegratorError
 from gapless.queries import audit as q
 
@@ -40,6 +43,12 @@ VIOLATION_KINDS = (
     "integrator_unknown_number",    # I7
     "integrator_duplicate",         # I1 at the integrator
 )
+
+#: Kinds of finding (not violations: the exit code ignores them), and what to do about each.
+FINDING_KINDS = {
+    "gib_refused": REFUSED_TODO,      # GİB refused the document after the integrator accepted it
+    "gib_unresolved": UNRESOLVED_TODO,  # no final verdict from GİB when recovery gave up
+}
 
 LEDGER_ABSENT_STATUSES = (404, 405, 501)
 
@@ -95,6 +104,22 @@ class NotIssued:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """Something a person should act on that breaks no invariant: a number still ISSUED and
+    accounted for, whose document GİB refused (or never gave a verdict on)."""
+
+    kind: str
+    tenant: str
+    series: str
+    period_key: str | None
+    number: str
+    invoice_id: str
+    detail: str
+    checked_at: str | None
+    todo: str
+
+
+@dataclass(frozen=True)
 class InFlight:
     """Accepted by the integrator while the invoice is still SENDING within the horizon."""
 
@@ -117,6 +142,8 @@ class AuditReport:
     not_issued: list[NotIssued]
     horizon_s: float
     integrator: IntegratorCheck | None = None
+    #: Not violations (``ok`` ignores them): see FINDING_KINDS.
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -130,6 +157,7 @@ class AuditReport:
             "violations": [asdict(v) for v in self.violations],
             "not_issued": [asdict(n) for n in self.not_issued],
             "integrator": None if self.integrator is None else asdict(self.integrator),
+            "findings": [asdict(f) for f in self.findings],
         }
 
 
@@ -172,6 +200,7 @@ class _Snapshot:
     printed: list[Any]
     mismatched: list[Any]
     not_issued: list[Any]
+    findings: list[Any]
 
 
 async def _read_snapshot(engine: AsyncEngine, params: dict[str, Any], deep: bool) -> _Snapshot:
@@ -185,7 +214,8 @@ async def _read_snapshot(engine: AsyncEngine, params: dict[str, Any], deep: bool
             printed=list((await conn.execute(q.DUPLICATE_PRINTED, params)).all()),
             mismatched=list((await conn.execute(q.NUMBER_MISMATCH, params)).all())
             if deep else [],
-            not_issued=list((await conn.execute(q.NOT_ISSUED, params)).all()))
+            not_issued=list((await conn.execute(q.NOT_ISSUED, params)).all()),
+            findings=list((await conn.execute(q.GIB_FINDINGS, params)).all()))
         await conn.rollback()
     return snapshot
 
@@ -245,6 +275,15 @@ def _not_issued(snapshot: _Snapshot, horizon_s: float) -> list[NotIssued]:
         for row in snapshot.not_issued]
 
 
+def _findings(snapshot: _Snapshot) -> list[Finding]:
+    """ISSUED documents GİB refused, or gave no verdict on before recovery gave up."""
+    return [Finding(
+        row.kind, row.tenant, row.series, row.period_key, row.number, row.invoice_id,
+        row.gib_detail or "no detail", None if row.gib_checked_at is None
+        else row.gib_checked_at.isoformat(), FINDING_KINDS[row.kind])
+        for row in snapshot.findings]
+
+
 def _stuck(not_issued: list[NotIssued]) -> Iterator[Violation]:
     """I4's horizon: SENDING (or due) past it."""
     for item in not_issued:
@@ -280,7 +319,7 @@ async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str
     violations.sort(key=lambda v: (VIOLATION_KINDS.index(v.kind), v.tenant, v.series or "",
                                    v.period_key or ""))
     return AuditReport(_counter_reports(snapshot, violations), violations, not_issued,
-                       horizon_s)
+                       horizon_s, findings=_findings(snapshot))
 
 
 # ----------------------------------------------------------------------------- I7: integrator

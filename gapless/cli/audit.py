@@ -1,5 +1,7 @@
 """``gapless audit``: are the numbers gap-free and unique (I1–I3), where did each number that is
-not ISSUED go, and (``--integrator``) does the integrator agree (I7)? Exit 1 on any violation."""
+not ISSUED go, and (``--integrator``) does the integrator agree (I7)? Exit 1 on any violation.
+Findings that are not violations (documents GİB refused after acceptance, or never gave a verdict
+on) are listed with what to do, and leave the exit code alone."""
 
 from __future__ import annotations
 
@@ -88,6 +90,8 @@ def _print(report: AuditReport, *, limit: int) -> None:
         console.print(_violations_table(report))
     if report.not_issued:
         _print_not_issued(console, report, limit)
+    if report.findings:
+        _print_findings(console, report, limit)
     if report.integrator is not None:
         check = report.integrator
         line = (f"integrator ({check.source}): {check.documents} accepted document(s) "
@@ -141,6 +145,27 @@ def _print_not_issued(console: Console, report: AuditReport, limit: int) -> None
         console.print(table)
     if len(shown) < len(report.not_issued):
         console.print(f"... {len(report.not_issued) - len(shown)} more (--limit, --json)")
+
+
+def _print_findings(console: Console, report: AuditReport, limit: int) -> None:
+    """Documents GİB refused (or never decided on): still ISSUED, numbers accounted for."""
+    from gapless.audit import FINDING_KINDS
+
+    shown = report.findings[:limit] if limit else []
+    table = Table(title=f"findings, not violations ({len(report.findings)}): ISSUED, numbers "
+                        "accounted for", title_justify="left")
+    table.add_column("kind", max_width=14)
+    table.add_column("number", overflow="fold", max_width=18)
+    table.add_column("invoice", overflow="fold", max_width=16)
+    table.add_column("detail", overflow="fold")
+    for f in shown:
+        table.add_row(f.kind, f.number, f.invoice_id, f.detail)
+    if shown:
+        console.print(table)
+    if len(shown) < len(report.findings):
+        console.print(f"... {len(report.findings) - len(shown)} more (--limit, --json)")
+    for kind in sorted({f.kind for f in report.findings}):
+        console.print(f"what to do ({kind}): {FINDING_KINDS[kind]}")
 
 
 def register(app: typer.Typer) -> None:

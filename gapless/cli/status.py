@@ -8,7 +8,9 @@ circuit breaker of every worker/recovery process whose Prometheus endpoint is gi
 ``--metrics-url``; without one the breaker state is "unknown", because it lives inside those
 processes. Then each tenant's issuer profile in force (tenants without one get JSON documents),
 and the event feed: committed events still waiting for a position, and the session holding the
-position lock, if any, with how long (docs/api.md: what delays the feed).
+position lock, if any, with how long (docs/api.md: what delays the feed). Last, GİB's verdicts
+after acceptance: how many documents GİB refused (and which, with what to do), how many are still
+pending, and how many recovery gave up on while pending.
 
 Reads only: one read-only statement per refresh (no locks), a passive queue declaration, and
 HTTP GETs.
@@ -38,6 +40,10 @@ NO_MANAGEMENT_NOTE = "per-priority depth needs the management plugin"
 #: collect_statistics_interval, 5 s by default): a queue declared or changed since has none yet.
 NO_STATISTICS_NOTE = ("per-priority depth not published yet: the management API refreshes "
                       "queue statistics every few seconds")
+#: Documents GİB refused listed by ``status`` (all of them: ``gapless audit --json``).
+GIB_REFUSED_SHOWN = 100
+#: Of those, the lines of the table view.
+GIB_REFUSED_LINES = 10
 STALE_STATISTICS_NOTE = ("per-priority depth is the management API's last statistics "
                          "(refreshed every few seconds); the total is current")
 
@@ -58,6 +64,24 @@ class SeriesStatus:
     voided: int
     alarms: int
     oldest_sending_age_s: float | None
+    #: GİB's verdicts after acceptance: refused; pending and still asked; given up while pending.
+    gib_refused: int = 0
+    gib_pending: int = 0
+    gib_unresolved: int = 0
+
+
+@dataclass(frozen=True)
+class GibRefusal:
+    """A document GİB refused after the integrator accepted it: still ISSUED, its number
+    accounted for; ``todo`` says what an operator does."""
+
+    tenant: str
+    series: str
+    number: str
+    invoice_id: str
+    detail: str | None
+    checked_at: str | None
+    todo: str
 
 
 @dataclass(frozen=True)
@@ -109,6 +133,8 @@ class Status:
     breakers: list[BreakerStatus] = field(default_factory=list)
     profiles: list[ProfileStatus] = field(default_factory=list)
     feed: FeedStatus | None = None
+    #: Documents GIB refused after acceptance, newest first (at most GIB_REFUSED_SHOWN).
+    gib_refused: list[GibRefusal] = field(default_factory=list)
     #: Why the queue could not be read (RabbitMQ unreachable); not part of the document.
     broker_error: Exception | None = field(default=None, repr=False, compare=False)
 
@@ -117,16 +143,26 @@ class Status:
                 "queue": asdict(self.queue),
                 "breakers": [asdict(breaker) for breaker in self.breakers],
                 "profiles": [asdict(profile) for profile in self.profiles],
-                "feed": None if self.feed is None else asdict(self.feed)}
+                "feed": None if self.feed is None else asdict(self.feed),
+                "gib_refused": [asdict(refusal) for refusal in self.gib_refused]}
 
 
 # ---------------------------------------------------------------------------------- collecting
 
 
+@dataclass(frozen=True)
+class DatabaseSide:
+    series: list[SeriesStatus]
+    profiles: list[ProfileStatus]
+    feed: FeedStatus
+    gib_refused: list[GibRefusal]
+
+
 async def read_database(engine: Any, *, tenant: str | None, series: str | None
-                        ) -> tuple[list[SeriesStatus], list[ProfileStatus], FeedStatus]:
+                        ) -> DatabaseSide:
     """Every series (optionally one tenant / one code) with its counts, the issuer profiles in
-    force and the feed's backlog; read-only statements, no locks."""
+    force, the feed's backlog and the documents GİB refused; read-only statements, no locks."""
+    from gapless.gib import REFUSED_TODO
     from gapless.invoices import ALARM_PREFIX
     from gapless.queries import feed as qf
     from gapless.queries import status as q
@@ -136,12 +172,19 @@ async def read_database(engine: Any, *, tenant: str | None, series: str | None
         rows = (await conn.execute(q.SERIES_STATUS, {
             "tenant": tenant, "series": series, "alarm_pattern": ALARM_PREFIX + "%"})).all()
         backlog = (await conn.execute(qf.BACKLOG)).one()
+        refused = (await conn.execute(q.GIB_REFUSED, {
+            "tenant": tenant, "series": series, "limit": GIB_REFUSED_SHOWN})).all()
     profiles = await profiles_in_force(engine, tenant)
-    return (_series_rows(rows),
-            [ProfileStatus(tenant=p.tenant, version=p.version, name=p.issuer.name,
-                           tax_office=p.issuer.tax_office, city=p.issuer.city) for p in profiles],
-            FeedStatus(waiting=backlog.waiting, top=backlog.top, holder_pid=backlog.holder_pid,
-                       holder_s=backlog.holder_s, holder_state=backlog.holder_state))
+    return DatabaseSide(
+        _series_rows(rows),
+        [ProfileStatus(tenant=p.tenant, version=p.version, name=p.issuer.name,
+                       tax_office=p.issuer.tax_office, city=p.issuer.city) for p in profiles],
+        FeedStatus(waiting=backlog.waiting, top=backlog.top, holder_pid=backlog.holder_pid,
+                   holder_s=backlog.holder_s, holder_state=backlog.holder_state),
+        [GibRefusal(row.tenant, row.series, row.number, row.invoice_id, row.detail,
+                    None if row.gib_checked_at is None
+                    else row.gib_checked_at.isoformat(timespec="seconds"), REFUSED_TODO)
+         for row in refused])
 
 
 def _series_rows(rows: Any) -> list[SeriesStatus]:
@@ -149,7 +192,9 @@ def _series_rows(rows: Any) -> list[SeriesStatus]:
         tenant=row.tenant, series=row.series, period_key=row.period_key, last_no=row.last_no,
         last_number=row.last_number, received=row.received, sending=row.sending,
         issued=row.issued, error=row.error, rejected=row.rejected, cancelled=row.cancelled,
-        voided=row.voided, alarms=row.alarms, oldest_sending_age_s=row.oldest_sending_age_s)
+        voided=row.voided, alarms=row.alarms, oldest_sending_age_s=row.oldest_sending_age_s,
+        gib_refused=row.gib_refused, gib_pending=row.gib_pending,
+        gib_unresolved=row.gib_unresolved)
         for row in rows]
 
 
@@ -309,12 +354,12 @@ async def read_breakers(metrics_urls: list[str]) -> list[BreakerStatus]:
 async def collect(engine: Any, settings: Settings, *, tenant: str | None, series: str | None,
                   metrics_urls: list[str], management_url: str | None) -> Status:
     # The database first: when it fails, nothing else is left half-done.
-    series_rows, profiles, feed = await read_database(engine, tenant=tenant, series=series)
+    side = await read_database(engine, tenant=tenant, series=series)
     (queue, broker_error), breakers = await asyncio.gather(read_queue(settings, management_url),
                                                            read_breakers(metrics_urls))
-    return Status(at=datetime.now(UTC).isoformat(timespec="seconds"), series=series_rows,
-                  queue=queue, breakers=breakers, profiles=profiles, feed=feed,
-                  broker_error=broker_error)
+    return Status(at=datetime.now(UTC).isoformat(timespec="seconds"), series=side.series,
+                  queue=queue, breakers=breakers, profiles=side.profiles, feed=side.feed,
+                  gib_refused=side.gib_refused, broker_error=broker_error)
 
 
 # ---------------------------------------------------------------------------------- rendering
@@ -350,6 +395,7 @@ def render(status: Status) -> Any:
     _profile_lines(lines, status.profiles)
     if status.feed is not None:
         _feed_lines(lines, status.feed)
+    _gib_lines(lines, status)
     return Group(_series_table(status), lines)
 
 
@@ -431,6 +477,31 @@ def _feed_lines(lines: Any, feed: FeedStatus) -> None:
         lines.append(f"\n  position lock held by pid {feed.holder_pid} ({feed.holder_state}, "
                      f"transaction open {held})", style="yellow" if (feed.holder_s or 0) > 5
                      else "")
+
+
+def _gib_lines(lines: Any, status: Status) -> None:
+    """GİB's verdicts after acceptance: the refused documents (each with what to do), and the
+    counts still pending and given up."""
+    from gapless.gib import REFUSED_TODO, UNRESOLVED_TODO
+
+    refused = sum(row.gib_refused for row in status.series)
+    pending = sum(row.gib_pending for row in status.series)
+    unresolved = sum(row.gib_unresolved for row in status.series)
+    lines.append("\nGİB after acceptance: ", style="bold")
+    lines.append(f"{refused:,} refused", style="bold red" if refused else "")
+    lines.append(f", {pending:,} pending, {unresolved:,} given up while pending")
+    if refused:
+        lines.append(f"\n  refused documents stay ISSUED and keep their numbers: {REFUSED_TODO}",
+                     style="dim")
+    for refusal in status.gib_refused[:GIB_REFUSED_LINES]:
+        lines.append(f"\n  {refusal.number}  {refusal.invoice_id}: "
+                     f"{refusal.detail or 'no detail'}")
+    if refused > min(len(status.gib_refused), GIB_REFUSED_LINES):
+        lines.append(f"\n  … {refused - min(len(status.gib_refused), GIB_REFUSED_LINES):,} "
+                     "more (gapless audit --json lists them all)", style="dim")
+    if unresolved:
+        lines.append(f"\n  given up while pending: {UNRESOLVED_TODO} (gapless audit lists them)",
+                     style="dim")
 
 
 # ---------------------------------------------------------------------------------- command

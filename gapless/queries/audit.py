@@ -171,6 +171,21 @@ NOT_ISSUED = text("""
      ORDER BY tenant, series, period_key, reserved_no
 """)
 
+#: Findings that are not violations: documents GİB refused after the integrator accepted them
+#: (``gib_refused``; they stay ISSUED and their numbers accounted for) and documents recovery
+#: stopped asking about while GİB's verdict was still pending (``gib_unresolved``).
+GIB_FINDINGS = text("""
+    SELECT CASE gib_status WHEN 'refused' THEN 'gib_refused' ELSE 'gib_unresolved' END AS kind,
+           tenant, series, period_key, reserved_no, number, invoice_id, gib_detail,
+           gib_checked_at
+      FROM invoices
+     WHERE status = 'ISSUED'
+       AND (gib_status = 'refused' OR (gib_status = 'pending' AND gib_next_check_at IS NULL))
+       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR series = :series)
+     ORDER BY kind, tenant, series, period_key, reserved_no
+""")
+
 #: Every pinned number with its holder (to ask the integrator about each one when it has no
 #: ledger endpoint).
 NUMBERED_INVOICES = text("""

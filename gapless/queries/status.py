@@ -6,8 +6,9 @@ printed while workers run is consistent within itself but may lag a running syst
 
 from sqlalchemy import text
 
-#: Per series: the newest counter period with its last number, invoices per status, and when the
-#: oldest SENDING lease began. One statement (one snapshot), no locks; the per-status counts use
+#: Per series: the newest counter period with its last number, invoices per status, GİB's
+#: verdicts after acceptance (refused; pending and still asked; given up while pending), and when
+#: the oldest SENDING lease began. One statement (one snapshot), no locks; the per-status counts use
 #: the (tenant, series, status) index.
 SERIES_STATUS = text("""
     WITH counts AS (
@@ -21,6 +22,11 @@ SERIES_STATUS = text("""
                count(*) FILTER (WHERE status = 'VOIDED')    AS voided,
                count(*) FILTER (WHERE status = 'ERROR' AND last_error LIKE :alarm_pattern)
                                                             AS alarms,
+               count(*) FILTER (WHERE gib_status = 'refused') AS gib_refused,
+               count(*) FILTER (WHERE gib_status = 'pending' AND gib_next_check_at IS NOT NULL)
+                                                            AS gib_pending,
+               count(*) FILTER (WHERE gib_status = 'pending' AND gib_next_check_at IS NULL)
+                                                            AS gib_unresolved,
                min(sending_since) FILTER (WHERE status = 'SENDING') AS oldest_sending_since
           FROM invoices
          WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
@@ -36,6 +42,8 @@ SERIES_STATUS = text("""
            coalesce(c.issued, 0) AS issued, coalesce(c.error, 0) AS error,
            coalesce(c.rejected, 0) AS rejected, coalesce(c.cancelled, 0) AS cancelled,
            coalesce(c.voided, 0) AS voided, coalesce(c.alarms, 0) AS alarms,
+           coalesce(c.gib_refused, 0) AS gib_refused, coalesce(c.gib_pending, 0) AS gib_pending,
+           coalesce(c.gib_unresolved, 0) AS gib_unresolved,
            extract(epoch FROM now() - c.oldest_sending_since)::float8 AS oldest_sending_age_s
       FROM series s
       LEFT JOIN counts c ON c.tenant = s.tenant AND c.series = s.code
@@ -48,6 +56,18 @@ SERIES_STATUS = text("""
      WHERE (CAST(:tenant AS text) IS NULL OR s.tenant = :tenant)
        AND (CAST(:series AS text) IS NULL OR s.code = :series)
      ORDER BY s.tenant, s.code
+""")
+
+#: Documents GİB refused after the integrator accepted them (still ISSUED: their numbers stay
+#: accounted for), newest verdict first, at most :limit. One snapshot, no locks.
+GIB_REFUSED = text("""
+    SELECT tenant, series, number, invoice_id, gib_detail AS detail, gib_checked_at
+      FROM invoices
+     WHERE gib_status = 'refused'
+       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+       AND (CAST(:series AS text) IS NULL OR series = :series)
+     ORDER BY gib_checked_at DESC, id DESC
+     LIMIT :limit
 """)
 
 #: The whole system at a glance: invoices per status, retryable ERRORs (not alarms), and orphans
