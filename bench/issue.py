@@ -3,7 +3,7 @@ database and HTTP work, and against the naive design.
 
     .venv/bin/python bench/issue.py [--latency-ms 200] [--concurrency 8,32,64] [--processes 1,2]
                                     [--warmup 3] [--window 8] [--repeat 3] [--backlog 2000]
-                                    [--no-naive]
+                                    [--no-naive] [--no-mixed]
 
 Everything real: PostgreSQL, RabbitMQ, ``gapless mock-integrator`` at a fixed latency, and the
 workers as separate processes. Each run gets a fresh database and queue, a backlog published
@@ -13,8 +13,16 @@ before the workers start, and is measured over a window after a warm-up.
   claim, committed before the call), the document, the guarded call, the outcome, the ack. The
   tenant has no issuer profile: its document is the canonical JSON of the message.
 * **gapless UBL-TR** — the same with an issuer profile for the tenant and realistic messages
-  (1–5 lines, company and person customers with addresses; ``gapless.samples``): every invoice's
-  UBL-TR 2.1 document is rendered, stored and sent.
+  (1–5 lines, company and person customers with addresses; ``gapless.samples`` with
+  ``kinds=False``: plain sales only, as in the runs before document kinds existed; the same
+  distribution, not the same messages for a seed): every
+  invoice's UBL-TR 2.1 document is rendered, stored and sent.
+* **gapless UBL-TR, mixed kinds** — the same, the messages a business's mix of document kinds
+  (``gapless.samples`` with ``kinds=True``, the weights of ``KIND_WEIGHTS``: sales with discounts,
+  returns, withholding, exempt, export-registered, special-base, exports, public sector). Every
+  message of the backlog is checked (``check_ubl_inputs``) before it is published, so none is
+  dead-lettered during the run. ``--no-mixed`` skips it. Goal at 2 processes × 32 in flight:
+  ≥ 0.85 of the ideal.
 * **bare**    — a minimal consumer in this script (``--baseline-worker bare``): the same intake
   statement, the same POST, the same ISSUED statement storing the same JSON document (canonical
   JSON and its SHA-256), and the ack — and nothing else: no validation, guard, retries, logs or
@@ -24,9 +32,9 @@ before the workers start, and is measured over a window after a warm-up.
   for the one call in flight.
 
 Ideal = concurrency × processes ÷ latency. CPU per invoice is the worker processes' own CPU time
-(from /proc) over the window divided by the invoices issued in it. Gapless, UBL-TR and bare run
-``--repeat`` times per cell, interleaved round by round; the table gives the medians and the
-range of CPU per invoice, which varies from run to run on a shared 2-core machine. Also
+(from /proc) over the window divided by the invoices issued in it. Gapless, UBL-TR, mixed kinds
+and bare run ``--repeat`` times per cell, interleaved round by round; the tables give the medians
+and the range of CPU per invoice, which varies from run to run on a shared 2-core machine. Also
 measured: the worker's RSS at concurrency 64, and the latency of a user-priority message
 published behind a 2,000-message batch backlog (against the same message published as batch).
 """
@@ -59,9 +67,11 @@ from sqlalchemy import text
 from bench.common import bench_database, machine, median, print_table
 from gapless.constants import dead_exchange_name, dead_queue_name
 from gapless.db import make_engine
+from gapless.documents import build_issuer, check_ubl_inputs
 from gapless.logging import configure_logging
+from gapless.message import validate_message
 from gapless.publisher import Publisher
-from gapless.samples import sample_messages
+from gapless.samples import KIND_WEIGHTS, sample_messages
 from gapless.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,12 +86,31 @@ PROFILE_ARGS = ["tenant", "set", "bench", "--tax-id", "1234567803", "--name",
                 "--district", "Kadıköy", "--city", "İstanbul", "--postal-zone", "34716"]
 
 
+#: Designs whose tenant has the issuer profile (UBL-TR documents), and the gapless worker's.
+UBL_DESIGNS = ("ubl", "mixed")
+GAPLESS_DESIGNS = ("gapless", *UBL_DESIGNS)
+#: The share at 2 processes × 32 in flight of the ideal that the mixed kinds should reach.
+MIXED_GOAL = 0.85
+
+
 def backlog_of(design: str, count: int) -> list[dict[str, Any]]:
-    """The messages a run starts with: minimal ones, or realistic ones for UBL-TR documents."""
-    if design == "ubl":
-        return list(sample_messages(count, tenant="bench", series="ABC", priority="batch",
-                                    seed=count))
+    """The messages a run starts with: minimal ones, realistic plain sales for UBL-TR documents
+    (``ubl``), or realistic messages of every kind (``mixed``)."""
+    if design in UBL_DESIGNS:
+        messages = list(sample_messages(count, tenant="bench", series="ABC", priority="batch",
+                                        seed=count, kinds=design == "mixed"))
+        check_backlog(messages)
+        return messages
     return [invoice(f"b-{i}") for i in range(count)]
+
+
+def check_backlog(messages: list[dict[str, Any]]) -> None:
+    """Every message makes a document for the bench tenant's profile: none is dead-lettered in
+    the run (raises InvalidMessage otherwise)."""
+    flags = dict(zip(PROFILE_ARGS[3::2], PROFILE_ARGS[4::2], strict=True))
+    issuer = build_issuer(**{flag[2:].replace("-", "_"): value for flag, value in flags.items()})
+    for message in messages:
+        check_ubl_inputs(validate_message(message), issuer)
 
 
 def invoice(invoice_id: str, priority: str = "batch") -> dict[str, Any]:
@@ -271,7 +300,7 @@ def environment(label: str, mock_url: str) -> Iterator[dict[str, str]]:
                     "GAPLESS_INTEGRATOR_URL": mock_url, "GAPLESS_LOG_FORMAT": "json"})
         subprocess.run([*GAPLESS, "series", "add", "bench", "ABC"], env=env, check=True,
                        capture_output=True, cwd=ROOT)
-        if label.startswith("ubl"):
+        if label.startswith(UBL_DESIGNS):
             subprocess.run([*GAPLESS, *PROFILE_ARGS], env=env, check=True, capture_output=True,
                            cwd=ROOT)
         try:
@@ -312,7 +341,7 @@ async def issued(env: dict[str, str]) -> int:
 def start_workers(design: str, env: dict[str, str], processes: int,
                   concurrency: int) -> list[Proc]:
     procs = []
-    gapless = design in ("gapless", "ubl")
+    gapless = design in GAPLESS_DESIGNS
     marker = "worker_started" if gapless else f"{design}_worker_started"
     try:
         for index in range(processes):
@@ -368,7 +397,7 @@ def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
             elapsed = time.perf_counter() - started
             cpu = sum(proc.cpu_s() for proc in procs) - cpu_first
             rss = procs[0].rss_mb()
-            claim = claim_ms(procs) if design in ("gapless", "ubl") else float("nan")
+            claim = claim_ms(procs) if design in GAPLESS_DESIGNS else float("nan")
         finally:
             for proc in procs:
                 proc.stop()
@@ -430,6 +459,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3,
                         help="Runs per design and cell (interleaved; the table gives medians).")
     parser.add_argument("--no-naive", action="store_true", help="Skip the naive design.")
+    parser.add_argument("--no-mixed", action="store_true",
+                        help="Skip the UBL-TR run with the mix of document kinds.")
     parser.add_argument("--baseline-worker", choices=("bare", "naive"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -439,6 +470,8 @@ def main() -> None:
     configure_logging("console", "warning")
     latency_s = args.latency_ms / 1000
     rows = []
+    mixed_rows = []
+    mixed_goal: str | None = None
     rss_64: float | None = None
     with mock_integrator(args.latency_ms) as mock_url:
         for processes in (int(p) for p in args.processes.split(",")):
@@ -449,6 +482,8 @@ def main() -> None:
                 # that a passing load hits them alike; the table gives medians.
                 runs: dict[str, list[tuple[float, float, float, float]]] = {
                     "gapless": [], "ubl": [], "bare": []}
+                if not args.no_mixed:
+                    runs["mixed"] = []
                 for _ in range(args.repeat):
                     for design, results in runs.items():
                         results.append(throughput_run(design, mock_url, *run))
@@ -466,12 +501,31 @@ def main() -> None:
                              f"{gapless / ideal:.2f}", f"{bare:.1f}", f"{gapless / bare:.2f}",
                              f"{cpu_ms:.2f}", cpu_range, f"{bare_cpu_ms:.2f}", bare_cpu_range,
                              f"{ubl:.1f}", f"{ubl_cpu_ms:.2f}", f"{naive:.1f}", f"{claim:.1f}"))
+                mixed = float("nan")
+                if not args.no_mixed:
+                    mixed, mixed_cpu_ms = (median([r[i] for r in runs["mixed"]]) for i in (0, 3))
+                    mixed_rows.append((
+                        processes, concurrency, f"{ideal:.0f}", f"{bare:.1f}", f"{ubl:.1f}",
+                        f"{ubl / ideal:.2f}", f"{ubl_cpu_ms:.2f}",
+                        spread([r[3] for r in runs["ubl"]]),
+                        f"{mixed:.1f}", f"{mixed / ideal:.2f}", f"{mixed_cpu_ms:.2f}",
+                        spread([r[3] for r in runs["mixed"]]),
+                        " ".join(f"{r[0]:.1f}" for r in runs["mixed"])))
+                    if (processes, concurrency) == (2, 32):
+                        verdict = "met" if mixed / ideal >= MIXED_GOAL else "NOT met"
+                        mixed_goal = (f"goal: mixed kinds at 2 processes × 32 in flight ≥ "
+                                      f"{MIXED_GOAL:g} of the ideal {ideal:.0f}/s: {verdict} "
+                                      f"({mixed:.1f}/s = {mixed / ideal:.2f}; bare loop "
+                                      f"{bare:.1f}/s, UBL-TR plain sales {ubl:.1f}/s, gapless "
+                                      f"JSON {gapless:.1f}/s in the same run)")
                 print(f"  {processes}x{concurrency}: gapless {gapless:.1f}/s, UBL-TR {ubl:.1f}/s, "
-                      f"bare {bare:.1f}/s, naive {naive:.1f}/s", file=sys.stderr, flush=True)
+                      f"mixed kinds {mixed:.1f}/s, bare {bare:.1f}/s, naive {naive:.1f}/s",
+                      file=sys.stderr, flush=True)
         user = user_latency_run(mock_url, args.backlog, "user")
         batch = user_latency_run(mock_url, args.backlog, "batch")
+    designs = "gapless, UBL-TR, bare" if args.no_mixed else "gapless, UBL-TR, mixed kinds, bare"
     print(f"machine: {machine()}; mock latency {args.latency_ms:g} ms; warm-up {args.warmup:g} s, "
-          f"window {args.window:g} s; gapless, UBL-TR and bare each run {args.repeat} times per "
+          f"window {args.window:g} s; {designs} each run {args.repeat} times per "
           f"cell, interleaved (medians; CPU range min–max)\n")
     print_table("Issued invoices per second (higher is better) and worker CPU per invoice",
                 ["processes", "in flight", "ideal/s", "gapless/s", "gapless÷ideal", "bare/s",
@@ -485,7 +539,21 @@ def main() -> None:
                  (f"user message behind {args.backlog} batch messages: latency (s)",
                   f"{user:.2f}"),
                  ("same message as batch, behind the same backlog (s)", f"{batch:.2f}")])
-    print(json.dumps({"rows": rows, "rss_64": rss_64, "user_s": user, "batch_s": batch}))
+    if mixed_rows:
+        mix = ", ".join(f"{name} {weight}" for name, _, weight in KIND_WEIGHTS)
+        print_table("UBL-TR documents: plain sales against the mix of document kinds (issued "
+                    "per second, worker CPU ms per invoice)",
+                    ["processes", "in flight", "ideal/s", "bare/s", "UBL-TR plain/s",
+                     "plain÷ideal", "plain CPU ms/invoice", "plain CPU range", "mixed kinds/s",
+                     "mixed÷ideal", "mixed CPU ms/invoice", "mixed CPU range", "mixed runs/s"],
+                    mixed_rows)
+        print(f"mixed kinds: gapless.samples with kinds=True, weights {mix} (of 100; IHRACAT "
+              "is the export profile, KAMU the public-sector one); every message checked with "
+              "check_ubl_inputs before it is published")
+        if mixed_goal:
+            print(mixed_goal)
+    print(json.dumps({"rows": rows, "mixed_rows": mixed_rows, "rss_64": rss_64, "user_s": user,
+                      "batch_s": batch}))
 
 
 if __name__ == "__main__":
