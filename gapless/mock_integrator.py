@@ -19,9 +19,11 @@ kept exactly as accepted and served at ``GET /invoices/{tenant}/{number}/documen
 Recipients (GİB's e-Fatura user list, as the integrator answers it): ``PUT /admin/recipients``
 registers tax ids with their aliases, ``GET /recipients/{tax_id}`` answers the recipient check.
 A UBL-TR document sent to the wrong channel is refused with 422 and ``code: wrong_channel``: an
-``EARSIVFATURA`` to a registered user; an e-Fatura sent to an ``alias`` (a routed one) when the
-customer is not registered or the alias is not one of theirs. An e-Fatura sent without an alias
-comes from a series without routing (channel ``any``): its recipient is not checked.
+``EARSIVFATURA`` to a registered user; an e-Fatura to a customer that is not registered — sent
+to an ``alias`` (a routed one), or to a tax id unregistered by name (``PUT /admin/recipients``
+with an empty list) — or to an alias that is not one of the customer's. An e-Fatura sent without
+an alias to a tax id the mock was never told about comes from a series without routing (channel
+``any``), as before routing existed: it is accepted.
 
 GİB's verdict after acceptance: ``GET /invoices/{tenant}/by-uuid/{uuid}/status`` answers
 ``{state, detail}`` for an accepted document (404 for a UUID it does not hold): ``accepted``
@@ -219,8 +221,10 @@ class MockState:
         self.seed = seed
         self.ledger: dict[tuple[str, str], LedgerEntry] = {}  # insertion order = acceptance order
         self.uuids: dict[tuple[str, str], LedgerEntry] = {}  # (tenant, lower-case uuid)
-        #: Registered e-Fatura users and their aliases (configuration: kept by reset()).
+        #: Registered e-Fatura users and their aliases, and the tax ids unregistered by name
+        #: (configuration: kept by reset()).
         self.recipients: dict[str, tuple[str, ...]] = {}
+        self.unregistered: set[str] = set()
         #: GİB's verdict per lower-case UUID, and for every other document (configuration).
         self.gib_verdicts: dict[str, GibVerdict] = {}
         self.gib_default = GibVerdict(state="accepted")
@@ -360,10 +364,11 @@ def channel_problem(state: MockState, submission: Submission, examined: Examined
     aliases = state.recipients.get(examined.tax_id)
     if examined.profile == EARSIV_PROFILE:
         return "recipient is an e-Fatura user" if aliases is not None else None
-    if submission.alias is None:
-        return None
-    if aliases is None:
+    if aliases is None and (submission.alias is not None
+                            or examined.tax_id in state.unregistered):
         return "recipient is not an e-Fatura user"
+    if submission.alias is None or aliases is None:
+        return None
     if submission.alias not in aliases:
         return "alias is not one of the recipient's aliases"
     return None
@@ -495,10 +500,9 @@ async def _answer(_request: Request, exc: Exception) -> JSONResponse:
     return exc.response
 
 
-async def _looked_up(request: Request, find: Callable[[MockState], LedgerEntry | None]
-                     ) -> LedgerEntry:
-    """A lookup's ledger entry; raises _Answer with the answer instead (503 down or transient,
-    404 not there)."""
+async def _answered(request: Request, counted: str) -> MockState:
+    """The faults of one integrator call other than a send: 503 when down, the drawn latency,
+    a drawn transient 503 (raised as _Answer); else the state, the call counted as ``counted``."""
     state = _state(request)
     if state.faults.down:
         state.stats["down"] += 1
@@ -506,10 +510,18 @@ async def _looked_up(request: Request, find: Callable[[MockState], LedgerEntry |
     draws = state.draw()
     if draws.latency_s:
         await asyncio.sleep(draws.latency_s)
-    state.stats["lookups"] += 1
+    state.stats[counted] += 1
     if draws.transient:
         state.stats["transient"] += 1
         raise _Answer(_transient())
+    return state
+
+
+async def _looked_up(request: Request, find: Callable[[MockState], LedgerEntry | None]
+                     ) -> LedgerEntry:
+    """A lookup's ledger entry; raises _Answer with the answer instead (503 down or transient,
+    404 not there)."""
+    state = await _answered(request, "lookups")
     entry = find(state)
     if entry is None:
         state.stats["lookups_missing"] += 1
@@ -529,17 +541,7 @@ async def lookup_uuid(request: Request, tenant: str, uuid: str) -> JSONResponse:
 @invoices.get("/invoices/{tenant}/by-uuid/{uuid}/status")
 async def gib_status(request: Request, tenant: str, uuid: str) -> JSONResponse:
     """GİB's verdict on the document accepted with this UUID (404: no such document)."""
-    state = _state(request)
-    if state.faults.down:
-        state.stats["down"] += 1
-        return _unavailable()
-    draws = state.draw()
-    if draws.latency_s:
-        await asyncio.sleep(draws.latency_s)
-    state.stats["gib_status_checks"] += 1
-    if draws.transient:
-        state.stats["transient"] += 1
-        return _transient()
+    state = await _answered(request, "gib_status_checks")
     if state.uuid_holder(tenant, uuid) is None:
         return JSONResponse({"error": "not found"}, status_code=404)
     verdict = state.gib_verdicts.get(uuid.lower(), state.gib_default)
@@ -566,17 +568,7 @@ async def lookup(request: Request, tenant: str, number: str) -> JSONResponse:
 @invoices.get("/recipients/{tax_id}")
 async def recipient(request: Request, tax_id: str) -> JSONResponse:
     """The recipient check: is ``tax_id`` a registered e-Fatura user, with which aliases."""
-    state = _state(request)
-    if state.faults.down:
-        state.stats["down"] += 1
-        return _unavailable()
-    draws = state.draw()
-    if draws.latency_s:
-        await asyncio.sleep(draws.latency_s)
-    state.stats["recipient_checks"] += 1
-    if draws.transient:
-        state.stats["transient"] += 1
-        return _transient()
+    state = await _answered(request, "recipient_checks")
     aliases = state.recipients.get(tax_id)
     return JSONResponse({"tax_id": tax_id, "registered": aliases is not None,
                          "aliases": list(aliases or ())})
@@ -620,8 +612,10 @@ async def put_recipients(request: Request, registered: dict[str, list[str]]) -> 
     for tax_id, aliases in registered.items():
         if aliases:
             state.recipients[tax_id] = tuple(dict.fromkeys(aliases))
+            state.unregistered.discard(tax_id)
         else:
             state.recipients.pop(tax_id, None)
+            state.unregistered.add(tax_id)
     log.info("mock_recipients_changed", changed=len(registered))
     return JSONResponse({"registered": len(state.recipients)})
 

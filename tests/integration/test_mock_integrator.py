@@ -271,3 +271,72 @@ def test_sigterm_stops_the_mock_cleanly_even_with_an_answer_withheld(log_dir: Pa
     finally:
         mock.close()
         proc.close()
+
+
+def ubl_submission(number: str, tax_id: str, profile: str,
+                   alias: str | None = None) -> dict[str, Any]:
+    """A UBL-TR document of ``profile`` to ``tax_id``, rendered by gapless, as POSTed."""
+    from datetime import UTC, datetime
+
+    from gapless.documents import build_issuer, render_ubl_tr
+    from gapless.message import validate_message
+
+    document_uuid = uuid.uuid4()
+    message = validate_message({
+        "invoice_id": f"inv-{number}", "tenant": "acme", "issue_date": "2025-12-31",
+        "currency": "TRY", "profile": profile,
+        "customer": {"tax_id": tax_id, "name": "Example Ltd", "tax_office": "Çankaya",
+                     "address": {"district": "Çankaya", "city": "Ankara"}},
+        "lines": [{"description": "Widget", "quantity": "1", "unit_price": "10.00",
+                   "vat_rate": "20"}]})
+    issuer = build_issuer(tax_id="1234567803", name="Acme A.Ş.", tax_office="Kadıköy",
+                          street="Rıhtım Cad. 1", district="Kadıköy", city="İstanbul")
+    body = render_ubl_tr(message, number=number, uuid=document_uuid,
+                         sealed_at=datetime(2025, 12, 31, 9, tzinfo=UTC), tz="Europe/Istanbul",
+                         issuer=issuer)
+    sent: dict[str, Any] = {"tenant": "acme", "number": number, "invoice_id": f"inv-{number}",
+                            "uuid": str(document_uuid), "document": body.decode()}
+    if alias is not None:
+        sent["alias"] = alias
+    return sent
+
+
+def test_recipients_and_the_channel_a_document_must_take(
+        mock_integrator: MockIntegratorClient) -> None:
+    user, former, unknown = "4840847211", "5950193314", "6060304417"
+    mock_integrator.set_recipients({user: ["urn:mail:apk@a.example", "urn:mail:b@a.example"],
+                                    former: ["urn:mail:old@b.example"]})
+    mock_integrator.set_recipients({former: []})  # unregistered by name
+    assert mock_integrator.recipient(user).json() == {
+        "tax_id": user, "registered": True,
+        "aliases": ["urn:mail:apk@a.example", "urn:mail:b@a.example"]}
+    assert mock_integrator.recipient(former).json()["registered"] is False
+    assert mock_integrator.recipient(unknown).json() == {
+        "tax_id": unknown, "registered": False, "aliases": []}
+
+    def refused(sent: dict[str, Any]) -> str:
+        answer = mock_integrator.post(sent)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["code"] == "wrong_channel"
+        return str(answer.json()["reason"])
+
+    assert refused(ubl_submission("ABC2025000000001", user, "EARSIVFATURA")) == (
+        "recipient is an e-Fatura user")
+    assert refused(ubl_submission("ABC2025000000002", user, "TEMELFATURA",
+                                  alias="urn:mail:x@a.example")).startswith("alias is not")
+    assert refused(ubl_submission("ABC2025000000003", unknown, "TEMELFATURA",
+                                  alias="urn:mail:apk@a.example")) == (
+        "recipient is not an e-Fatura user")
+    assert refused(ubl_submission("ABC2025000000004", former, "TEMELFATURA")) == (
+        "recipient is not an e-Fatura user")
+    accepted = [ubl_submission("ABC2025000000005", user, "TEMELFATURA",
+                               alias="urn:mail:b@a.example"),
+                ubl_submission("ABC2025000000006", unknown, "EARSIVFATURA"),
+                # no alias, a tax id never named: a series without routing, not checked
+                ubl_submission("ABC2025000000007", unknown, "TICARIFATURA")]
+    for sent in accepted:
+        assert mock_integrator.post(sent).status_code == 201
+    ledger = {entry["number"]: entry["alias"] for entry in mock_integrator.ledger()}
+    assert ledger == {"ABC2025000000005": "urn:mail:b@a.example", "ABC2025000000006": None,
+                      "ABC2025000000007": None}
+    assert mock_integrator.stats()["rejected_channel"] == 4
