@@ -85,6 +85,22 @@ class ChannelCorrector:
         self._router = router
         self._settings = settings
 
+    async def give_up(self, invoice_id: str, why: str) -> None:
+        """The invoice stays REJECTED for an operator: its reason loses the correction's mark
+        (so nobody tries again) and says why it was not corrected."""
+        row = await self._db.one(q.CORRECTION_STATE, {"invoice_id": invoice_id})
+        if row is None or not (row.last_error or "").startswith(WRONG_CHANNEL_PREFIX):
+            return
+        refused = row.last_error[len(WRONG_CHANNEL_PREFIX):]
+        await self._db.one(q.GIVE_UP_CORRECTION, {
+            "invoice_id": invoice_id,
+            "reason": f"refused for its channel ({refused}); not corrected: {why}"[:2000]})
+
+    async def waiting(self, batch: int) -> list[str]:
+        """Invoice ids refused for their channel and not corrected yet, oldest first."""
+        rows = await self._db.all(q.WRONG_CHANNEL_REJECTED, {"batch": batch})
+        return [row.invoice_id for row in rows]
+
     async def pending(self, invoice_id: str) -> bool:
         """Whether the invoice waits for a channel correction (REJECTED, marked)."""
         row = await self._db.one(q.CORRECTION_STATE, {"invoice_id": invoice_id})

@@ -126,6 +126,8 @@ invoices = Table(
     Index("invoices_sending_idx", "sending_since", postgresql_where=text("status = 'SENDING'")),
     Index("invoices_error_due_idx", "next_attempt_at", postgresql_where=text("status = 'ERROR'")),
     Index("invoices_tenant_series_status_idx", "tenant", "series", "status"),
+    Index("invoices_wrong_channel_idx", "id",
+          postgresql_where=text("status = 'REJECTED' AND last_error LIKE 'WRONG CHANNEL: %'")),
     Index("invoices_gib_unasked_idx", "issued_at",
           postgresql_where=text("status = 'ISSUED' AND gib_status IS NULL "
                                 "AND gib_next_check_at IS NULL")),

@@ -47,11 +47,15 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.catalog import Catalog
+from gapless.correction import ChannelCorrector, NothingToCorrect
 from gapless.db import Database, as_database
+from gapless.errors import ReservationLockTimeout
 from gapless.gib import GibPolicy
 from gapless.invoices import Orphan, claim_orphans, release_orphan
 from gapless.logging import get_logger
 from gapless.render import Renderer
+from gapless.routing import RecipientUnavailable, Router
+from gapless.settings import Settings
 from recovery import metrics
 from recovery.outcomes import IssuedWriter
 from recovery.reconcile import Backoff, Guard, Outcome, reconcile
@@ -80,6 +84,8 @@ class RecoveryOptions:
     #: When to ask GİB's verdict on ISSUED documents (None: never; also never for an adapter
     #: without ``status``).
     gib: GibPolicy | None = field(default_factory=GibPolicy)
+    #: The process settings a channel correction needs (lease, lock timeout, recipient TTL).
+    settings: Settings = field(default_factory=Settings)
 
 
 #: Outcomes of one orphan as reported in a round (``Outcome`` plus the loop's own two).
@@ -98,6 +104,8 @@ class RoundSummary:
     batch_full: bool = False
     #: The questions about GİB's verdict asked in this round.
     verdicts: VerdictSummary = field(default_factory=VerdictSummary)
+    #: Invoices refused for their channel that this round corrected.
+    corrected: int = 0
 
     def add(self, other: RoundSummary) -> None:
         self.claimed += other.claimed
@@ -110,6 +118,8 @@ class RoundSummary:
                                      "seconds": round(self.seconds, 3)}
         for name in metrics.OUTCOMES:
             fields[name] = self.outcomes.get(name, 0)
+        if self.corrected:
+            fields["channel_corrected"] = self.corrected
         if self.verdicts.claimed:
             fields["gib_claimed"] = self.verdicts.claimed
             fields.update({f"gib_{name}": count for name, count in self.verdicts.results.items()})
@@ -121,6 +131,8 @@ class RoundSummary:
         head = f"recovery: claimed {self.claimed} orphan(s): {counts}"
         if self.skipped:
             head += f"; integrator work skipped ({self.skipped})"
+        if self.corrected:
+            head += f"; corrected the channel of {self.corrected}"
         if self.verdicts.claimed:
             head += f"; {self.verdicts.line()}"
         return f"{head}; breaker {self.breaker}"
@@ -167,7 +179,11 @@ class RecoveryLoop:
         self.db = as_database(db)
         self.guard = guard
         self.options = options
-        self.renderer = Renderer(Catalog(self.db))
+        catalog = Catalog(self.db)
+        self.renderer = Renderer(catalog)
+        self.corrector = ChannelCorrector(
+            self.db, catalog, Router(self.db, catalog, guard, options.settings.recipient_ttl_s),
+            options.settings)
         self._stopping = asyncio.Event()
         self._issued = IssuedWriter(self.db)
 
@@ -212,6 +228,8 @@ class RecoveryLoop:
                     self.options.batch, concurrency=self.options.concurrency,
                     max_claims=self.options.claims_per_round))
             if summary.skipped is None and not self.stopping:
+                summary.corrected = await self._correct_channels()
+            if summary.skipped is None and not self.stopping:
                 summary.verdicts = await self._follow_verdicts()
         summary.breaker = self._breaker_state()
         summary.seconds = time.perf_counter() - started
@@ -224,6 +242,36 @@ class RecoveryLoop:
             metrics.ROUNDS.labels(result="completed").inc()
         log.info("recovery_round_finished", **summary.as_fields())
         return summary
+
+    async def _correct_channels(self) -> int:
+        """Correct invoices refused for their channel that no worker corrected (recovery's own
+        resends, or a worker that gave the delivery up): each successor sealed, the refused
+        number voided naming it, the successor sent like an orphan (gapless.correction)."""
+        corrected = 0
+        for invoice_id in await self.corrector.waiting(self.options.batch):
+            if self.stopping or not self.guard.accepting():
+                break
+            try:
+                correction = await self.corrector.correct(invoice_id)
+            except NothingToCorrect as exc:
+                await self.corrector.give_up(invoice_id, exc.reason)
+                log.warning("channel_not_corrected", invoice_id=invoice_id, reason=exc.reason)
+                continue
+            except (RecipientUnavailable, ReservationLockTimeout) as exc:
+                log.info("channel_correction_deferred", invoice_id=invoice_id,
+                         error=type(exc).__name__)
+                break
+            corrected += 1
+            log.info("channel_corrected", invoice_id=invoice_id,
+                     voided_number=correction.voided_number, successor=correction.successor_id)
+            sending = correction.claim.sending
+            if sending is not None:  # claimed for us: send it now (else its owner does)
+                result = await reconcile(
+                    self.db, self.guard, self.renderer, sending, backoff=self.options.backoff,
+                    max_attempts=self.options.max_attempts,
+                    min_delay_s=self.options.breaker_reset_s)
+                metrics.count(result.outcome.value)
+        return corrected
 
     async def _follow_verdicts(self) -> VerdictSummary:
         """One batch of questions about GİB's verdict (nothing when not followed)."""

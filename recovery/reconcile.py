@@ -39,6 +39,7 @@ from gapless.integrator.base import (
     IntegratorError,
     PermanentRejection,
     Receipt,
+    Recipient,
     WrongChannel,
 )
 from gapless.integrator.guard import IntegratorUnavailable
@@ -63,6 +64,8 @@ class Guard(Protocol):
     async def send(self, document: Document) -> Receipt: ...
 
     async def lookup(self, tenant: str, number: str) -> Receipt | None: ...
+
+    async def recipient(self, tax_id: str) -> Recipient: ...
 
     async def lookup_uuid(self, tenant: str, uuid: str) -> Receipt | None: ...
 

@@ -438,6 +438,7 @@ class IssuingFlow:
         try:
             correction = await self.corrector.correct(invoice_id)
         except NothingToCorrect as exc:
+            await self.corrector.give_up(invoice_id, exc.reason)
             bound.warning("channel_not_corrected", reason=exc.reason)
             return await self._settled("rejected")
         except RecipientUnavailable:

@@ -59,7 +59,7 @@ def recovery(
         interval_s=interval, stuck_after_s=stuck_after, batch=batch, max_attempts=max_attempts,
         concurrency=concurrency, backoff=Backoff(backoff_base, backoff_max),
         breaker_reset_s=settings.breaker_reset_timeout_s, drain_timeout_s=drain_timeout,
-        gib=GibPolicy.from_settings(settings))
+        gib=GibPolicy.from_settings(settings), settings=settings)
     summary = run(_recovery(settings, options, once=once, metrics_port=metrics_port))
     if summary is not None:
         typer.echo(summary)

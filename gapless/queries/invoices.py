@@ -212,6 +212,23 @@ RETRY = f"""
 INVOICE_STATE = \
     "SELECT status, number, series FROM invoices WHERE invoice_id = %(invoice_id)s"
 
+#: Invoices refused for their channel and not corrected yet, oldest first (no lock; the partial
+#: index invoices_wrong_channel_idx).
+WRONG_CHANNEL_REJECTED = """
+    SELECT invoice_id FROM invoices
+     WHERE status = 'REJECTED' AND last_error LIKE 'WRONG CHANNEL: %%'
+     ORDER BY id LIMIT %(batch)s
+"""
+
+#: A refused invoice that cannot be corrected automatically loses the correction's mark: the
+#: reason says why, for the operator (no history event: the status does not change).
+GIVE_UP_CORRECTION = """
+    UPDATE invoices SET last_error = %(reason)s
+     WHERE invoice_id = %(invoice_id)s AND status = 'REJECTED'
+       AND last_error LIKE 'WRONG CHANNEL: %%'
+    RETURNING id
+"""
+
 #: What a channel correction needs of an invoice (no lock).
 CORRECTION_STATE = """
     SELECT id, tenant, series, status, number, priority, payload, last_error

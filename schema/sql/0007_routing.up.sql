@@ -18,3 +18,8 @@ CREATE TABLE recipients (
     aliases     text[] NOT NULL DEFAULT '{}',
     checked_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- Invoices the integrator refused for their channel, waiting for the channel correction
+-- (gapless/correction.py); recovery looks for them every round, so the question must not scan.
+CREATE INDEX invoices_wrong_channel_idx ON invoices (id)
+    WHERE status = 'REJECTED' AND last_error LIKE 'WRONG CHANNEL: %';

@@ -309,3 +309,53 @@ async def test_a_correction_interrupted_by_a_crash_is_finished_by_the_redelivery
     stored = await documents(engine)
     assert (stored["y-1"].series, stored["y-1~c1"].series) == ("EFA", "EAR")
     assert sorted(r.reserved_no for r in stored.values() if r.series == "EFA") == [1, 2]
+
+
+@pytest.mark.usefixtures("routed")
+async def test_recovery_corrects_what_its_resend_finds_refused_for_its_channel(
+        engine: AsyncEngine, worker_settings: Settings, mock_integrator: MockIntegratorClient,
+        integrated_env: dict[str, str]) -> None:
+    from gapless.invoices import Draft, intake
+
+    # z-1 was sealed in EFA on a registration that has ended since; its worker died before the
+    # send, its delivery was acked by nobody and is gone (e.g. dead-lettered by an operator):
+    # recovery's resend is the one refused, and recovery corrects it.
+    tax_id = "4840847211"
+    mock_integrator.set_recipients({tax_id: []})
+    sent = message("z-1", tax_id)
+    routed_payload = {**sent, "series": "EFA", "profile": "TEMELFATURA",
+                      "customer": {**sent["customer"], "alias": "urn:mail:apk@a.example"}}
+    claim = await intake(engine, Draft("z-1", "acme", "EFA", 1, routed_payload), lease_s=0.01,
+                         lock_timeout_ms=5000, profile_version=1)
+    assert claim.sending is not None
+    result = run_gapless(["recovery", "--once", "--stuck-after", "0"], integrated_env)
+    assert result.returncode == 0, result.stderr
+    assert "rejected 1" in result.stdout
+    assert "corrected the channel of 1" in result.stdout
+    stored = await documents(engine)
+    assert (stored["z-1"].status, stored["z-1~c1"].status) == ("VOIDED", "ISSUED")
+    assert stored["z-1~c1"].series == "EAR"
+    assert mock_integrator.ledger()[-1]["invoice_id"] == "z-1~c1"
+
+
+@pytest.mark.usefixtures("routed")
+async def test_a_refusal_the_fresh_answer_cannot_explain_stays_rejected_for_an_operator(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    # The cache remembers an alias the customer has given up; the registration itself did not
+    # change, so there is no channel to correct: REJECTED, the mark gone, the reason says why.
+    tax_id = "4840847211"
+    mock_integrator.set_recipients({tax_id: ["urn:mail:new@a.example"]})
+    async with engine.begin() as conn:
+        await conn.execute(text(
+            "INSERT INTO recipients (tax_id, registered, aliases) VALUES (:t, true, :a)"),
+            {"t": tax_id, "a": ["urn:mail:old@a.example"]})
+    async with running_worker(worker_settings):
+        await publish(worker_settings, message("o-1", tax_id))
+        await await_until(lambda: all_in(engine, {"o-1"}, "REJECTED"), 30,
+                          message="o-1 rejected")
+    current = await rows(engine)
+    assert "o-1~c1" not in current
+    assert current["o-1"].last_error.startswith("refused for its channel (alias is not")
+    assert "not corrected: the integrator's fresh answer gives the same channel" in (
+        current["o-1"].last_error)
