@@ -101,6 +101,9 @@ class Faults(BaseModel):
     #: How long a "timeout" lost response withholds its answer (the client should give up first).
     lost_response_delay_s: float = Field(60.0, ge=0.0)
     down: bool = False
+    #: Refuse our credentials: 401 to every non-admin call (a configuration error at the
+    #: integrator, e.g. a revoked API key).
+    unauthorized: bool = False
 
     @field_validator("latency_ms")
     @classmethod
@@ -123,6 +126,7 @@ class FaultsPatch(BaseModel):
     lost_response_mode: LostResponseMode | None = None
     lost_response_delay_s: float | None = None
     down: bool | None = None
+    unauthorized: bool | None = None
 
     @model_validator(mode="after")
     def _no_nulls(self) -> FaultsPatch:
@@ -318,7 +322,8 @@ class MockState:
 #: Outcome counters of ``GET /admin/stats`` (every key is always present).
 STAT_NAMES = ("posts", "accepted", "duplicate", "duplicate_uuid", "rejected",
               "rejected_tax_id", "rejected_document", "rejected_channel", "transient",
-              "lost_response", "down", "lookups", "lookups_found", "lookups_missing",
+              "lost_response", "down", "unauthorized", "lookups", "lookups_found",
+              "lookups_missing",
               "recipient_checks", "gib_status_checks")
 
 
@@ -372,6 +377,10 @@ def channel_problem(state: MockState, submission: Submission, examined: Examined
     if submission.alias not in aliases:
         return "alias is not one of the recipient's aliases"
     return None
+
+
+def _unauthorized() -> JSONResponse:
+    return JSONResponse({"error": "credentials refused"}, status_code=401)
 
 
 def _unavailable() -> JSONResponse:
@@ -435,6 +444,9 @@ async def submit(request: Request) -> JSONResponse:
     if state.faults.down:
         state.stats["down"] += 1
         return _unavailable()
+    if state.faults.unauthorized:
+        state.stats["unauthorized"] += 1
+        return _unauthorized()
     draws = state.draw()
     if draws.latency_s:
         await asyncio.sleep(draws.latency_s)
@@ -507,6 +519,9 @@ async def _answered(request: Request, counted: str) -> MockState:
     if state.faults.down:
         state.stats["down"] += 1
         raise _Answer(_unavailable())
+    if state.faults.unauthorized:
+        state.stats["unauthorized"] += 1
+        raise _Answer(_unauthorized())
     draws = state.draw()
     if draws.latency_s:
         await asyncio.sleep(draws.latency_s)

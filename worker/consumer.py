@@ -33,7 +33,12 @@ import structlog
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from gapless.db import Database, check_cluster
-from gapless.integrator.base import Integrator, TransientIntegratorError, load_integrator
+from gapless.integrator.base import (
+    Integrator,
+    IntegratorAuthError,
+    TransientIntegratorError,
+    load_integrator,
+)
 from gapless.integrator.guard import GuardedIntegrator
 from gapless.logging import get_logger
 from gapless.publisher import connect, dead_letter, declare_topology
@@ -197,6 +202,8 @@ class Worker:
             await self._stop_consuming()
             log.warning("consumer_paused", reason="breaker_open", in_flight=len(self._tasks))
             await self._wait_for_integrator()
+            if self._flow is not None:
+                self._flow.credentials_refused = False
             self._pause.clear()
             if self.stopping:
                 return
@@ -267,6 +274,7 @@ class Worker:
         """
         guard = self._guard
         assert guard is not None
+        refused = False
         while not self.stopping:
             ready_at = time.monotonic() + self.settings.breaker_reset_timeout_s
             while not self.stopping and not guard.accepting() and time.monotonic() < ready_at:
@@ -277,6 +285,15 @@ class Worker:
                 await guard.lookup_uuid(PROBE_TENANT, PROBE_UUID)
             except TransientIntegratorError as exc:
                 log.info("integrator_probe_failed", error=type(exc).__name__)
+                continue
+            except IntegratorAuthError as exc:
+                # Our credentials are refused: stay paused (nothing is taken, nothing rejected)
+                # until they work again; said once per pause, not once per probe.
+                if not refused:
+                    log.error("integrator_credentials_refused", error=str(exc),
+                              hint="fix the integrator credentials (e.g. "
+                                   "GAPLESS_NILVERA_API_KEY); the worker resumes by itself")
+                refused = True
                 continue
             except Exception as exc:
                 # Any real answer (even a refusal of the probe itself) means it is reachable.

@@ -48,6 +48,7 @@ from gapless.integrator.base import (
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
+    IntegratorAuthError,
     PermanentRejection,
     Receipt,
     Recipient,
@@ -185,6 +186,9 @@ class IssuingFlow:
         self._clock = clock
         self._stopping = stopping
         self._gates: dict[tuple[str, str], asyncio.Semaphore] = {}
+        #: The integrator refused our credentials: no number is sealed until a probe passes
+        #: (the consumer clears it when it resumes).
+        self.credentials_refused = False
         self._hook_claims = hooks.wants("before_reserve_commit")
 
     def _now(self) -> datetime:
@@ -222,6 +226,8 @@ class IssuingFlow:
             if not self.guard.accepting():
                 # Breaker open: sealing now would only turn the queue into ERRORs.
                 return self._requeue("breaker_open", bound, pause=True)
+            if self.credentials_refused:
+                return self._requeue("credentials_refused", bound, pause=True)
             claim = await self._intake(message, series, draft, profile, bound)
         if isinstance(claim, Verdict):
             return claim
@@ -250,9 +256,13 @@ class IssuingFlow:
         except RoutingRefused as exc:
             await self._numbered_already(message, exc.reason, bound)  # cancels an unsealed draft
             return self._dead_letter(exc.reason, bound)
-        except RecipientUnavailable:
+        except RecipientUnavailable as exc:
+            refused = isinstance(exc.__cause__, IntegratorAuthError)
+            if refused:
+                self.credentials_refused = True
+                bound.error("integrator_credentials_refused", error=str(exc.__cause__))
             return self._requeue("recipient_check_unavailable", bound, backoff_s=1.0,
-                                 pause=not self.guard.accepting())
+                                 pause=refused or not self.guard.accepting())
 
 
     def _refusal(self, message: InvoiceMessage, series: SeriesSpec,
@@ -378,6 +388,10 @@ class IssuingFlow:
             result = "duplicate_of_another"
             await self.hooks.reached("after_call")
             return await self._alarm(sending, document, exc, bound)
+        except IntegratorAuthError as exc:
+            result = "auth_refused"
+            await self.hooks.reached("after_call")
+            return await self._auth_refused(sending, document, exc, bound)
         except WrongChannel as exc:
             result = "wrong_channel"
             await self.hooks.reached("after_call")
@@ -419,6 +433,19 @@ class IssuingFlow:
             return Verdict(Action.ACK, "superseded")
         bound.warning("invoice_rejected", reason=reason)
         return await self._settled("rejected")
+
+    async def _auth_refused(self, sending: Sending, document: Document,
+                            exc: IntegratorAuthError, bound: BoundLogger) -> Verdict:
+        """The integrator refuses our credentials: a configuration error, never the invoice's.
+        Nothing was accepted; the invoice waits in ERROR with its number (recovery sends it
+        once the credentials work) and the worker stops taking messages until a probe passes."""
+        retry_at = datetime.now(UTC) + timedelta(
+            seconds=max(retry_delay(sending.attempt), self.settings.breaker_reset_timeout_s))
+        error = f"{type(exc).__name__}: {exc}"
+        self.credentials_refused = True
+        await self._record(lambda: mark_error(self.db, sending, error, retry_at, document))
+        bound.error("integrator_credentials_refused", error=str(exc))
+        return Verdict(Action.ACK, "error", pause=True)
 
     async def _wrong_channel(self, sending: Sending, document: Document, reason: str,
                              bound: BoundLogger) -> Verdict:

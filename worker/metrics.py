@@ -17,7 +17,7 @@ OUTCOMES = ("issued", "error", "rejected", "alarm", "superseded", "dead_lettered
 
 #: Results of a guarded integrator send (the ``result`` label of INTEGRATOR_SECONDS).
 SEND_RESULTS = ("ok", "duplicate_of_mine", "duplicate_of_another", "rejected", "wrong_channel",
-                "transient")
+                "auth_refused", "transient")
 
 MESSAGES = Counter("gapless_worker_messages_total", "Deliveries handled, by outcome",
                    ["outcome"])

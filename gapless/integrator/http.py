@@ -191,6 +191,8 @@ class HttpIntegrator:
             raise TransientIntegratorError(f"{what}: {type(exc).__name__}") from exc
         if status == 404:
             return None
+        if status in (401, 403):
+            raise IntegratorAuthError(f"the integrator refuses our credentials (HTTP {status})")
         if status == 200:
             answer = _json(body)
             number = _field(answer, "number")

@@ -359,3 +359,49 @@ async def test_a_refusal_the_fresh_answer_cannot_explain_stays_rejected_for_an_o
     assert current["o-1"].last_error.startswith("refused for its channel (alias is not")
     assert "not corrected: the integrator's fresh answer gives the same channel" in (
         current["o-1"].last_error)
+
+
+@pytest.mark.usefixtures("routed")
+async def test_refused_credentials_stop_consumption_and_reject_nothing(
+        engine: AsyncEngine, worker_settings: Settings, mock_integrator: MockIntegratorClient,
+        integrated_env: dict[str, str]) -> None:
+    # A configuration error (a revoked API key): the first invoice waits in ERROR with its
+    # number, the worker stops taking messages (the rest wait in the queue, unsealed), nothing is
+    # REJECTED; once the credentials work the worker resumes and recovery sends the first.
+    mock_integrator.set_faults(unauthorized=True)
+    messages = [message(f"k-{n}", "5950193314", series="ANY") for n in range(5)]
+    settings = worker_settings.with_overrides(breaker_reset_timeout_s=0.3)
+    async with running_worker(settings, concurrency=1):
+        await publish(settings, *messages)
+        await await_until(lambda: any_in(engine, "ERROR"), 20, message="the first in ERROR")
+        await await_until(lambda: probed(mock_integrator), 20,
+                          message="the paused worker probing")
+        current = await rows(engine)
+        assert {r.status for r in current.values()} <= {"ERROR", "RECEIVED"}
+        assert await counter(engine) == 1  # the paused worker sealed nothing more
+        mock_integrator.set_faults(unauthorized=False)
+        sealed_first = {r.invoice_id for r in current.values() if r.status == "ERROR"}
+        others = {m["invoice_id"] for m in messages} - sealed_first
+        await await_until(lambda: all_in(engine, others, "ISSUED"), 30,
+                          message="the worker resumed")
+    await await_sql_due(engine)
+    result = run_gapless(["recovery", "--once"], integrated_env)
+    assert result.returncode == 0, result.stderr
+    assert await all_in(engine, {m["invoice_id"] for m in messages}, "ISSUED")
+
+
+async def any_in(engine: AsyncEngine, status: str) -> bool:
+    return any(r.status == status for r in (await rows(engine)).values())
+
+
+async def probed(mock: MockIntegratorClient) -> bool:
+    return int(mock.stats().get("unauthorized", 0)) >= 2
+
+
+async def await_sql_due(engine: AsyncEngine) -> None:
+    async def due() -> bool:
+        async with engine.connect() as conn:
+            return bool((await conn.execute(text(
+                "SELECT bool_and(next_attempt_at <= now()) FROM invoices "
+                "WHERE status = 'ERROR'"))).scalar_one())
+    await await_until(due, 30, message="the ERROR invoice due again")
