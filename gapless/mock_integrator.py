@@ -513,8 +513,9 @@ async def _answer(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _answered(request: Request, counted: str) -> MockState:
-    """The faults of one integrator call other than a send: 503 when down, the drawn latency,
-    a drawn transient 503 (raised as _Answer); else the state, the call counted as ``counted``."""
+    """The faults of one integrator call other than a send: 503 when down, 401 when our
+    credentials are refused, the drawn latency, a drawn transient 503 (raised as _Answer); else
+    the state. The call is counted as ``counted`` when it arrives."""
     state = _state(request)
     if state.faults.down:
         state.stats["down"] += 1
@@ -523,9 +524,9 @@ async def _answered(request: Request, counted: str) -> MockState:
         state.stats["unauthorized"] += 1
         raise _Answer(_unauthorized())
     draws = state.draw()
+    state.stats[counted] += 1  # counted when it arrives: a call in flight is visible
     if draws.latency_s:
         await asyncio.sleep(draws.latency_s)
-    state.stats[counted] += 1
     if draws.transient:
         state.stats["transient"] += 1
         raise _Answer(_transient())
