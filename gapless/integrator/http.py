@@ -152,16 +152,10 @@ class HttpIntegrator:
         """GİB's verdict on the document with this UUID (``{state, detail}``), or None when the
         integrator does not know the UUID (404). Transient otherwise."""
         what = f"GİB status of UUID {uuid}"
-        try:
-            status, body = await self._request(
-                "GET", f"/invoices/{quote(tenant, safe='')}/by-uuid/{quote(uuid, safe='')}/status")
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise TransientIntegratorError(f"{what}: {type(exc).__name__}") from exc
+        status, answer = await self._get_json(
+            f"/invoices/{quote(tenant, safe='')}/by-uuid/{quote(uuid, safe='')}/status", what)
         if status == 404:
             return None
-        if status in (401, 403):
-            raise IntegratorAuthError(f"the integrator refuses our credentials (HTTP {status})")
-        answer = _json(body)
         state = _field(answer, "state")
         if status == 200 and state in tuple(GibState):
             detail = " ".join((_field(answer, "detail") or "").split())[:300]
@@ -170,13 +164,8 @@ class HttpIntegrator:
 
     async def recipient(self, tax_id: str) -> Recipient:
         """Ask whether ``tax_id`` is a registered e-Fatura user, with its aliases."""
-        try:
-            status, body = await self._request("GET", f"/recipients/{quote(tax_id, safe='')}")
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise TransientIntegratorError(f"recipient check: {type(exc).__name__}") from exc
-        answer = _json(body)
-        if status in (401, 403):
-            raise IntegratorAuthError(f"the integrator refuses our credentials (HTTP {status})")
+        status, answer = await self._get_json(f"/recipients/{quote(tax_id, safe='')}",
+                                              "recipient check")
         if status == 200 and isinstance(answer, dict) and isinstance(
                 answer.get("registered"), bool):
             aliases = answer.get("aliases") or []
@@ -184,17 +173,22 @@ class HttpIntegrator:
                 return Recipient(tax_id, answer["registered"], tuple(aliases))
         raise TransientIntegratorError(f"recipient check: HTTP {status}")
 
-    async def _get(self, path: str, tenant: str, what: str) -> Receipt | None:
+    async def _get_json(self, path: str, what: str) -> tuple[int, Any]:
+        """One GET: its status and JSON answer. A network error is transient, and refused
+        credentials (401/403) an IntegratorAuthError, whatever was asked."""
         try:
             status, body = await self._request("GET", path)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise TransientIntegratorError(f"{what}: {type(exc).__name__}") from exc
-        if status == 404:
-            return None
         if status in (401, 403):
             raise IntegratorAuthError(f"the integrator refuses our credentials (HTTP {status})")
+        return status, _json(body)
+
+    async def _get(self, path: str, tenant: str, what: str) -> Receipt | None:
+        status, answer = await self._get_json(path, what)
+        if status == 404:
+            return None
         if status == 200:
-            answer = _json(body)
             number = _field(answer, "number")
             invoice_id = _field(answer, "invoice_id")
             ref = _field(answer, "ref")
