@@ -55,20 +55,38 @@ CREATE TRIGGER chain_records_no_truncate
 -- gapless_canonical_json: docs/chain.md, "Canonical JSON". Keys in code point order (the "C"
 -- collation orders UTF-8 bytes, which is code point order), no spaces; strings as PostgreSQL's
 -- JSON output escapes them; numbers in plain decimal without trailing zeros.
+-- PL/pgSQL (its plans are cached per session) and one call per object or array, scalars inline:
+-- an order of magnitude faster than a recursive SQL function.
 CREATE FUNCTION gapless_canonical_json(p jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT CASE jsonb_typeof(p)
-        WHEN 'object' THEN '{' || coalesce(
-            (SELECT string_agg(to_json(k)::text || ':' || gapless_canonical_json(v), ','
-                               ORDER BY k COLLATE "C")
-               FROM jsonb_each(p) AS e(k, v)), '') || '}'
-        WHEN 'array' THEN '[' || coalesce(
-            (SELECT string_agg(gapless_canonical_json(v), ',' ORDER BY n)
-               FROM jsonb_array_elements(p) WITH ORDINALITY AS a(v, n)), '') || ']'
-        WHEN 'number' THEN trim_scale(p::text::numeric)::text
-        ELSE p::text
-    END
-$$;
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    r text;
+BEGIN
+    CASE jsonb_typeof(p)
+    WHEN 'object' THEN
+        SELECT string_agg(to_json(k)::text || ':' || CASE jsonb_typeof(v)
+                   WHEN 'string' THEN v::text
+                   WHEN 'number' THEN trim_scale(v::text::numeric)::text
+                   WHEN 'object' THEN gapless_canonical_json(v)
+                   WHEN 'array' THEN gapless_canonical_json(v)
+                   ELSE v::text END, ',' ORDER BY k COLLATE "C")
+          INTO r FROM jsonb_each(p) AS e(k, v);
+        RETURN '{' || coalesce(r, '') || '}';
+    WHEN 'array' THEN
+        SELECT string_agg(CASE jsonb_typeof(v)
+                   WHEN 'string' THEN v::text
+                   WHEN 'number' THEN trim_scale(v::text::numeric)::text
+                   WHEN 'object' THEN gapless_canonical_json(v)
+                   WHEN 'array' THEN gapless_canonical_json(v)
+                   ELSE v::text END, ',' ORDER BY n)
+          INTO r FROM jsonb_array_elements(p) WITH ORDINALITY AS a(v, n);
+        RETURN '[' || coalesce(r, '') || ']';
+    WHEN 'number' THEN
+        RETURN trim_scale(p::text::numeric)::text;
+    ELSE
+        RETURN p::text;  -- a string as PostgreSQL's JSON output escapes it; true, false, null
+    END CASE;
+END $$;
 
 -- The SHA-256 (lowercase hex) of a message's canonical JSON, UTF-8.
 CREATE FUNCTION gapless_message_sha256(p jsonb) RETURNS text
@@ -104,15 +122,26 @@ BEGIN
       FROM number_counters c
      WHERE c.tenant = p_tenant AND c.series = p_series AND c.period_key = p_period_key
        FOR UPDATE;
+    -- The record's canonical JSON, written out: its keys in code point order, every one present.
     v_hash := encode(sha256(convert_to('gapless-chain/1' || E'\n' || v_prev || E'\n'
-        || gapless_canonical_json(jsonb_build_object(
-            'seq', v_seq, 'kind', p_kind, 'tenant', p_tenant, 'series', p_series,
-            'period_key', p_period_key, 'reserved_no', p_reserved_no, 'number', p_number,
-            'seal_seq', p_seal_seq, 'invoice_id', p_invoice_id, 'uuid', p_uuid,
-            'message_sha256', p_message_sha256, 'document_sha256', p_document_sha256,
-            'ref', p_ref, 'reason', p_reason,
-            'at', to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            'migrated', p_migrated)), 'UTF8')), 'hex');
+        || '{"at":'
+        || to_json(to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text
+        || ',"document_sha256":' || coalesce(to_json(p_document_sha256)::text, 'null')
+        || ',"invoice_id":' || coalesce(to_json(p_invoice_id)::text, 'null')
+        || ',"kind":' || to_json(p_kind)::text
+        || ',"message_sha256":' || coalesce(to_json(p_message_sha256)::text, 'null')
+        || ',"migrated":' || CASE WHEN p_migrated THEN 'true' ELSE 'false' END
+        || ',"number":' || to_json(p_number)::text
+        || ',"period_key":' || to_json(p_period_key)::text
+        || ',"reason":' || coalesce(to_json(p_reason)::text, 'null')
+        || ',"ref":' || coalesce(to_json(p_ref)::text, 'null')
+        || ',"reserved_no":' || p_reserved_no::text
+        || ',"seal_seq":' || coalesce(p_seal_seq::text, 'null')
+        || ',"seq":' || v_seq::text
+        || ',"series":' || to_json(p_series)::text
+        || ',"tenant":' || to_json(p_tenant)::text
+        || ',"uuid":' || coalesce(to_json(p_uuid::text)::text, 'null')
+        || '}', 'UTF8')), 'hex');
     UPDATE number_counters c SET chain_seq = v_seq, chain_hash = v_hash
      WHERE c.tenant = p_tenant AND c.series = p_series AND c.period_key = p_period_key;
     INSERT INTO chain_records (tenant, series, period_key, seq, version, kind, reserved_no,
