@@ -26,7 +26,7 @@ VERSION = "gapless-chain/1"
 
 #: The fields of a record, as hashed (every one present, null where it does not apply).
 RECORD_FIELDS = ("seq", "kind", "tenant", "series", "period_key", "reserved_no", "number",
-                 "seal_seq", "invoice_id", "uuid", "message_sha256", "document_sha256", "ref",
+                 "invoice_id", "uuid", "message_sha256", "document_sha256", "ref",
                  "reason", "at", "migrated")
 FINAL_KINDS = ("issued", "rejected", "voided")
 
@@ -160,9 +160,10 @@ def verify_chain(counter: Mapping[str, Any], records: Sequence[Mapping[str, Any]
             report.last_number = r["number"]
             continue
         seal = seals.get(no)
-        if seal is None or seal["seq"] != r["seal_seq"]:
+        if seal is None or (seal["invoice_id"], seal["uuid"], seal["number"]) != \
+                (r["invoice_id"], r["uuid"], r["number"]):
             breaks.append(_Break(no, r["number"], f"record seq {r['seq']} ({r['kind']}) does not "
-                                 "refer to the number's seal record"))
+                                 "follow a seal record of its number and invoice"))
         if r["kind"] == "corrected":
             message[no] = r["message_sha256"]
         else:

@@ -204,7 +204,6 @@ chain_records = Table(
     *_required(Text, "version", "kind"),
     Column("reserved_no", BigInteger, nullable=False),
     Column("number", Text, nullable=False),
-    Column("seal_seq", BigInteger),
     Column("invoice_id", Text),
     Column("uuid", UUID(as_uuid=True)),
     *[Column(name, Text) for name in ("message_sha256", "document_sha256", "ref", "reason")],
@@ -217,7 +216,6 @@ chain_records = Table(
                           "number_counters.period_key"], name="chain_records_counter_fkey"),
     CheckConstraint("kind IN ('seal', 'issued', 'rejected', 'voided', 'corrected')",
                     name="chain_records_kind"),
-    Index("chain_records_number_idx", "tenant", "series", "period_key", "reserved_no"),
 )
 
 #: SQL functions the code (and producers in other frameworks) call.
@@ -229,5 +227,5 @@ EXPECTED_FUNCTIONS = frozenset({
     "intake_invoice", "gapless_append_only", "gapless_durable_commit", "gapless_rebase_ids",
     "gapless_config_rebase_ids", "gapless_invoice_verdict",
     "gapless_canonical_json", "gapless_message_sha256", "gapless_chain_genesis",
-    "gapless_chain_append", "gapless_invoice_chain",
+    "gapless_chain_link", "gapless_chain_append", "gapless_invoice_chain",
 })

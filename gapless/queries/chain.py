@@ -24,7 +24,7 @@ COUNTERS = text(f"""
 #: Every record of the chains in scope, by chain and seq (the uuid as text, lowercase).
 RECORDS = text(f"""
     SELECT r.tenant, r.series, r.period_key, r.seq, r.version, r.kind, r.reserved_no, r.number,
-           r.seal_seq, r.invoice_id, r.uuid::text AS uuid, r.message_sha256, r.document_sha256,
+           r.invoice_id, r.uuid::text AS uuid, r.message_sha256, r.document_sha256,
            r.ref, r.reason,
            to_char(r.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at,
            r.migrated, r.hash

@@ -104,8 +104,10 @@ BEGIN
      WHERE id = p_id;
     RETURN 'sealed';
 END $$;
-DROP FUNCTION gapless_chain_append(text, text, text, text, bigint, text, bigint, text, uuid, text,
-                                   text, text, text, timestamptz, boolean);
+DROP FUNCTION gapless_chain_append(text, text, text, text, bigint, text, text, uuid, text, text,
+                                   text, text, timestamptz, boolean);
+DROP FUNCTION gapless_chain_link(text, bigint, text, text, text, text, bigint, text, text, uuid,
+                                 text, text, text, text, timestamptz, boolean);
 DROP FUNCTION gapless_chain_genesis(text, text, text);
 DROP FUNCTION gapless_message_sha256(jsonb);
 DROP FUNCTION gapless_canonical_json(jsonb);

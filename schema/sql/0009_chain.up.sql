@@ -5,9 +5,11 @@
 -- is appended
 --   * 'seal'      by gapless_seal itself, in the statement that advances the counter, so every
 --                 entry point (intake_invoice, claim_invoice, reserve_number, next_number) writes
---                 it under the counter row lock it already holds: no new contention;
+--                 it: the counter's upsert also advances the head, under the row lock it takes
+--                 anyway (no new contention, no second write of the row);
 --   * 'issued', 'rejected', 'voided' by a trigger when a numbered invoice reaches that status;
 --   * 'corrected' by the same trigger when the message of a numbered invoice is replaced.
+-- A later record refers to its seal by the number (reserved_no): one seal per number.
 -- The records a database had before this version are built here from its current state, marked
 -- migrated. chain_records is append-only, like invoice_events.
 --
@@ -27,7 +29,6 @@ CREATE TABLE chain_records (
                     CHECK (kind IN ('seal', 'issued', 'rejected', 'voided', 'corrected')),
     reserved_no     bigint NOT NULL,
     number          text NOT NULL,
-    seal_seq        bigint,
     invoice_id      text,
     uuid            uuid,
     message_sha256  text,
@@ -41,8 +42,6 @@ CREATE TABLE chain_records (
     CONSTRAINT chain_records_counter_fkey FOREIGN KEY (tenant, series, period_key)
         REFERENCES number_counters (tenant, series, period_key)
 );
--- The seal record of a number (the final records refer to it).
-CREATE INDEX chain_records_number_idx ON chain_records (tenant, series, period_key, reserved_no);
 
 CREATE TRIGGER chain_records_append_only
     BEFORE UPDATE OR DELETE ON chain_records
@@ -97,33 +96,22 @@ $$;
 -- The genesis value of a chain: the "previous hash" of its record 1.
 CREATE FUNCTION gapless_chain_genesis(p_tenant text, p_series text, p_period_key text)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT encode(sha256(convert_to('gapless-chain/1' || E'\n' || gapless_canonical_json(
-        jsonb_build_object('tenant', p_tenant, 'series', p_series, 'period_key', p_period_key)),
-        'UTF8')), 'hex')
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT encode(sha256(convert_to('gapless-chain/1' || E'\n'
+        || '{"period_key":' || to_json(p_period_key)::text
+        || ',"series":' || to_json(p_series)::text
+        || ',"tenant":' || to_json(p_tenant)::text || '}', 'UTF8')), 'hex')
 $$;
 
--- gapless_chain_append: append one record to the chain of a counter and advance its head.
--- Locks the counter row (a seal already holds it), until the caller's transaction ends.
-CREATE FUNCTION gapless_chain_append(
-    p_tenant text, p_series text, p_period_key text, p_kind text, p_reserved_no bigint,
-    p_number text, p_seal_seq bigint, p_invoice_id text, p_uuid uuid, p_message_sha256 text,
+-- gapless_chain_link: the hash of a record given the previous hash (docs/chain.md, "Hashes");
+-- the record's canonical JSON written out, its keys in code point order, every one present.
+CREATE FUNCTION gapless_chain_link(
+    p_prev text, p_seq bigint, p_kind text, p_tenant text, p_series text, p_period_key text,
+    p_reserved_no bigint, p_number text, p_invoice_id text, p_uuid uuid, p_message_sha256 text,
     p_document_sha256 text, p_ref text, p_reason text, p_at timestamptz, p_migrated boolean)
-RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_seq bigint;
-    v_prev text;
-    v_hash text;
-BEGIN
-    SELECT c.chain_seq + 1, coalesce(c.chain_hash,
-                                     gapless_chain_genesis(p_tenant, p_series, p_period_key))
-      INTO v_seq, v_prev
-      FROM number_counters c
-     WHERE c.tenant = p_tenant AND c.series = p_series AND c.period_key = p_period_key
-       FOR UPDATE;
-    -- The record's canonical JSON, written out: its keys in code point order, every one present.
-    v_hash := encode(sha256(convert_to('gapless-chain/1' || E'\n' || v_prev || E'\n'
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT encode(sha256(convert_to('gapless-chain/1' || E'\n' || p_prev || E'\n'
         || '{"at":'
         || to_json(to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text
         || ',"document_sha256":' || coalesce(to_json(p_document_sha256)::text, 'null')
@@ -136,27 +124,49 @@ BEGIN
         || ',"reason":' || coalesce(to_json(p_reason)::text, 'null')
         || ',"ref":' || coalesce(to_json(p_ref)::text, 'null')
         || ',"reserved_no":' || p_reserved_no::text
-        || ',"seal_seq":' || coalesce(p_seal_seq::text, 'null')
-        || ',"seq":' || v_seq::text
+        || ',"seq":' || p_seq::text
         || ',"series":' || to_json(p_series)::text
         || ',"tenant":' || to_json(p_tenant)::text
         || ',"uuid":' || coalesce(to_json(p_uuid::text)::text, 'null')
-        || '}', 'UTF8')), 'hex');
-    UPDATE number_counters c SET chain_seq = v_seq, chain_hash = v_hash
-     WHERE c.tenant = p_tenant AND c.series = p_series AND c.period_key = p_period_key;
+        || '}', 'UTF8')), 'hex')
+$$;
+
+-- gapless_chain_append: append a record (not a seal: gapless_seal links its own) to the chain
+-- of a counter, advancing its head in one update. Locks the counter row until the caller's
+-- transaction ends.
+CREATE FUNCTION gapless_chain_append(
+    p_tenant text, p_series text, p_period_key text, p_kind text, p_reserved_no bigint,
+    p_number text, p_invoice_id text, p_uuid uuid, p_message_sha256 text,
+    p_document_sha256 text, p_ref text, p_reason text, p_at timestamptz, p_migrated boolean)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_seq bigint;
+    v_hash text;
+BEGIN
+    UPDATE number_counters c
+       SET chain_seq = c.chain_seq + 1,
+           chain_hash = gapless_chain_link(
+               coalesce(c.chain_hash, gapless_chain_genesis(p_tenant, p_series, p_period_key)),
+               c.chain_seq + 1, p_kind, p_tenant, p_series, p_period_key, p_reserved_no,
+               p_number, p_invoice_id, p_uuid, p_message_sha256, p_document_sha256, p_ref,
+               p_reason, p_at, p_migrated)
+     WHERE c.tenant = p_tenant AND c.series = p_series AND c.period_key = p_period_key
+    RETURNING c.chain_seq, c.chain_hash INTO v_seq, v_hash;
     INSERT INTO chain_records (tenant, series, period_key, seq, version, kind, reserved_no,
-                               number, seal_seq, invoice_id, uuid, message_sha256,
-                               document_sha256, ref, reason, at, migrated, hash)
+                               number, invoice_id, uuid, message_sha256, document_sha256, ref,
+                               reason, at, migrated, hash)
     VALUES (p_tenant, p_series, p_period_key, v_seq, 'gapless-chain/1', p_kind, p_reserved_no,
-            p_number, p_seal_seq, p_invoice_id, p_uuid, p_message_sha256, p_document_sha256,
-            p_ref, p_reason, p_at, p_migrated, v_hash);
+            p_number, p_invoice_id, p_uuid, p_message_sha256, p_document_sha256, p_ref,
+            p_reason, p_at, p_migrated, v_hash);
     RETURN v_seq;
 END $$;
 
--- ---------------------------------------------------------------- the seal appends its record
+-- ---------------------------------------------------------------- the seal links its record
 -- gapless_seal now also takes the invoice the number is for (NULL: next_number, a number
--- without an invoice row) and appends the seal record, in the same statement, under the counter
--- row lock the upsert took.
+-- without an invoice row). The counter's upsert advances the head with the seal record's hash
+-- in the same row update, and the record is inserted before the function returns. A counter's
+-- first seal (a fresh row) links from the genesis in a second update, once per counter.
 DROP FUNCTION gapless_seal(text, text, timestamptz);
 CREATE FUNCTION gapless_seal(p_tenant text, p_series text, p_at timestamptz,
                              p_invoice_pk bigint DEFAULT NULL)
@@ -169,6 +179,8 @@ DECLARE
     v_no bigint;
     v_at timestamptz;
     v_number text;
+    v_seq bigint;
+    v_hash text;
     v_invoice_id text;
     v_uuid uuid;
     v_message text;
@@ -179,25 +191,45 @@ BEGIN
             MESSAGE = 'unknown series (tenant ' || quote_literal(p_tenant)
             || ', series ' || quote_literal(p_series) || ')';
     END IF;
+    -- Read (the caller holds the invoice row) before the counter is locked.
+    IF p_invoice_pk IS NOT NULL THEN
+        SELECT i.invoice_id, i.uuid, gapless_message_sha256(i.payload)
+          INTO v_invoice_id, v_uuid, v_message FROM invoices i WHERE i.id = p_invoice_pk;
+    END IF;
     v_period := gapless_period_key(s.reset, p_at AT TIME ZONE s.tz);
-    INSERT INTO number_counters AS c (tenant, series, period_key, last_no, last_at)
-    VALUES (p_tenant, p_series, v_period, 1, p_at)
+    INSERT INTO number_counters AS c (tenant, series, period_key, last_no, last_at, chain_seq)
+    VALUES (p_tenant, p_series, v_period, 1, p_at, 1)
     ON CONFLICT (tenant, series, period_key)
         DO UPDATE SET last_no = c.last_no + 1, updated_at = now(),
-                      last_at = greatest(c.last_at, EXCLUDED.last_at)
-    RETURNING c.last_no, c.last_at INTO v_no, v_at;
+                      last_at = greatest(c.last_at, EXCLUDED.last_at),
+                      chain_seq = c.chain_seq + 1,
+                      chain_hash = gapless_chain_link(
+                          coalesce(c.chain_hash,
+                                   gapless_chain_genesis(p_tenant, p_series, v_period)),
+                          c.chain_seq + 1, 'seal', p_tenant, p_series, v_period, c.last_no + 1,
+                          gapless_render(s.format, s.prefix, s.width,
+                                         greatest(c.last_at, EXCLUDED.last_at) AT TIME ZONE s.tz,
+                                         c.last_no + 1),
+                          v_invoice_id, v_uuid, v_message, NULL, NULL, NULL,
+                          greatest(c.last_at, EXCLUDED.last_at), false)
+    RETURNING c.last_no, c.last_at, c.chain_seq, c.chain_hash INTO v_no, v_at, v_seq, v_hash;
     IF length(v_no::text) > s.width THEN
         RAISE EXCEPTION USING ERRCODE = 'numeric_value_out_of_range',
             MESSAGE = 'series exhausted: number ' || v_no || ' does not fit width ' || s.width;
     END IF;
     v_number := gapless_render(s.format, s.prefix, s.width, v_at AT TIME ZONE s.tz, v_no);
-    IF p_invoice_pk IS NOT NULL THEN
-        SELECT i.invoice_id, i.uuid, gapless_message_sha256(i.payload)
-          INTO v_invoice_id, v_uuid, v_message FROM invoices i WHERE i.id = p_invoice_pk;
+    IF v_hash IS NULL THEN  -- a fresh counter row: its first record links from the genesis
+        v_hash := gapless_chain_link(gapless_chain_genesis(p_tenant, p_series, v_period), 1,
+                                     'seal', p_tenant, p_series, v_period, v_no, v_number,
+                                     v_invoice_id, v_uuid, v_message, NULL, NULL, NULL, v_at,
+                                     false);
+        UPDATE number_counters c SET chain_hash = v_hash
+         WHERE c.tenant = p_tenant AND c.series = p_series AND c.period_key = v_period;
     END IF;
-    PERFORM gapless_chain_append(p_tenant, p_series, v_period, 'seal', v_no, v_number, NULL,
-                                 v_invoice_id, v_uuid, v_message, NULL, NULL, NULL,
-                                 v_at, false);
+    INSERT INTO chain_records (tenant, series, period_key, seq, version, kind, reserved_no,
+                               number, invoice_id, uuid, message_sha256, at, hash)
+    VALUES (p_tenant, p_series, v_period, v_seq, 'gapless-chain/1', 'seal', v_no, v_number,
+            v_invoice_id, v_uuid, v_message, v_at, v_hash);
     RETURN QUERY SELECT v_no, v_at, v_period, v_number;
 END $$;
 
@@ -274,29 +306,25 @@ BEGIN
     RETURN 'sealed';
 END $$;
 
+
 -- ---------------------------------------------------------------- final and correction records
 -- gapless_invoice_chain: a numbered invoice reached ISSUED, REJECTED or VOIDED, or its message
--- was replaced: append the record that says so, referring to the number's seal record. Locks
--- the counter row until the transaction ends. Runs only when its WHEN clause says so.
+-- was replaced: append the record that says so. Locks the counter row until the transaction
+-- ends. Runs only when its trigger's WHEN clause says so.
 CREATE FUNCTION gapless_invoice_chain() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_seal bigint;
 BEGIN
-    SELECT max(r.seq) INTO v_seal FROM chain_records r
-     WHERE r.tenant = NEW.tenant AND r.series = NEW.series AND r.period_key = NEW.period_key
-       AND r.reserved_no = NEW.reserved_no AND r.kind = 'seal';
     IF NEW.payload IS DISTINCT FROM OLD.payload THEN
         PERFORM gapless_chain_append(NEW.tenant, NEW.series, NEW.period_key, 'corrected',
-                                     NEW.reserved_no, NEW.number, v_seal, NEW.invoice_id,
-                                     NEW.uuid, gapless_message_sha256(NEW.payload), NULL, NULL,
-                                     NULL, now(), false);
+                                     NEW.reserved_no, NEW.number, NEW.invoice_id, NEW.uuid,
+                                     gapless_message_sha256(NEW.payload), NULL, NULL, NULL,
+                                     now(), false);
     END IF;
     IF NEW.status IS DISTINCT FROM OLD.status AND NEW.status IN ('ISSUED', 'REJECTED', 'VOIDED')
     THEN
         PERFORM gapless_chain_append(
             NEW.tenant, NEW.series, NEW.period_key, lower(NEW.status), NEW.reserved_no,
-            NEW.number, v_seal, NEW.invoice_id, NEW.uuid, NULL,
+            NEW.number, NEW.invoice_id, NEW.uuid, NULL,
             CASE WHEN NEW.status = 'ISSUED' THEN NEW.document_sha256 END,
             CASE WHEN NEW.status = 'ISSUED' THEN NEW.integrator_ref END,
             CASE WHEN NEW.status <> 'ISSUED' THEN NEW.last_error END,
@@ -326,7 +354,6 @@ DECLARE
     s series;
     inv invoices;
     n bigint;
-    v_seal bigint;
 BEGIN
     FOR c IN SELECT * FROM number_counters ORDER BY tenant, series, period_key LOOP
         SELECT * INTO s FROM series WHERE tenant = c.tenant AND code = c.series;
@@ -339,20 +366,17 @@ BEGIN
                 coalesce(inv.number, gapless_render(s.format, s.prefix, s.width,
                                                     coalesce(c.last_at, c.updated_at)
                                                         AT TIME ZONE s.tz, n)),
-                NULL, inv.invoice_id, inv.uuid, gapless_message_sha256(inv.payload), NULL,
-                NULL, NULL, coalesce(inv.reserved_at, c.last_at, c.updated_at), true);
+                inv.invoice_id, inv.uuid, gapless_message_sha256(inv.payload), NULL, NULL, NULL,
+                coalesce(inv.reserved_at, c.last_at, c.updated_at), true);
         END LOOP;
         FOR inv IN SELECT * FROM invoices i
                     WHERE i.tenant = c.tenant AND i.series = c.series
                       AND i.period_key = c.period_key AND i.reserved_no IS NOT NULL
                       AND i.status IN ('ISSUED', 'REJECTED', 'VOIDED')
                     ORDER BY i.reserved_no LOOP
-            SELECT r.seq INTO v_seal FROM chain_records r
-             WHERE r.tenant = c.tenant AND r.series = c.series AND r.period_key = c.period_key
-               AND r.kind = 'seal' AND r.reserved_no = inv.reserved_no;
             PERFORM gapless_chain_append(
                 c.tenant, c.series, c.period_key, lower(inv.status), inv.reserved_no,
-                inv.number, v_seal, inv.invoice_id, inv.uuid, NULL,
+                inv.number, inv.invoice_id, inv.uuid, NULL,
                 CASE WHEN inv.status = 'ISSUED' THEN inv.document_sha256 END,
                 CASE WHEN inv.status = 'ISSUED' THEN inv.integrator_ref END,
                 CASE WHEN inv.status <> 'ISSUED' THEN inv.last_error END,

@@ -66,7 +66,7 @@ def sha(data: str | bytes) -> str:
     return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
 
 
-KEYS = ("seq", "kind", "tenant", "series", "period_key", "reserved_no", "number", "seal_seq",
+KEYS = ("seq", "kind", "tenant", "series", "period_key", "reserved_no", "number",
         "invoice_id", "uuid", "message_sha256", "document_sha256", "ref", "reason", "at",
         "migrated")
 
@@ -117,7 +117,9 @@ def doc_verifier(url: str) -> dict[tuple[str, str, str], dict[str, Any]]:
                 seals[no] = r
                 msg[no] = r["message_sha256"]
                 continue
-            if seals.get(no, {}).get("seq") != r["seal_seq"]:
+            s = seals.get(no, {})
+            if (s.get("invoice_id"), s.get("uuid"), s.get("number")) != (
+                    r["invoice_id"], r["uuid"], r["number"]):
                 bad.add(no)
             if r["kind"] == "corrected":
                 msg[no] = r["message_sha256"]
@@ -358,9 +360,7 @@ def check_inserted_record(settled_run: dict[str, Any]) -> None:
                 "SELECT *, uuid::text AS uuid FROM chain_records WHERE series = 'ABC' "
                 "ORDER BY seq DESC LIMIT 1").fetchone()
             victim = conn.execute(
-                "SELECT i.*, i.uuid::text AS uuid, r.seq AS seal_seq FROM invoices i "
-                "JOIN chain_records r ON (r.tenant, r.series, r.period_key, r.reserved_no, "
-                "r.kind) = (i.tenant, i.series, i.period_key, i.reserved_no, 'seal') "
+                "SELECT i.*, i.uuid::text AS uuid FROM invoices i "
                 "WHERE i.invoice_id = 'inv-50'").fetchone()
         assert last is not None
         assert victim is not None
@@ -368,7 +368,7 @@ def check_inserted_record(settled_run: dict[str, Any]) -> None:
         forged = {"seq": last["seq"] + 1, "kind": "voided", "tenant": "acme",
                   "series": victim["series"], "period_key": victim["period_key"],
                   "reserved_no": victim["reserved_no"], "number": victim["number"],
-                  "seal_seq": victim["seal_seq"], "invoice_id": "inv-50",
+                  "invoice_id": "inv-50",
                   "uuid": victim["uuid"], "message_sha256": None, "document_sha256": None,
                   "ref": None, "reason": "never sent", "at": at, "migrated": False}
         assert victim["series"] == "ABC"
@@ -377,10 +377,10 @@ def check_inserted_record(settled_run: dict[str, Any]) -> None:
             conn.execute("SET session_replication_role = replica")
             conn.execute(
                 "INSERT INTO chain_records (tenant, series, period_key, seq, version, kind, "
-                "reserved_no, number, seal_seq, invoice_id, uuid, reason, at, hash) VALUES "
-                "(%s, %s, %s, %s, 'gapless-chain/1', 'voided', %s, %s, %s, %s, %s, %s, %s, %s)",
+                "reserved_no, number, invoice_id, uuid, reason, at, hash) VALUES "
+                "(%s, %s, %s, %s, 'gapless-chain/1', 'voided', %s, %s, %s, %s, %s, %s, %s)",
                 ("acme", "ABC", victim["period_key"], forged["seq"], victim["reserved_no"],
-                 victim["number"], victim["seal_seq"], "inv-50", victim["uuid"], "never sent",
+                 victim["number"], "inv-50", victim["uuid"], "never sent",
                  at, forged_hash))
             conn.execute("UPDATE number_counters SET chain_seq = %s, chain_hash = %s "
                          "WHERE series = 'ABC'", (forged["seq"], forged_hash))
