@@ -114,12 +114,19 @@ NOCHAIN_REVISION = "0008"
 
 
 def make_drafts(url: str, series: str, start: int, count: int) -> None:
+    """RECEIVED drafts; with the chain (0009) they carry their message's hash, as
+    intake_invoice stores them (the hash is paid when the message is stored, not here)."""
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        hashed = conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_name = 'invoices' "
+            "AND column_name = 'message_sha256'").fetchone() is not None
         conn.execute(
-            "INSERT INTO invoices (invoice_id, tenant, series, payload) "
-            "SELECT %s || '-' || g, 'bench', %s, %s::jsonb "
-            "FROM generate_series(%s::bigint, %s::bigint) g",
-            (series, series, DRAFT_PAYLOAD["value"], start, start + count - 1))
+            "INSERT INTO invoices (invoice_id, tenant, series, payload"
+            + (", message_sha256" if hashed else "") + ") "
+            "SELECT %s || '-' || g, 'bench', %s, p"
+            + (", gapless_message_sha256(p)" if hashed else "") + " "
+            "FROM generate_series(%s::bigint, %s::bigint) g, CAST(%s AS jsonb) AS p",
+            (series, series, start, start + count - 1, DRAFT_PAYLOAD["value"]))
         conn.execute("VACUUM ANALYZE invoices")
         conn.execute("VACUUM ANALYZE invoice_events")
 

@@ -115,6 +115,8 @@ invoices = Table(
     Column("gib_detail", Text),
     Column("gib_checked_at", TZ),
     Column("gib_next_check_at", TZ),
+    # The SHA-256 of the stored message's canonical JSON (0009, docs/chain.md).
+    Column("message_sha256", Text),
     CheckConstraint("gib_status IN ('pending', 'accepted', 'refused')",
                     name="invoices_gib_status_kind"),
     CheckConstraint("gib_status IS NULL OR status = 'ISSUED'", name="invoices_gib_status_issued"),

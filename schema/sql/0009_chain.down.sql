@@ -2,6 +2,43 @@
 DROP TRIGGER invoices_history_zchain ON invoices;
 DROP FUNCTION gapless_invoice_chain();
 DROP FUNCTION gapless_seal(text, text, timestamptz, bigint);
+CREATE OR REPLACE FUNCTION intake_invoice(p_invoice_id text, p_tenant text, p_series text,
+                               p_priority smallint, p_payload jsonb, p_lease_s double precision,
+                               p_lock_timeout_ms integer DEFAULT NULL,
+                               p_profile_version integer DEFAULT NULL,
+                               p_at timestamptz DEFAULT NULL)
+RETURNS SETOF gapless_claim
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+    v_tenant text;
+    v_series text;
+    v_created boolean := false;
+    v_kind text;
+BEGIN
+    IF p_lock_timeout_ms IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+    END IF;
+    INSERT INTO invoices (invoice_id, tenant, series, priority, payload)
+    VALUES (p_invoice_id, p_tenant, p_series, p_priority, p_payload)
+    ON CONFLICT (invoice_id) DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NOT NULL THEN
+        v_created := true;
+    ELSE
+        SELECT i.id, i.tenant, i.series INTO v_id, v_tenant, v_series
+          FROM invoices i WHERE i.invoice_id = p_invoice_id FOR UPDATE;
+        IF v_tenant <> p_tenant OR v_series <> p_series THEN
+            RETURN NEXT gapless_claim_row('conflict', false, v_id, false);
+            RETURN;
+        END IF;
+    END IF;
+    -- Two statements, so that the claim row is read after gapless_take's update.
+    v_kind := gapless_take(v_id, p_lease_s, coalesce(p_at, now()), true, p_profile_version);
+    RETURN NEXT gapless_claim_row(v_kind, v_created, v_id, NOT v_created);
+END $$;
+
+
 CREATE FUNCTION gapless_seal(p_tenant text, p_series text, p_at timestamptz)
 RETURNS TABLE (reserved_no bigint, sealed_at timestamptz, period_key text, number text)
 LANGUAGE plpgsql AS $$
@@ -113,3 +150,4 @@ DROP FUNCTION gapless_message_sha256(jsonb);
 DROP FUNCTION gapless_canonical_json(jsonb);
 DROP TABLE chain_records;
 ALTER TABLE number_counters DROP COLUMN chain_hash, DROP COLUMN chain_seq;
+ALTER TABLE invoices DROP COLUMN message_sha256;

@@ -19,6 +19,12 @@ ALTER TABLE number_counters
     ADD COLUMN chain_seq bigint NOT NULL DEFAULT 0,
     ADD COLUMN chain_hash text;
 
+-- The SHA-256 of the stored message's canonical JSON, computed when the message is stored
+-- (intake_invoice) or replaced (the trigger below), so that the seal only reads it; NULL for a
+-- row a SQL client inserted itself (the seal computes it then). Never trusted by a verifier,
+-- which recomputes it from the payload.
+ALTER TABLE invoices ADD COLUMN message_sha256 text;
+
 CREATE TABLE chain_records (
     tenant          text NOT NULL,
     series          text NOT NULL,
@@ -193,7 +199,8 @@ BEGIN
     END IF;
     -- Read (the caller holds the invoice row) before the counter is locked.
     IF p_invoice_pk IS NOT NULL THEN
-        SELECT i.invoice_id, i.uuid, gapless_message_sha256(i.payload)
+        SELECT i.invoice_id, i.uuid,
+               coalesce(i.message_sha256, gapless_message_sha256(i.payload))
           INTO v_invoice_id, v_uuid, v_message FROM invoices i WHERE i.id = p_invoice_pk;
     END IF;
     v_period := gapless_period_key(s.reset, p_at AT TIME ZONE s.tz);
@@ -232,6 +239,45 @@ BEGIN
             v_invoice_id, v_uuid, v_message, v_at, v_hash);
     RETURN QUERY SELECT v_no, v_at, v_period, v_number;
 END $$;
+
+-- intake_invoice (body as in version 4) stores the message's hash with the draft.
+CREATE OR REPLACE FUNCTION intake_invoice(p_invoice_id text, p_tenant text, p_series text,
+                               p_priority smallint, p_payload jsonb, p_lease_s double precision,
+                               p_lock_timeout_ms integer DEFAULT NULL,
+                               p_profile_version integer DEFAULT NULL,
+                               p_at timestamptz DEFAULT NULL)
+RETURNS SETOF gapless_claim
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+    v_tenant text;
+    v_series text;
+    v_created boolean := false;
+    v_kind text;
+BEGIN
+    IF p_lock_timeout_ms IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+    END IF;
+    INSERT INTO invoices (invoice_id, tenant, series, priority, payload, message_sha256)
+    VALUES (p_invoice_id, p_tenant, p_series, p_priority, p_payload,
+            gapless_message_sha256(p_payload))
+    ON CONFLICT (invoice_id) DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NOT NULL THEN
+        v_created := true;
+    ELSE
+        SELECT i.id, i.tenant, i.series INTO v_id, v_tenant, v_series
+          FROM invoices i WHERE i.invoice_id = p_invoice_id FOR UPDATE;
+        IF v_tenant <> p_tenant OR v_series <> p_series THEN
+            RETURN NEXT gapless_claim_row('conflict', false, v_id, false);
+            RETURN;
+        END IF;
+    END IF;
+    -- Two statements, so that the claim row is read after gapless_take's update.
+    v_kind := gapless_take(v_id, p_lease_s, coalesce(p_at, now()), true, p_profile_version);
+    RETURN NEXT gapless_claim_row(v_kind, v_created, v_id, NOT v_created);
+END $$;
+
 
 -- reserve_number and gapless_take (bodies as in version 4) name their invoice to the seal.
 CREATE OR REPLACE FUNCTION reserve_number(p_invoice_id text, p_at timestamptz DEFAULT now(),
@@ -308,20 +354,23 @@ END $$;
 
 
 -- ---------------------------------------------------------------- final and correction records
--- gapless_invoice_chain: a numbered invoice reached ISSUED, REJECTED or VOIDED, or its message
--- was replaced: append the record that says so. Locks the counter row until the transaction
--- ends. Runs only when its trigger's WHEN clause says so.
+-- gapless_invoice_chain: a message was replaced (its hash is stored anew; a numbered invoice
+-- also gets a 'corrected' record), or a numbered invoice reached ISSUED, REJECTED or VOIDED:
+-- append the record that says so. Locks the counter row until the transaction ends. Runs only
+-- when its trigger's WHEN clause says so.
 CREATE FUNCTION gapless_invoice_chain() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.payload IS DISTINCT FROM OLD.payload THEN
-        PERFORM gapless_chain_append(NEW.tenant, NEW.series, NEW.period_key, 'corrected',
-                                     NEW.reserved_no, NEW.number, NEW.invoice_id, NEW.uuid,
-                                     gapless_message_sha256(NEW.payload), NULL, NULL, NULL,
-                                     now(), false);
+        NEW.message_sha256 := gapless_message_sha256(NEW.payload);
+        IF OLD.reserved_no IS NOT NULL THEN
+            PERFORM gapless_chain_append(NEW.tenant, NEW.series, NEW.period_key, 'corrected',
+                                         NEW.reserved_no, NEW.number, NEW.invoice_id, NEW.uuid,
+                                         NEW.message_sha256, NULL, NULL, NULL, now(), false);
+        END IF;
     END IF;
-    IF NEW.status IS DISTINCT FROM OLD.status AND NEW.status IN ('ISSUED', 'REJECTED', 'VOIDED')
-    THEN
+    IF OLD.reserved_no IS NOT NULL AND NEW.status IS DISTINCT FROM OLD.status
+       AND NEW.status IN ('ISSUED', 'REJECTED', 'VOIDED') THEN
         PERFORM gapless_chain_append(
             NEW.tenant, NEW.series, NEW.period_key, lower(NEW.status), NEW.reserved_no,
             NEW.number, NEW.invoice_id, NEW.uuid, NULL,
@@ -337,10 +386,9 @@ END $$;
 -- never gets this far.
 CREATE TRIGGER invoices_history_zchain
     BEFORE UPDATE OF status, payload ON invoices
-    FOR EACH ROW WHEN (OLD.reserved_no IS NOT NULL AND (
-        (NEW.status IS DISTINCT FROM OLD.status
-         AND NEW.status IN ('ISSUED', 'REJECTED', 'VOIDED'))
-        OR NEW.payload IS DISTINCT FROM OLD.payload))
+    FOR EACH ROW WHEN (NEW.payload IS DISTINCT FROM OLD.payload
+        OR (OLD.reserved_no IS NOT NULL AND NEW.status IS DISTINCT FROM OLD.status
+            AND NEW.status IN ('ISSUED', 'REJECTED', 'VOIDED')))
     EXECUTE FUNCTION gapless_invoice_chain();
 
 -- ---------------------------------------------------------------- chains of existing rows
