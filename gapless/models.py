@@ -213,9 +213,6 @@ chain_records = Table(
     Column("migrated", Boolean, nullable=False, server_default=text("false")),
     Column("hash", Text, nullable=False),
     PrimaryKeyConstraint("tenant", "series", "period_key", "seq", name="chain_records_pkey"),
-    ForeignKeyConstraint(["tenant", "series", "period_key"],
-                         ["number_counters.tenant", "number_counters.series",
-                          "number_counters.period_key"], name="chain_records_counter_fkey"),
     CheckConstraint("kind IN ('seal', 'issued', 'rejected', 'voided', 'corrected')",
                     name="chain_records_kind"),
 )
