@@ -248,6 +248,14 @@ async def verify(engine: AsyncEngine, *, tenant: str | None = None,
     inv_by_chain: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
     for inv in invoices:
         inv_by_chain[inv["tenant"], inv["series"], inv["period_key"]].append(inv)
-    return [verify_chain(dict(c), by_chain[key], inv_by_chain[key], documents)
-            for c in counters
-            for key in [(c["tenant"], c["series"], c["period_key"])]]
+    reports = [verify_chain(dict(c), by_chain[key], inv_by_chain[key], documents)
+               for c in counters
+               for key in [(c["tenant"], c["series"], c["period_key"])]]
+    known = {(c["tenant"], c["series"], c["period_key"]) for c in counters}
+    for key in sorted(set(by_chain) - known):  # records of a counter that does not exist
+        orphan = ChainReport(*key, last_no=0, head_seq=len(by_chain[key]))
+        first = by_chain[key][0]
+        orphan.broken_no, orphan.broken_number = first["reserved_no"], first["number"]
+        orphan.reason = "chain records of a counter that does not exist"
+        reports.append(orphan)
+    return reports
