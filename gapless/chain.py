@@ -19,6 +19,7 @@ from gapless.queries import chain as q
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from pathlib import Path
 
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -117,7 +118,7 @@ def _first_break(breaks: Sequence[_Break]) -> _Break | None:
 
 def verify_chain(counter: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                  invoices: Sequence[Mapping[str, Any]],
-                 documents: Mapping[int, set[str]]) -> ChainReport:
+                 documents: Mapping[Any, set[str]]) -> ChainReport:
     """Check one counter's chain against its head, its invoices and their documents
     (docs/chain.md, "What gapless chain verify checks")."""
     tenant, series, period = counter["tenant"], counter["series"], counter["period_key"]
@@ -229,26 +230,36 @@ def _check_invoices(by_no: Mapping[int, Mapping[str, Any]],
     return breaks
 
 
-async def verify(engine: AsyncEngine, *, tenant: str | None = None,
-                 series: str | None = None) -> list[ChainReport]:
-    """Verify every chain in scope from one snapshot; one report per counter."""
+_Rows = list[dict[str, Any]]
+
+
+async def _read(engine: AsyncEngine, tenant: str | None, series: str | None
+                ) -> tuple[_Rows, _Rows, _Rows, list[tuple[int, bytes]]]:
+    """Counters, records, numbered invoices and their documents (pk, bytes), one snapshot."""
     params = {"tenant": tenant, "series": series}
     async with engine.connect() as conn:
         await conn.execute(q.SET_SNAPSHOT)
-        counters = (await conn.execute(q.COUNTERS, params)).mappings().all()
-        records = (await conn.execute(q.RECORDS, params)).mappings().all()
-        invoices = (await conn.execute(q.INVOICES, params)).mappings().all()
-        documents: dict[int, set[str]] = defaultdict(set)
-        async for row in await conn.stream(q.DOCUMENTS, params):
-            documents[row.invoice_pk].add(hashlib.sha256(bytes(row.body)).hexdigest())
+        counters = [dict(r) for r in (await conn.execute(q.COUNTERS, params)).mappings()]
+        records = [dict(r) for r in (await conn.execute(q.RECORDS, params)).mappings()]
+        invoices = [dict(r) for r in (await conn.execute(q.INVOICES, params)).mappings()]
+        documents = [(row.invoice_pk, bytes(row.body))
+                     async for row in await conn.stream(q.DOCUMENTS, params)]
         await conn.rollback()
-    by_chain: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    return counters, records, invoices, documents
+
+
+def verify_all(counters: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]],
+               invoices: Sequence[Mapping[str, Any]],
+               documents: Mapping[Any, set[str]]) -> list[ChainReport]:
+    """Every chain of ``counters`` (and any records of a counter not among them); ``documents``
+    maps an invoice's ``id`` to the SHA-256 of each of its stored documents, recomputed."""
+    by_chain: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for r in records:
         by_chain[r["tenant"], r["series"], r["period_key"]].append(r)
-    inv_by_chain: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    inv_by_chain: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for inv in invoices:
         inv_by_chain[inv["tenant"], inv["series"], inv["period_key"]].append(inv)
-    reports = [verify_chain(dict(c), by_chain[key], inv_by_chain[key], documents)
+    reports = [verify_chain(c, by_chain[key], inv_by_chain[key], documents)
                for c in counters
                for key in [(c["tenant"], c["series"], c["period_key"])]]
     known = {(c["tenant"], c["series"], c["period_key"]) for c in counters}
@@ -259,3 +270,82 @@ async def verify(engine: AsyncEngine, *, tenant: str | None = None,
         orphan.reason = "chain records of a counter that does not exist"
         reports.append(orphan)
     return reports
+
+
+async def verify(engine: AsyncEngine, *, tenant: str | None = None,
+                 series: str | None = None) -> list[ChainReport]:
+    """Verify every chain in scope from one snapshot; one report per counter."""
+    counters, records, invoices, bodies = await _read(engine, tenant, series)
+    documents: dict[Any, set[str]] = defaultdict(set)
+    for pk, body in bodies:
+        documents[pk].add(hashlib.sha256(body).hexdigest())
+    return verify_all(counters, records, invoices, documents)
+
+
+# ---------------------------------------------------------------- export and offline verify
+EXPORT_FORMAT = "gapless-chain-export/1"
+RECORD_COLUMNS = ("version", *RECORD_FIELDS, "hash")
+
+
+async def export(engine: AsyncEngine, out: Path, *, tenant: str | None = None,
+                 series: str | None = None) -> dict[str, Any]:
+    """Write the chains in scope to ``out`` (docs/chain.md, "Export"): manifest.json,
+    records.jsonl, invoices.jsonl and documents/<sha256>; returns the manifest."""
+    counters, records, invoices, bodies = await _read(engine, tenant, series)
+    (out / "documents").mkdir(parents=True, exist_ok=True)
+    by_pk: dict[int, list[str]] = defaultdict(list)
+    for pk, body in bodies:
+        name = hashlib.sha256(body).hexdigest()
+        (out / "documents" / name).write_bytes(body)
+        by_pk[pk].append(name)
+    with (out / "records.jsonl").open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps({k: r[k] for k in RECORD_COLUMNS}, ensure_ascii=False) + "\n")
+    with (out / "invoices.jsonl").open("w", encoding="utf-8") as f:
+        for inv in sorted(invoices, key=lambda i: (i["tenant"], i["series"], i["period_key"],
+                                                   i["reserved_no"])):
+            f.write(json.dumps({
+                "tenant": inv["tenant"], "series": inv["series"],
+                "period_key": inv["period_key"], "reserved_no": inv["reserved_no"],
+                "number": inv["number"], "invoice_id": inv["invoice_id"], "uuid": inv["uuid"],
+                "status": inv["status"], "message": inv["payload"],
+                "document_sha256": inv["document_sha256"], "ref": inv["integrator_ref"],
+                "documents": sorted(by_pk[inv["id"]])}, ensure_ascii=False) + "\n")
+    manifest = {
+        "format": EXPORT_FORMAT,
+        "chains": [{"tenant": c["tenant"], "series": c["series"], "period_key": c["period_key"],
+                    "last_no": c["last_no"], "head_seq": c["chain_seq"],
+                    "head_hash": c["chain_hash"]} for c in counters],
+        "files": {name: hashlib.sha256((out / name).read_bytes()).hexdigest()
+                  for name in ("records.jsonl", "invoices.jsonl")},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                       encoding="utf-8")
+    return manifest
+
+
+def verify_export(directory: Path) -> list[ChainReport]:
+    """Verify an export with no database: the same checks, the documents' hashes recomputed
+    from the files' bytes."""
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    if manifest.get("format") != EXPORT_FORMAT:
+        raise ValueError(f"{directory}: not a {EXPORT_FORMAT} export")
+    counters = [{"tenant": c["tenant"], "series": c["series"], "period_key": c["period_key"],
+                 "last_no": c["last_no"], "chain_seq": c["head_seq"],
+                 "chain_hash": c["head_hash"]} for c in manifest["chains"]]
+    records = [json.loads(line) for line in
+               (directory / "records.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    invoices = []
+    documents: dict[Any, set[str]] = defaultdict(set)
+    for line in (directory / "invoices.jsonl").read_text(encoding="utf-8").splitlines():
+        if not line:
+            continue
+        inv = json.loads(line)
+        inv["id"], inv["payload"], inv["integrator_ref"] = \
+            inv["invoice_id"], inv["message"], inv["ref"]
+        for name in inv["documents"]:
+            path = directory / "documents" / name
+            if path.is_file():
+                documents[inv["id"]].add(hashlib.sha256(path.read_bytes()).hexdigest())
+        invoices.append(inv)
+    return verify_all(counters, records, invoices, documents)

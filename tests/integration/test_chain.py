@@ -273,6 +273,7 @@ async def test_a_real_run_verifies_both_verifiers_agree_and_tampering_is_caught(
     run = await settled_run(engine, settings, gapless_env, mock_integrator, db_name, tmp_path)
     try:
         check_clean(run)
+        check_export(run, tmp_path / "export")
         for case in sorted(TAMPERING):
             check_tampering(run, case)
         check_inserted_record(run)
@@ -294,6 +295,36 @@ def check_clean(settled_run: dict[str, Any]) -> None:
     assert kinds == {"seal": 300, "issued": 297, "rejected": 4, "voided": 2, "corrected": 1}
     for (_, series, _), v in mine.items():
         assert f"{v['head'][0]}:{v['head'][1][:16]}" in out, series
+
+
+def check_export(settled_run: dict[str, Any], out: Path) -> None:
+    """An export verifies offline (no database) with the same result; a document byte or a
+    record changed in the export is caught naming the number."""
+    env, url = settled_run["env"], database_url(settled_run["frozen"])
+    result = run_gapless(["chain", "export", "--out", str(out)],
+                         {**env, "GAPLESS_DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    offline_env = {**env, "GAPLESS_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    result = run_gapless(["chain", "verify", str(out)], offline_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "chain: verified, 2 chain(s), 300 sealed number(s)" in result.stdout
+    issued = one(url, "SELECT reserved_no, document_sha256 FROM invoices "
+                      "WHERE invoice_id = 'inv-41'")
+    document = out / "documents" / issued[1]
+    original = document.read_bytes()
+    document.write_bytes(original[:4] + b"#" + original[5:])
+    result = run_gapless(["chain", "verify", str(out)], offline_env)
+    assert result.returncode == 1, result.stdout
+    assert f"({issued[0]}):" in result.stdout
+    document.write_bytes(original)
+    lines = (out / "records.jsonl").read_text(encoding="utf-8").splitlines()
+    changed = next(i for i, line in enumerate(lines) if '"kind": "issued"' in line)
+    record = json.loads(lines[changed])
+    lines[changed] = json.dumps({**record, "ref": "MI-FORGED"}, ensure_ascii=False)
+    (out / "records.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_gapless(["chain", "verify", str(out)], offline_env)
+    assert result.returncode == 1, result.stdout
+    assert f"({record['reserved_no']}):" in result.stdout
 
 
 TAMPERING = {
