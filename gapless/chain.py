@@ -170,8 +170,8 @@ def verify_chain(counter: Mapping[str, Any], records: Sequence[Mapping[str, Any]
         else:
             final[no] = r
             inv = by_no.get(no)
-            if r["kind"] == "issued" and (inv is None or r["document_sha256"]
-                                          not in documents.get(inv["id"], set())):
+            if r["kind"] == "issued" and r["document_sha256"] is not None and (
+                    inv is None or r["document_sha256"] not in documents.get(inv["id"], set())):
                 breaks.append(_Break(no, r["number"], "the document recorded as issued is not "
                                      "among the invoice's stored documents (bytes changed?)"))
     if records and (report.head_seq != records[-1]["seq"]
