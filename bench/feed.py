@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/feed.py [--seconds 10] [--slice 0.5] [--connections 1,16]
                                    [--series 1,8] [--read-events 60000]
+    .venv/bin/python bench/feed.py --chain --connections 1,16 --series 1,8
 
 Reservation transactions per second: the worker's claim (`claim_for_sending`: lock the invoice,
 reserve its number, take the SENDING lease, commit — two events per transaction), in three
@@ -19,6 +20,12 @@ slices so that background load hits every variant alike:
            visible); the same kind of feed client follows it;
 * off    — the history triggers disabled (no events, no feed at all): the baseline.
 
+With ``--chain``: only the chain's cost (schema 0009, docs/chain.md), the same claim in two
+databases, interleaved the same way: **chain** (as migrated: the seal appends its chain record,
+hashing the stored message, under the counter row lock) and **nochain** (the same schema
+downgraded to 0008: no chain). The drafts carry a realistic message (two lines, a customer with
+an address), so the message hash costs what it would.
+
 Feed read throughput: events per second through ``GET /v1/events?limit=L`` following ``next``
 from cursor 0 to the end, against a ``gapless api`` subprocess over real HTTP on 127.0.0.1, next to
 the bare SQL (`events_after`, same page size) as the baseline.
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import os
 import re
@@ -87,13 +95,38 @@ def prepare(url: str, variant: str) -> None:
             conn.execute(statement)
 
 
+#: The stored message of every draft: '{}' for the feed bench, a realistic one with --chain.
+DRAFT_PAYLOAD = {"value": "{}"}
+CHAIN_PAYLOAD = json.dumps({
+    "invoice_id": "x", "tenant": "bench", "series": "SRA", "priority": "batch",
+    "issue_date": "2026-11-25", "currency": "TRY", "type": "SATIS",
+    "customer": {"tax_id": "1234567890", "name": "Örnek Ticaret Ltd. Şti.",
+                 "tax_office": "Çankaya",
+                 "address": {"street": "Atatürk Blv. 5", "district": "Çankaya",
+                             "city": "Ankara", "postal_zone": "06690", "country": "Türkiye"}},
+    "lines": [{"description": "Widget", "quantity": "2.5", "unit_price": "10.00",
+               "vat_rate": "20", "unit_code": "KGM"},
+              {"description": "Service", "quantity": "1", "unit_price": "100.00",
+               "vat_rate": "10"}]})
+#: The chain variants (--chain): the schema as migrated, and the schema before the chain.
+CHAIN_VARIANTS = ("chain", "nochain")
+NOCHAIN_REVISION = "0008"
+
+
 def make_drafts(url: str, series: str, start: int, count: int) -> None:
+    """RECEIVED drafts; with the chain (0009) they carry their message's hash, as
+    intake_invoice stores them (the hash is paid when the message is stored, not here)."""
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        hashed = conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_name = 'invoices' "
+            "AND column_name = 'message_sha256'").fetchone() is not None
         conn.execute(
-            "INSERT INTO invoices (invoice_id, tenant, series, payload) "
-            "SELECT %s || '-' || g, 'bench', %s, '{}'::jsonb "
-            "FROM generate_series(%s::bigint, %s::bigint) g",
-            (series, series, start, start + count - 1))
+            "INSERT INTO invoices (invoice_id, tenant, series, payload"
+            + (", message_sha256" if hashed else "") + ") "
+            "SELECT %s || '-' || g, 'bench', %s, p"
+            + (", gapless_message_sha256(p)" if hashed else "") + " "
+            "FROM generate_series(%s::bigint, %s::bigint) g, CAST(%s AS jsonb) AS p",
+            (series, series, start, start + count - 1, DRAFT_PAYLOAD["value"]))
         conn.execute("VACUUM ANALYZE invoices")
         conn.execute("VACUUM ANALYZE invoice_events")
 
@@ -232,6 +265,75 @@ async def reservation_bench(urls: dict[str, str], levels: list[int], series_leve
         for engine in engines.values():
             await engine.dispose()
     return rows
+
+
+async def chain_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
+                      seconds: float, slice_s: float, estimate: int) -> list[list[object]]:
+    """--chain: the claim with the chain (schema 0009) and without (0008), interleaved in
+    slices per (connections, series) cell as in reservation_bench."""
+    engines = {v: make_engine(urls[v], actor="bench", pool_size=max(levels) + 2)
+               for v in CHAIN_VARIANTS}
+    drafts = Drafts()
+    rows: list[list[object]] = []
+    try:
+        for v in CHAIN_VARIANTS:
+            for code in SERIES:
+                drafts.ensure(urls[v], code, int(estimate / len(SERIES)) + 100)
+            await claims(engines[v], urls[v], drafts, max(levels), len(SERIES), 1.0)
+        for n, s in zip(levels, series_levels, strict=True):
+            per_series = int(estimate * seconds * 1.5 / s) + 100
+            for v in CHAIN_VARIANTS:
+                for code in SERIES[:s]:
+                    drafts.ensure(urls[v], code, per_series)
+            done: dict[str, float] = defaultdict(float)
+            spent: dict[str, float] = defaultdict(float)
+            lats: dict[str, list[float]] = defaultdict(list)
+            turn = 0
+            while min(spent[v] for v in CHAIN_VARIANTS) < seconds:
+                order = CHAIN_VARIANTS if turn % 2 == 0 else tuple(reversed(CHAIN_VARIANTS))
+                for v in order:
+                    elapsed, latency = await claims(engines[v], urls[v], drafts, n, s, slice_s)
+                    done[v] += len(latency)
+                    spent[v] += elapsed
+                    lats[v].extend(latency)
+                turn += 1
+            rate = {v: done[v] / spent[v] for v in CHAIN_VARIANTS}
+            print(f"  connections {n} series {s}: " + ", ".join(
+                f"{v} {rate[v]:,.0f}/s" for v in CHAIN_VARIANTS), file=sys.stderr)
+            rows.append([
+                n, s, f"{rate['nochain']:,.0f}", f"{rate['chain']:,.0f}",
+                f"{rate['chain'] / rate['nochain']:.2f}",
+                f"{median(lats['nochain']):.2f} / {percentile(lats['nochain'], 0.99):.2f}",
+                f"{median(lats['chain']):.2f} / {percentile(lats['chain'], 0.99):.2f}",
+            ])
+    finally:
+        for engine in engines.values():
+            await engine.dispose()
+    return rows
+
+
+def run_chain_bench(args: argparse.Namespace) -> None:
+    """--chain: pairs of (connections, series) from --connections and --series, e.g. 1,16
+    and 1,8 give the cells 1 × 1 and 16 × 8."""
+    levels = [int(c) for c in args.connections.split(",")]
+    series_levels = [int(s) for s in args.series.split(",")]
+    if len(levels) != len(series_levels):
+        raise SystemExit("--chain pairs --connections with --series: give as many of each")
+    DRAFT_PAYLOAD["value"] = CHAIN_PAYLOAD
+    with ExitStack() as stack:
+        urls = {v: stack.enter_context(bench_database(f"chain_{v}")) for v in CHAIN_VARIANTS}
+        downgrade(urls["nochain"], NOCHAIN_REVISION)
+        for url in urls.values():
+            asyncio.run(_define_series(url))
+        rows = asyncio.run(chain_bench(urls, levels, series_levels, args.seconds, args.slice,
+                                       args.estimate))
+    print(f"machine: {machine()}; {args.seconds:g} s per variant and cell, in interleaved "
+          f"{args.slice:g} s slices; claim = the worker's reservation transaction "
+          "(claim_for_sending) of a draft with a realistic message")
+    print_table("Claims per second without the chain (schema 0008) and with it (0009); "
+                "latency ms median / p99",
+                ["connections", "series", "nochain/s", "chain/s", "chain ÷ nochain",
+                 "nochain latency", "chain latency"], rows)
 
 
 # ---------------------------------------------------------------- the same claim, SQL only
@@ -445,7 +547,12 @@ def main() -> None:
                         help="claims/s pgbench might reach (drafts are made ahead)")
     parser.add_argument("--read-events", type=int, default=60_000)
     parser.add_argument("--read-repeats", type=int, default=3)
+    parser.add_argument("--chain", action="store_true",
+                        help="only the chain's cost: cells pair --connections with --series")
     args = parser.parse_args()
+    if args.chain:
+        run_chain_bench(args)
+        return
     levels = [int(c) for c in args.connections.split(",")]
     series_levels = [int(s) for s in args.series.split(",")]
     if max(series_levels) > len(SERIES):

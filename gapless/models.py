@@ -80,6 +80,9 @@ number_counters = Table(
     Column("last_no", BigInteger, nullable=False),
     *_stamped("created_at", "updated_at"),
     Column("last_at", TZ),
+    # The head of the counter's chain (0009): its last record's seq and hash (none yet: 0, NULL).
+    Column("chain_seq", BigInteger, nullable=False, server_default=text("0")),
+    Column("chain_hash", Text),
     PrimaryKeyConstraint("tenant", "series", "period_key", name="number_counters_pkey"),
     ForeignKeyConstraint(["tenant", "series"], ["series.tenant", "series.code"],
                          name="number_counters_series_fkey"),
@@ -112,6 +115,8 @@ invoices = Table(
     Column("gib_detail", Text),
     Column("gib_checked_at", TZ),
     Column("gib_next_check_at", TZ),
+    # The SHA-256 of the stored message's canonical JSON (0009, docs/chain.md).
+    Column("message_sha256", Text),
     CheckConstraint("gib_status IN ('pending', 'accepted', 'refused')",
                     name="invoices_gib_status_kind"),
     CheckConstraint("gib_status IS NULL OR status = 'ISSUED'", name="invoices_gib_status_issued"),
@@ -193,6 +198,25 @@ invoice_documents = Table(
     CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="invoice_documents_sha256_hex"),
 )
 
+#: The tamper-evident chain of every counter (docs/chain.md); append-only.
+chain_records = Table(
+    "chain_records", metadata,
+    *_required(Text, "tenant", "series", "period_key"),
+    Column("seq", BigInteger, nullable=False),
+    *_required(Text, "version", "kind"),
+    Column("reserved_no", BigInteger, nullable=False),
+    Column("number", Text, nullable=False),
+    Column("invoice_id", Text),
+    Column("uuid", UUID(as_uuid=True)),
+    *[Column(name, Text) for name in ("message_sha256", "document_sha256", "ref", "reason")],
+    Column("at", TZ, nullable=False),
+    Column("migrated", Boolean, nullable=False, server_default=text("false")),
+    Column("hash", Text, nullable=False),
+    PrimaryKeyConstraint("tenant", "series", "period_key", "seq", name="chain_records_pkey"),
+    CheckConstraint("kind IN ('seal', 'issued', 'rejected', 'voided', 'corrected')",
+                    name="chain_records_kind"),
+)
+
 #: SQL functions the code (and producers in other frameworks) call.
 EXPECTED_FUNCTIONS = frozenset({
     "gapless_next_id", "gapless_period_key", "gapless_render", "format_number", "next_number",
@@ -201,4 +225,6 @@ EXPECTED_FUNCTIONS = frozenset({
     "gapless_seal", "gapless_profile_version", "gapless_take", "gapless_claim_row",
     "intake_invoice", "gapless_append_only", "gapless_durable_commit", "gapless_rebase_ids",
     "gapless_config_rebase_ids", "gapless_invoice_verdict",
+    "gapless_canonical_json", "gapless_message_sha256", "gapless_chain_genesis",
+    "gapless_chain_link", "gapless_chain_append", "gapless_invoice_chain",
 })

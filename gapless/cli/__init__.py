@@ -73,6 +73,7 @@ COMMAND_MODULES = (
     "gapless.cli.dead",
     "gapless.cli.demo",
     "gapless.cli.doctor",
+    "gapless.cli.chain",
 )
 
 

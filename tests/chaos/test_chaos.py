@@ -55,3 +55,5 @@ async def test_invariants_hold_under_crashes_faults_and_bad_input(
 
     audit = run_gapless(["audit", "--integrator", "--json"], chaos_env, timeout=300)
     assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr[-2000:]
+    chain = run_gapless(["chain", "verify"], chaos_env, timeout=300)  # I8 after the crashes
+    assert chain.returncode == 0, chain.stdout[-4000:] + chain.stderr[-2000:]

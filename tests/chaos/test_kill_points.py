@@ -29,7 +29,7 @@ from gapless.settings import Settings
 from tests.chaos.checker import Expectations, History, check
 from tests.chaos.scenario import Poller, invoice_message, read_dead_letters
 from tests.faults import fault_env
-from tests.helpers import GaplessProcess, await_sql, await_until
+from tests.helpers import GaplessProcess, await_sql, await_until, run_gapless
 from tests.mock_client import MockIntegratorClient
 
 INVOICES = [f"kp-{n}" for n in range(1, 6)]
@@ -171,3 +171,5 @@ async def test_kill_at_each_step_then_restart_ends_all_issued_without_gap_or_dup
     print(f"\nkill at {step}\n{report.summary()}")
     report.raise_for_violations()
     assert len(history.ledger) == len(INVOICES)
+    chain = run_gapless(["chain", "verify"], chaos_env)  # I8: the chain survived the kill
+    assert chain.returncode == 0, chain.stdout[-4000:] + chain.stderr[-2000:]

@@ -295,8 +295,16 @@ async def test_no_transaction_is_open_while_the_integrator_answers(
     await asyncio.sleep(0.02)  # past the first wait of 0.01 s
     round_ = asyncio.create_task(loop.run_round())
     try:
+        # In flight: the claim (gib_next_check_at set on all four) has committed and no answer
+        # has come back yet. (The mock counts a question after its latency, when it answers: a
+        # count of 1 would find the answers' own short writes open, not a transaction held
+        # across the questions.)
         async def in_flight() -> bool:
-            return mock_integrator.stats()["gib_status_checks"] >= 1
+            async with engine.connect() as conn:
+                claimed = (await conn.execute(text(
+                    "SELECT count(*) FROM invoices WHERE gib_next_check_at IS NOT NULL"))
+                ).scalar_one()
+            return int(claimed) == 4
 
         await await_until(in_flight, 10, message="questions in flight")
         async with engine.connect() as conn:
@@ -304,6 +312,7 @@ async def test_no_transaction_is_open_while_the_integrator_answers(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND application_name = 'gapless-recovery' AND xact_start IS NOT NULL"))
             ).scalar_one()
+        assert mock_integrator.stats()["gib_status_checks"] == 0  # still waiting for answers
         assert open_transactions == 0  # I5: the claim committed before the questions
     finally:
         summary = await round_

@@ -1,0 +1,52 @@
+"""The chain (docs/chain.md): what ``gapless chain verify`` reads.
+
+Every statement reads only (MVCC snapshot, no lock) and takes the filters ``:tenant`` and
+``:series`` (NULL: all). Run them in one REPEATABLE READ transaction (``SET_SNAPSHOT`` first) so
+that they see one state of the database.
+"""
+
+from sqlalchemy import text
+
+#: One snapshot for every statement below (first statement of the transaction).
+SET_SNAPSHOT = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+_SCOPE = """(CAST(:tenant AS text) IS NULL OR {t}.tenant = :tenant)
+           AND (CAST(:series AS text) IS NULL OR {t}.series = :series)"""
+
+#: The counters in scope with their heads, in chain order.
+COUNTERS = text(f"""
+    SELECT c.tenant, c.series, c.period_key, c.last_no, c.chain_seq, c.chain_hash
+      FROM number_counters c
+     WHERE {_SCOPE.format(t="c")}
+     ORDER BY c.tenant, c.series, c.period_key
+""")  # noqa: S608 - constant text only; values are bound
+
+#: Every record of the chains in scope, by chain and seq (the uuid as text, lowercase).
+RECORDS = text(f"""
+    SELECT r.tenant, r.series, r.period_key, r.seq, r.version, r.kind, r.reserved_no, r.number,
+           r.invoice_id, r.uuid::text AS uuid, r.message_sha256, r.document_sha256,
+           r.ref, r.reason,
+           to_char(r.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at,
+           r.migrated, r.hash
+      FROM chain_records r
+     WHERE {_SCOPE.format(t="r")}
+     ORDER BY r.tenant, r.series, r.period_key, r.seq
+""")  # noqa: S608 - constant text only; values are bound
+
+#: The numbered invoices in scope, with their stored message as JSON text (parsed by the caller,
+#: so numbers keep their exact decimal value).
+INVOICES = text(f"""
+    SELECT i.id, i.tenant, i.series, i.period_key, i.reserved_no, i.number, i.invoice_id,
+           i.uuid::text AS uuid, i.status, i.payload::text AS payload, i.document_sha256,
+           i.integrator_ref
+      FROM invoices i
+     WHERE i.reserved_no IS NOT NULL AND {_SCOPE.format(t="i")}
+""")  # noqa: S608 - constant text only; values are bound
+
+#: The stored documents of the numbered invoices in scope (the exact bytes sent).
+DOCUMENTS = text(f"""
+    SELECT d.invoice_pk, d.body
+      FROM invoice_documents d
+      JOIN invoices i ON i.id = d.invoice_pk
+     WHERE i.reserved_no IS NOT NULL AND {_SCOPE.format(t="i")}
+""")  # noqa: S608 - constant text only; values are bound
