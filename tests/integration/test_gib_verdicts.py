@@ -296,9 +296,8 @@ async def test_no_transaction_is_open_while_the_integrator_answers(
     round_ = asyncio.create_task(loop.run_round())
     try:
         # In flight: the claim (gib_next_check_at set on all four) has committed and no answer
-        # has come back yet. (The mock counts a question after its latency, when it answers: a
-        # count of 1 would find the answers' own short writes open, not a transaction held
-        # across the questions.)
+        # has been recorded yet (each takes 700 ms): a transaction open now would be one held
+        # across the questions, not an answer's own short write.
         async def in_flight() -> bool:
             async with engine.connect() as conn:
                 claimed = (await conn.execute(text(
@@ -312,7 +311,10 @@ async def test_no_transaction_is_open_while_the_integrator_answers(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND application_name = 'gapless-recovery' AND xact_start IS NOT NULL"))
             ).scalar_one()
-        assert mock_integrator.stats()["gib_status_checks"] == 0  # still waiting for answers
+        async with engine.connect() as conn:
+            answered = (await conn.execute(text(
+                "SELECT count(*) FROM invoices WHERE gib_checked_at IS NOT NULL"))).scalar_one()
+        assert answered == 0  # still waiting for the answers
         assert open_transactions == 0  # I5: the claim committed before the questions
     finally:
         summary = await round_
