@@ -73,7 +73,7 @@ from gapless.logging import get_logger
 from gapless.message import InvalidMessage, InvoiceMessage, parse_message, priority_of
 from gapless.numbering import SeriesSpec, gib_layout_problem
 from gapless.render import Renderer, RenderError
-from gapless.routing import RecipientUnavailable, Route, Router, RoutingRefused
+from gapless.routing import ROUTED, RecipientUnavailable, Route, Router, RoutingRefused
 from gapless.settings import Settings
 from gapless.tenants import Profile
 from worker import metrics
@@ -241,7 +241,7 @@ class IssuingFlow:
         :mod:`gapless.routing`). A message that contradicts the routing, or names a series that
         does not exist, is dead-lettered — unless its invoice is numbered already (a redelivery
         goes on as sealed); when the integrator cannot answer the recipient check, it waits."""
-        if profile is not None:
+        if profile is not None and await self._may_route(message):
             # A numbered invoice (a redelivery, a duplicate) keeps the route it was sealed with.
             known = await invoice_state(self.db, message.invoice_id)
             if known is not None and known.number is not None:
@@ -264,6 +264,16 @@ class IssuingFlow:
             return self._requeue("recipient_check_unavailable", bound, backoff_s=1.0,
                                  pause=refused or not self.guard.accepting())
 
+
+    async def _may_route(self, message: InvoiceMessage) -> bool:
+        """Whether routing may choose this message's series: it names none, or one of a routed
+        channel. A message naming a series without routing is numbered there as before routing
+        existed, so the issuing path skips the read of the invoice's state (the cached series
+        answers)."""
+        if message.series is None:
+            return True
+        spec = await self.catalog.series(message.tenant, message.series)
+        return spec is not None and spec.channel in ROUTED
 
     def _refusal(self, message: InvoiceMessage, series: SeriesSpec,
                  profile: Profile | None) -> str | None:
