@@ -196,7 +196,7 @@ async def baseline_worker(design: str, concurrency: int) -> None:
     connection = await aio_pika.connect_robust(settings.amqp_url)
     channel = await connection.channel()
     await channel.set_qos(prefetch_count=concurrency)
-    queue = await declare_topology(channel, settings.queue)
+    [queue] = await declare_topology(channel, settings)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     url = settings.integrator_url + "/invoices"

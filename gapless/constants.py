@@ -10,6 +10,7 @@ MAX_PRIORITY = 4
 PRIORITIES = {"user": PRIORITY_USER, "batch": PRIORITY_BATCH}
 
 DEAD_SUFFIX = ".dead"
+USER_SUFFIX = ".user"
 DLX_SUFFIX = ".dlx"
 
 HEADER_DEAD_REASON = "x-gapless-reason"
@@ -27,6 +28,11 @@ def dead_queue_name(prefix: str) -> str:
 
 def dead_exchange_name(prefix: str) -> str:
     return prefix + DLX_SUFFIX
+
+
+def user_queue_name(prefix: str) -> str:
+    """The queue of user work in quorum mode (quorum queues have no priorities)."""
+    return prefix + USER_SUFFIX
 
 
 class Status(StrEnum):

@@ -228,14 +228,14 @@ async def prepare_database(settings: Settings, config: DemoConfig) -> str:
 
 async def delete_queues(settings: Settings) -> None:
     """Remove the run's queues and dead-letter exchange (best effort: the run is over)."""
-    import aio_pika
+    from gapless.publisher import connect_once, work_queues
 
     try:
-        connection = await aio_pika.connect(settings.amqp_url, timeout=10)
+        connection = await connect_once(settings)
     except Exception:  # the broker went away: nothing left to clean
         return
     async with connection:
-        for queue in (settings.queue, dead_queue_name(settings.queue)):
+        for queue in (*work_queues(settings), dead_queue_name(settings.queue)):
             channel = await connection.channel()
             with contextlib.suppress(Exception):
                 await channel.queue_delete(queue)
@@ -648,12 +648,12 @@ async def _observe(settings: Settings, progress: Progress, players: Cast,
                    engine: AsyncEngine) -> None:
     """Refresh the counts, the queue depths and (every two seconds) the breakers."""
     from gapless.cli.status import read_breakers
-    from gapless.publisher import queue_depths
+    from gapless.publisher import queue_depths, work_queues
 
     await update_progress(engine, progress)
     try:
         depths = await queue_depths(settings)
-        progress.ready = depths[settings.queue]
+        progress.ready = sum(depths[name] for name in work_queues(settings))
         progress.dead = depths[dead_queue_name(settings.queue)]
     except GaplessError:
         progress.ready = progress.dead = None

@@ -15,6 +15,7 @@ repeated ``invoice_id`` onto the same invoice).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -34,11 +35,17 @@ from aio_pika.abc import (
     AbstractChannel,
     AbstractConnection,
     AbstractQueue,
-    AbstractRobustChannel,
-    AbstractRobustConnection,
 )
 from pamqp.common import FieldValue
 
+from gapless.broker import (
+    NodesConnection,
+    node_label,
+    node_urls,
+    open_plain,
+    open_robust,
+    split_urls,
+)
 from gapless.constants import (
     CONTENT_TYPE_JSON,
     HEADER_DEAD_AT,
@@ -46,19 +53,21 @@ from gapless.constants import (
     HEADER_DEAD_WORKER,
     MAX_PRIORITY,
     PRIORITIES,
+    PRIORITY_USER,
     dead_exchange_name,
     dead_queue_name,
+    user_queue_name,
 )
 from gapless.errors import ConfigurationError, GaplessError
 from gapless.logging import get_logger
 from gapless.message import InvoiceMessage, validate_message
-from gapless.settings import Settings, load_settings
+from gapless.settings import DEFAULT_DELIVERY_LIMIT, QueueType, Settings, load_settings
 
 log = get_logger(__name__)
 
 #: AMQP shortstr limit: a longer invoice_id is not copied into ``message_id``.
 _MAX_SHORTSTR = 255
-DEFAULT_CONFIRM_TIMEOUT_S = 30.0
+DEFAULT_CONFIRM_TIMEOUT_S = 10.0
 
 
 class PublishRefused(GaplessError):
@@ -67,6 +76,12 @@ class PublishRefused(GaplessError):
     Check that the queue exists (``gapless worker`` or ``gapless publish`` declare it) and that
     the broker has room (memory/disk alarms); then publish again.
     """
+
+
+class PublishNacked(PublishRefused):
+    """The broker answered the publish with a nack (it did not take the message). Publishing
+    again on a fresh connection usually succeeds: a channel opened during a quorum queue's
+    leader election may nack every publish while a new connection works."""
 
 
 class PublishUnconfirmed(GaplessError):
@@ -99,11 +114,19 @@ _USERINFO_PASSWORD = re.compile(r"(//[^:/@]*):[^@/]*@")
 
 
 def redact_url(url: str) -> str:
-    """Any URL (amqp, postgresql, http) without its password, for messages and logs.
+    """Any URL (amqp, postgresql, http) without its password, for messages and logs; every URL
+    of a comma-separated list (the RabbitMQ nodes of ``GAPLESS_AMQP_URL``).
 
     Both places a password can hide are masked: ``user:password@`` and a ``password=`` query
     parameter (libpq accepts one).
     """
+    urls = split_urls(url)
+    if len(urls) > 1:
+        return ",".join(_redact_one(part) for part in urls)
+    return _redact_one(url)
+
+
+def _redact_one(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
         password = parts.password
@@ -205,29 +228,66 @@ def _library_logs_held() -> Iterator[None]:
                 logging.getLogger(record.name).handle(record)
 
 
-def main_queue_arguments(prefix: str) -> dict[str, FieldValue]:
-    """The arguments of queue ``<prefix>``; every declarer must use exactly these."""
+def main_queue_arguments(prefix: str, queue_type: QueueType = "classic", *,
+                         delivery_limit: int = DEFAULT_DELIVERY_LIMIT) -> dict[str, FieldValue]:
+    """The arguments of the work queues; every declarer must use exactly these.
+
+    classic: one queue ``<prefix>`` with ``x-max-priority: 4``. quorum: replicated quorum
+    queues ``<prefix>`` and ``<prefix>.user`` with at-least-once dead-lettering (which needs
+    ``x-overflow: reject-publish``) and a delivery limit, so a message that never reaches an
+    outcome (one that kills its worker, say) ends in ``<prefix>.dead`` instead of looping.
+    """
+    if queue_type == "quorum":
+        return {"x-queue-type": "quorum", "x-dead-letter-exchange": dead_exchange_name(prefix),
+                "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish",
+                "x-delivery-limit": delivery_limit}
     return {"x-max-priority": MAX_PRIORITY, "x-dead-letter-exchange": dead_exchange_name(prefix)}
 
 
-async def declare_topology(channel: AbstractChannel, prefix: str) -> AbstractQueue:
-    """Declare the queue ``<prefix>``, exchange ``<prefix>.dlx`` and queue ``<prefix>.dead``.
+def dead_queue_arguments(queue_type: QueueType = "classic") -> dict[str, FieldValue]:
+    return {"x-queue-type": "quorum"} if queue_type == "quorum" else {}
+
+
+def work_queues(settings: Settings) -> tuple[str, ...]:
+    """The queues a worker consumes, user work first: ``(<prefix>.user, <prefix>)`` in quorum
+    mode, ``(<prefix>,)`` in classic mode (priorities inside one queue)."""
+    if settings.queue_type == "quorum":
+        return (user_queue_name(settings.queue), settings.queue)
+    return (settings.queue,)
+
+
+def work_queue(settings: Settings, priority: int | None) -> str:
+    """Where a message of this AMQP priority goes: in quorum mode user work (4 and above) to
+    ``<prefix>.user``, the rest to ``<prefix>``; in classic mode everything to ``<prefix>``."""
+    if settings.queue_type == "quorum" and (priority or 0) >= PRIORITY_USER:
+        return user_queue_name(settings.queue)
+    return settings.queue
+
+
+async def declare_topology(channel: AbstractChannel, settings: Settings) -> list[AbstractQueue]:
+    """Declare the work queues (:func:`work_queues`), exchange ``<prefix>.dlx`` and queue
+    ``<prefix>.dead``; the work queues, user work first.
 
     Idempotent: the worker, ``gapless publish`` and the API all call it with the same arguments.
-    Raises ConfigurationError when ``<prefix>`` exists with other arguments (the broker refuses
-    to change them; the channel is closed by the broker in that case).
+    Raises ConfigurationError when one exists with other arguments (the broker refuses to
+    change them, and closes the channel), e.g. a classic queue of the prefix in quorum mode.
     """
+    prefix, queue_type = settings.queue, settings.queue_type
     try:
         dead_exchange = await channel.declare_exchange(
             dead_exchange_name(prefix), aio_pika.ExchangeType.FANOUT, durable=True)
-        dead_queue = await channel.declare_queue(dead_queue_name(prefix), durable=True)
+        dead_queue = await channel.declare_queue(dead_queue_name(prefix), durable=True,
+                                                 arguments=dead_queue_arguments(queue_type))
         await dead_queue.bind(dead_exchange, routing_key="")
-        return await channel.declare_queue(prefix, durable=True,
-                                           arguments=main_queue_arguments(prefix))
+        arguments = main_queue_arguments(prefix, queue_type,
+                                         delivery_limit=settings.delivery_limit)
+        return [await channel.declare_queue(name, durable=True, arguments=arguments)
+                for name in work_queues(settings)]
     except aiormq.exceptions.ChannelPreconditionFailed as exc:
         raise ConfigurationError(
             f"queue or exchange of prefix {prefix!r} exists with different settings "
-            f"({exc}); delete it or choose another GAPLESS_QUEUE") from exc
+            f"({exc}); is GAPLESS_QUEUE_TYPE={queue_type} what it was declared with? delete "
+            f"it or choose another GAPLESS_QUEUE") from exc
 
 
 def amqp_priority(priority: str | int | None, default: int | None) -> int | None:
@@ -261,7 +321,7 @@ async def _publish_confirmed(channel: AbstractChannel, message: aio_pika.Message
     except aiormq.exceptions.PublishError as exc:  # Basic.Return: no queue took it
         raise PublishRefused(f"unroutable: no queue {routing_key!r} ({exc})") from exc
     except aiormq.exceptions.DeliveryError as exc:  # Basic.Nack
-        raise PublishRefused(f"the broker refused the message for {routing_key!r}") from exc
+        raise PublishNacked(f"the broker refused the message for {routing_key!r}") from exc
     except (TimeoutError, aiormq.exceptions.AMQPError, ConnectionError,
             RuntimeError) as exc:
         raise PublishUnconfirmed(
@@ -272,94 +332,146 @@ async def _publish_confirmed(channel: AbstractChannel, message: aio_pika.Message
         raise PublishRefused(f"unroutable: no queue {routing_key!r}")
 
 
-async def dead_letter(channel: AbstractChannel, prefix: str, body: bytes, *, reason: str,
-                      headers: dict[str, FieldValue] | None = None,
-                      content_type: str | None = None, message_id: str | None = None,
-                      priority: int | None = None, worker: str | None = None,
-                      confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT_S) -> None:
-    """Copy a message into ``<prefix>.dead`` with the reason, and wait for the broker's confirm.
+def dead_copy(body: bytes, *, reason: str, headers: dict[str, FieldValue] | None = None,
+              content_type: str | None = None, message_id: str | None = None,
+              priority: int | None = None, worker: str | None = None) -> aio_pika.Message:
+    """The copy of a message that goes into ``<prefix>.dead``.
 
-    For the worker: call it with its own consuming channel (aio-pika opens channels with
-    publisher confirms by default, which this needs), and ack the original only after it
-    returns — the bad message then leaves the main queue exactly once, never looping through
-    redelivery. The copy keeps the body, content type, message id and headers, and adds
-    ``x-gapless-reason`` (one line, no payload), ``x-gapless-dead-at`` (UTC ISO time) and
-    ``x-gapless-worker`` when given. Raises PublishRefused / PublishUnconfirmed like
-    :meth:`Publisher.publish`.
+    It keeps the body, content type, message id and headers, and adds ``x-gapless-reason`` (one
+    line, no payload), ``x-gapless-dead-at`` (UTC ISO time) and ``x-gapless-worker`` when
+    given. The worker acks the original only once the copy is confirmed, so a bad message
+    leaves the work queue exactly once, never looping through redelivery.
     """
     all_headers: dict[str, FieldValue] = dict(headers or {})
     all_headers[HEADER_DEAD_REASON] = reason
     all_headers[HEADER_DEAD_AT] = datetime.now(UTC).isoformat()
     if worker is not None:
         all_headers[HEADER_DEAD_WORKER] = worker
-    message = aio_pika.Message(
+    return aio_pika.Message(
         body, headers=all_headers, content_type=content_type, message_id=message_id,
         priority=priority, delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         timestamp=datetime.now(UTC))
+
+
+async def dead_letter(channel: AbstractChannel, prefix: str, body: bytes, *, reason: str,
+                      headers: dict[str, FieldValue] | None = None,
+                      content_type: str | None = None, message_id: str | None = None,
+                      priority: int | None = None, worker: str | None = None,
+                      confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT_S) -> None:
+    """Copy a message (:func:`dead_copy`) into ``<prefix>.dead`` on ``channel`` (which needs
+    publisher confirms) and wait for the broker's confirm. Raises PublishRefused /
+    PublishUnconfirmed; :meth:`Publisher.dead_letter` also retries on a fresh connection."""
+    message = dead_copy(body, reason=reason, headers=headers, content_type=content_type,
+                        message_id=message_id, priority=priority, worker=worker)
     await _publish_confirmed(channel, message, dead_queue_name(prefix), confirm_timeout)
     log.info("message_dead_lettered", queue=dead_queue_name(prefix), message_id=message_id,
              reason=reason)
 
 
-#: Seconds to wait for RabbitMQ to accept a connection.
-CONNECT_TIMEOUT_S = 10.0
+async def connect(settings: Settings) -> NodesConnection:
+    """A robust connection to the first node of ``GAPLESS_AMQP_URL`` that answers; it reconnects
+    by itself, to the next node in turn, and restores declared topology and consumers.
 
-
-async def connect(settings: Settings) -> AbstractRobustConnection:
-    """A robust connection (reconnects by itself and restores declared topology).
-
-    The first attempt must succeed: BrokerUnavailable otherwise (with no library log lines).
+    BrokerUnavailable when no node answers (with no library log lines).
     """
     try:
         with _library_logs_held():
-            return await aio_pika.connect_robust(settings.amqp_url, timeout=CONNECT_TIMEOUT_S)
+            return await open_robust(settings.amqp_url)
     except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
         raise broker_unavailable(settings.amqp_url, exc) from exc
 
 
 async def connect_once(settings: Settings) -> AbstractConnection:
-    """A plain connection for a short task (no reconnection); BrokerUnavailable when it cannot
-    be opened (with no library log lines)."""
+    """A plain connection for a short task (no reconnection) to the first node that answers;
+    BrokerUnavailable when none does (with no library log lines)."""
     try:
         with _library_logs_held():
-            return await aio_pika.connect(settings.amqp_url, timeout=CONNECT_TIMEOUT_S)
+            connection, _node = await open_plain(settings.amqp_url)
+            return connection
     except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
         raise broker_unavailable(settings.amqp_url, exc) from exc
 
 
 class Publisher:
-    """Publishes to ``<GAPLESS_QUEUE>`` with persistent delivery and publisher confirms.
+    """Publishes to the work queues with persistent delivery and publisher confirms.
 
     ``async with Publisher(settings) as publisher: await publisher.publish(message)``. Opening it
-    connects (``connect_robust``), opens a channel with publisher confirms and declares the
-    topology. Many ``publish`` calls may run concurrently on one Publisher: confirms are
-    pipelined on the channel.
+    connects to the first node of ``GAPLESS_AMQP_URL`` that answers, opens a channel with
+    publisher confirms and declares the topology. Many ``publish`` calls may run concurrently
+    on one Publisher: confirms are pipelined on the channel.
+
+    Every wait for a confirm is bounded (``confirm_timeout``). A publish whose confirm did not
+    arrive, or that the broker nacked, is published again on a **fresh connection** to the next
+    node, up to ``attempts`` times: after a queue leader change a channel may stay open yet nack
+    (or never confirm) every later publish while a new connection works. Publishing again is
+    safe: the worker maps a repeated ``invoice_id`` onto the same invoice. An unroutable message
+    (no such queue) is refused at once.
     """
 
-    def __init__(self, settings: Settings, *,
-                 confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT_S) -> None:
+    def __init__(self, settings: Settings, *, confirm_timeout: float | None = None,
+                 attempts: int | None = None) -> None:
         self.settings = settings
-        self.confirm_timeout = confirm_timeout
-        self._connection: AbstractRobustConnection | None = None
-        self._channel: AbstractRobustChannel | None = None
+        self.confirm_timeout = (settings.confirm_timeout_s if confirm_timeout is None
+                                else confirm_timeout)
+        self.attempts = settings.publish_attempts if attempts is None else attempts
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._node = 0
+        #: Bumped at every reopen, so concurrent failures of one channel reopen it once.
+        self._generation = 0
+        self._reopening = asyncio.Lock()
 
     @property
-    def channel(self) -> AbstractRobustChannel:
+    def channel(self) -> AbstractChannel:
         if self._channel is None:
             raise RuntimeError("Publisher is not started; use `async with Publisher(...)`")
         return self._channel
 
+    @property
+    def node(self) -> str:
+        """``host:port`` of the node this publisher is connected to."""
+        return node_label(node_urls(self.settings.amqp_url)[self._node])
+
     async def start(self) -> None:
-        self._connection = await connect(self.settings)
+        await self._open(self._node)
+        log.debug("publisher_started", queue=self.settings.queue, node=self.node)
+
+    async def _open(self, start: int) -> None:
         try:
-            self._channel = await self._connection.channel(publisher_confirms=True,
-                                                           on_return_raises=True)
-            await declare_topology(self._channel, self.settings.queue)
+            with _library_logs_held():
+                connection, self._node = await open_plain(self.settings.amqp_url, start=start)
+        except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
+            raise broker_unavailable(self.settings.amqp_url, exc) from exc
+        try:
+            channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+            await declare_topology(channel, self.settings)
         except BaseException:
-            await self._connection.close()
-            self._connection = self._channel = None
+            await connection.close()
             raise
-        log.debug("publisher_started", queue=self.settings.queue)
+        self._connection, self._channel = connection, channel
+
+    async def _reopen(self, generation: int) -> None:
+        """A fresh connection, to the next node, unless another publish already made one."""
+        async with self._reopening:
+            if generation != self._generation:
+                return
+            old, self._connection, self._channel = self._connection, None, None
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(old.close(), self.confirm_timeout)
+            await self._open(self._node + 1)
+            self._generation += 1
+            log.info("publisher_reconnected", node=self.node)
+
+    async def ping(self) -> None:
+        """One round trip to the broker (a passive declare of ``<prefix>``), on a fresh
+        connection if this one is gone; raises when the broker does not answer."""
+        channel = self._channel
+        if channel is None or channel.is_closed:
+            await self._reopen(self._generation)
+            channel = self.channel
+        underlay = await channel.get_underlay_channel()
+        await underlay.queue_declare(self.settings.queue, passive=True)
 
     async def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
@@ -374,6 +486,29 @@ class Publisher:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
 
+    async def _confirmed(self, message: aio_pika.Message, routing_key: str) -> None:
+        """Publish and wait for the confirm, again on a fresh connection when it does not come
+        (or the broker nacks), up to ``attempts`` times."""
+        for attempt in range(1, self.attempts + 1):
+            generation = self._generation
+            try:
+                if self._channel is None:
+                    raise PublishUnconfirmed("no channel (the last reconnection failed)")
+                await _publish_confirmed(self._channel, message, routing_key,
+                                         self.confirm_timeout)
+                return
+            except (PublishUnconfirmed, PublishNacked) as exc:
+                if attempt == self.attempts:
+                    raise
+                log.warning("publish_retrying", routing_key=routing_key, attempt=attempt,
+                            error=type(exc).__name__, node=self.node)
+                try:
+                    await self._reopen(generation)
+                except BrokerUnavailable as unavailable:
+                    raise PublishUnconfirmed(
+                        f"no confirm for a message to {routing_key!r}, and no node answers "
+                        f"({unavailable.reason}); publishing it again is safe") from unavailable
+
     async def publish(self, message: InvoiceMessage | dict[str, Any] | bytes, *,
                       priority: str | int | None = None,
                       headers: dict[str, FieldValue] | None = None,
@@ -385,7 +520,8 @@ class Publisher:
         ``priority`` if given, else the message's own (user 4, batch 1, absent → batch) and its
         ``message_id`` is the ``invoice_id``. Raw ``bytes`` are sent as they are — no
         validation, priority 0 unless ``priority`` is given (aio-pika always sends the property)
-        — which is how tests and tools put malformed messages on the queue. Raises
+        — which is how tests and tools put malformed messages on the queue. In quorum mode user
+        work (priority 4 and above) goes to ``<prefix>.user``, the rest to ``<prefix>``. Raises
         PublishRefused or PublishUnconfirmed.
         """
         if isinstance(message, bytes):
@@ -399,20 +535,22 @@ class Publisher:
             priority=amqp_priority(priority, default_priority),
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT, timestamp=datetime.now(UTC),
             app_id="gapless")
-        await _publish_confirmed(self.channel, amqp_message, self.settings.queue,
-                                 self.confirm_timeout)
-        log.debug("message_published", queue=self.settings.queue, message_id=message_id,
+        routing_key = work_queue(self.settings, amqp_message.priority)
+        await self._confirmed(amqp_message, routing_key)
+        log.debug("message_published", queue=routing_key, message_id=message_id,
                   priority=amqp_message.priority)
 
     async def dead_letter(self, body: bytes, *, reason: str,
                           headers: dict[str, FieldValue] | None = None,
                           content_type: str | None = None, message_id: str | None = None,
                           priority: int | None = None, worker: str | None = None) -> None:
-        """:func:`dead_letter` on this publisher's channel and queue prefix."""
-        await dead_letter(self.channel, self.settings.queue, body, reason=reason,
-                          headers=headers, content_type=content_type, message_id=message_id,
-                          priority=priority, worker=worker,
-                          confirm_timeout=self.confirm_timeout)
+        """Copy a message into ``<prefix>.dead`` with the reason (see :func:`dead_letter`),
+        confirmed, again on a fresh connection when the confirm does not come."""
+        message = dead_copy(body, reason=reason, headers=headers, content_type=content_type,
+                            message_id=message_id, priority=priority, worker=worker)
+        await self._confirmed(message, dead_queue_name(self.settings.queue))
+        log.info("message_dead_lettered", queue=dead_queue_name(self.settings.queue),
+                 message_id=message_id, reason=reason)
 
 
 async def publish_invoice(message: dict[str, Any] | InvoiceMessage, *,
@@ -434,12 +572,12 @@ async def publish_invoice(message: dict[str, Any] | InvoiceMessage, *,
 
 
 async def queue_depths(settings: Settings) -> dict[str, int]:
-    """Ready-message counts of ``<prefix>`` and ``<prefix>.dead`` (0 for a missing queue).
+    """Ready-message counts of the work queues and ``<prefix>.dead`` (0 for a missing queue).
 
     Passive declarations: nothing is created. Each uses its own channel, because the broker
     closes a channel whose passive declare finds no queue.
     """
-    names = (settings.queue, dead_queue_name(settings.queue))
+    names = (*work_queues(settings), dead_queue_name(settings.queue))
     connection = await connect_once(settings)
     depths: dict[str, int] = {}
     async with connection:
@@ -457,6 +595,7 @@ async def queue_depths(settings: Settings) -> dict[str, int]:
 
 __all__ = [
     "BrokerUnavailable",
+    "PublishNacked",
     "PublishRefused",
     "PublishUnconfirmed",
     "Publisher",
@@ -464,10 +603,13 @@ __all__ = [
     "broker_unavailable",
     "connect",
     "connect_once",
+    "dead_copy",
     "dead_letter",
     "declare_topology",
     "main_queue_arguments",
     "publish_invoice",
     "queue_depths",
     "redact_url",
+    "work_queue",
+    "work_queues",
 ]

@@ -10,6 +10,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gapless.ids import MAX_CLUSTER_ID
 
+QueueType = Literal["classic", "quorum"]
+#: Deliveries of one message (quorum mode) before RabbitMQ dead-letters it: high enough that
+#: requeues during outages and restarts never reach it, low enough that a message killing its
+#: worker every time stops looping.
+DEFAULT_DELIVERY_LIMIT = 20
+
 
 class Settings(BaseSettings):
     """Every knob of every gapless process. Names and defaults of the first five are contract."""
@@ -21,6 +27,16 @@ class Settings(BaseSettings):
     queue: str = "invoices"
     integrator_url: str = "http://127.0.0.1:8085"
     cluster_id: int = 0
+    queue_type: QueueType = Field("classic", description="classic: one queue with priorities; "
+                                  "quorum: replicated quorum queues, user work on <prefix>.user")
+
+    # RabbitMQ behaviour.
+    delivery_limit: int = Field(DEFAULT_DELIVERY_LIMIT, ge=1, description="quorum mode: "
+                                "deliveries of a message before it is dead-lettered")
+    confirm_timeout_s: float = Field(10.0, gt=0, description="Longest wait for one publisher "
+                                     "confirm; then the publish is tried on a fresh connection")
+    publish_attempts: int = Field(3, ge=1, description="Publishes of one message (each on a "
+                                  "fresh connection to the next node) before giving up")
 
     # Database behaviour.
     lock_timeout_ms: int = Field(5000, ge=1, description="Counter/invoice lock wait limit")
@@ -76,6 +92,14 @@ class Settings(BaseSettings):
             raise ValueError(f"cluster id must be between 0 and {MAX_CLUSTER_ID}, got {value}")
         return value
 
+    @field_validator("amqp_url")
+    @classmethod
+    def _amqp_nodes(cls, value: str) -> str:
+        from gapless.broker import node_urls
+
+        node_urls(value)  # ValueError names the URL that is not an AMQP one
+        return value
+
     @field_validator("queue")
     @classmethod
     def _queue_name(cls, value: str) -> str:
@@ -105,6 +129,7 @@ def process_environment(settings: Settings, **extra: str) -> dict[str, str]:
         "GAPLESS_DATABASE_URL": settings.database_url,
         "GAPLESS_AMQP_URL": settings.amqp_url,
         "GAPLESS_QUEUE": settings.queue,
+        "GAPLESS_QUEUE_TYPE": settings.queue_type,
         "GAPLESS_CLUSTER_ID": str(settings.cluster_id),
         "GAPLESS_LOG_FORMAT": "json",
     })

@@ -90,7 +90,7 @@ def _delete_queues(prefix: str) -> None:
 
     import aio_pika
 
-    from gapless.constants import dead_exchange_name, dead_queue_name
+    from gapless.constants import dead_exchange_name, dead_queue_name, user_queue_name
 
     async def delete() -> None:
         try:
@@ -98,7 +98,7 @@ def _delete_queues(prefix: str) -> None:
         except Exception:  # broker gone: nothing to clean
             return
         async with connection:
-            for queue in (prefix, dead_queue_name(prefix)):
+            for queue in (prefix, user_queue_name(prefix), dead_queue_name(prefix)):
                 channel = await connection.channel()
                 with contextlib.suppress(Exception):  # absent queue
                     await channel.queue_delete(queue)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -157,3 +159,75 @@ def run_ok(argv: list[str], *, cwd: Path, env: dict[str, str],
     assert result.returncode == 0, (f"{' '.join(argv)} exited {result.returncode}\n"
                                     f"{result.stdout}\n{result.stderr}")
     return result
+
+
+class TcpProxy:
+    """A TCP forwarder on 127.0.0.1 that the test can cut and restore: a service outage as the
+    API sees it, without touching the shared PostgreSQL or RabbitMQ."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("127.0.0.1", self.port))
+        except OSError:
+            listener.close()
+            raise
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Stop listening and reset every open connection."""
+        if self._listener is not None:
+            # shutdown wakes the thread blocked in accept(); close alone would not (Linux).
+            self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                # The second pump of a pair closes both (the first only shut them down).
+                if source not in self._sockets:
+                    source.close()
+                    sink.close()
+                self._sockets.discard(source)
+                self._sockets.discard(sink)

@@ -9,8 +9,16 @@ Guarantees and why:
 * **Redelivery is harmless.** Delivery tags die with their channel; after a reconnect the broker
   redelivers whatever was unacked, and the database decides (the invoice is found ISSUED, busy,
   or taken over with the same number).
-* **Priorities work.** ``prefetch_count`` equals ``--concurrency``, so the broker hands out at
-  most that many unacked messages and always picks the highest priority for the next free slot.
+* **Priorities work.** Classic mode: ``prefetch_count`` equals ``--concurrency``, so the broker
+  hands out at most that many unacked messages and always picks the highest priority for the
+  next free slot. Quorum mode (no priorities in a quorum queue): user work has its queue
+  ``<prefix>.user``, consumed beside ``<prefix>`` with a prefetch of its own, so a user message
+  is delivered at once however long the batch backlog; at most ``--concurrency`` deliveries are
+  worked on at a time, and a free slot goes to a waiting user delivery first.
+* **Several nodes.** The connection moves to the next node of ``GAPLESS_AMQP_URL`` when its node
+  goes (gapless.broker); unacked deliveries are redelivered by the broker, which the database
+  makes harmless. Dead-letter copies go through a publisher of their own, which bounds its wait
+  for a confirm and tries again on a fresh connection.
 * **No numbers during an outage.** Before claiming, the flow asks the circuit breaker; while it
   is open, deliveries are requeued unconsumed, the consumer is cancelled, and a lookup probe
   (which consumes no number) tests the integrator once the breaker is ready to half-open. The
@@ -32,6 +40,7 @@ from typing import Any
 import structlog
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
+from gapless.constants import PRIORITY_USER
 from gapless.db import Database, check_cluster
 from gapless.integrator.base import (
     Integrator,
@@ -41,7 +50,7 @@ from gapless.integrator.base import (
 )
 from gapless.integrator.guard import GuardedIntegrator
 from gapless.logging import get_logger
-from gapless.publisher import connect, dead_letter, declare_topology
+from gapless.publisher import Publisher, connect, declare_topology
 from gapless.settings import Settings
 from worker import metrics
 from worker.errors import is_database_unavailable
@@ -86,9 +95,10 @@ class Worker:
         self.started = asyncio.Event()
         self._pause = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._queue: AbstractQueue | None = None
-        self._consumer_tag: str | None = None
-        self._channel: AbstractChannel | None = None
+        self._queues: list[AbstractQueue] = []
+        self._consumer_tags: list[tuple[AbstractQueue, str]] = []
+        self._slots = _Slots(concurrency)
+        self._dead_letters: Publisher | None = None
         self._guard: GuardedIntegrator | None = None
         self._flow: IssuingFlow | None = None
         #: When the broker connection was lost (None while connected).
@@ -107,7 +117,7 @@ class Worker:
     @property
     def consuming(self) -> bool:
         """False while paused for the breaker, and once stopping."""
-        return self._consumer_tag is not None
+        return bool(self._consumer_tags)
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         """Consume until a stop is requested; raises ConfigurationError before consuming when
@@ -179,19 +189,26 @@ class Worker:
         # and came back.
         connection.close_callbacks.add(self._on_connection_lost)
         connection.reconnect_callbacks.add(self._on_reconnected)
+        # Dead-letter copies have a connection of their own (a fresh one after a confirm that
+        # does not come); a bad message is acked only once its copy is safely in <prefix>.dead.
+        self._dead_letters = Publisher(settings)
         async with connection:
-            # One channel consumes and dead-letters; it has publisher confirms (aio-pika's
-            # default), so a bad message is acked only once its copy is safely in <prefix>.dead.
             channel = await connection.channel()
-            self._channel = channel
+            # Per consumer: in quorum mode each work queue has this many unacked deliveries.
             await channel.set_qos(prefetch_count=self.concurrency)
-            self._queue = await declare_topology(channel, settings.queue)
-            await self._start_consuming()
-            log.info("worker_started", queue=settings.queue, concurrency=self.concurrency,
-                     pid=os.getpid(), metrics_port=self.metrics_port)
-            self.started.set()
-            await self._supervise()
-            await self._drain(channel)
+            self._queues = await declare_topology(channel, settings)
+            await self._dead_letters.start()
+            try:
+                await self._start_consuming()
+                log.info("worker_started", queues=[queue.name for queue in self._queues],
+                         queue_type=settings.queue_type, concurrency=self.concurrency,
+                         pid=os.getpid(), node=connection.node,
+                         metrics_port=self.metrics_port)
+                self.started.set()
+                await self._supervise()
+                await self._drain(channel)
+            finally:
+                await self._dead_letters.close()
 
     async def _supervise(self) -> None:
         """Wait for a stop; meanwhile pause and resume consuming as the breaker asks."""
@@ -244,27 +261,28 @@ class Worker:
                     detail=str(exc).splitlines()[0] if str(exc) else "",
                     in_flight=len(self._tasks))
 
-    def _on_reconnected(self, _connection: object) -> None:
+    def _on_reconnected(self, connection: object) -> None:
         lost_at, self._amqp_lost_at = self._amqp_lost_at, None
         log.info("amqp_reconnected", consuming=self.consuming,
+                 node=getattr(connection, "node", None),
                  down_s=None if lost_at is None else round(time.monotonic() - lost_at, 1))
 
     # -- consuming ---------------------------------------------------------------------------
 
     async def _start_consuming(self) -> None:
-        assert self._queue is not None
-        self._consumer_tag = await self._queue.consume(self._on_message, no_ack=False)
+        for queue in self._queues:
+            tag = await queue.consume(self._on_message, no_ack=False)
+            self._consumer_tags.append((queue, tag))
         metrics.CONSUMING.set(1)
 
     async def _stop_consuming(self) -> None:
-        tag, self._consumer_tag = self._consumer_tag, None
+        tags, self._consumer_tags = self._consumer_tags, []
         metrics.CONSUMING.set(0)
-        if tag is None or self._queue is None:
-            return
-        try:
-            await self._queue.cancel(tag)
-        except Exception as exc:  # channel already gone: the broker has stopped delivering
-            log.warning("consumer_cancel_failed", error=type(exc).__name__)
+        for queue, tag in tags:
+            try:
+                await queue.cancel(tag)
+            except Exception as exc:  # channel already gone: the broker has stopped delivering
+                log.warning("consumer_cancel_failed", error=type(exc).__name__)
 
     async def _wait_for_integrator(self) -> None:
         """Return when the integrator answers a probe (or a stop is requested).
@@ -312,8 +330,9 @@ class Worker:
         structlog.contextvars.bind_contextvars(delivery_tag=message.delivery_tag)
         metrics.IN_FLIGHT.inc()
         try:
-            verdict = await self._decide(message)
-            await self._settle(message, verdict)
+            async with self._slots.taken(user=(message.priority or 0) >= PRIORITY_USER):
+                verdict = await self._decide(message)
+                await self._settle(message, verdict)
         except asyncio.CancelledError:
             # Shutdown deadline: leave it unacked; the broker redelivers it, the database makes
             # that safe. Never reject here (that would dead-letter a good invoice).
@@ -365,13 +384,12 @@ class Worker:
 
     async def _dead_letter(self, message: AbstractIncomingMessage, reason: str) -> bool:
         """Copy the message into ``<prefix>.dead`` with the reason (confirmed); False if not."""
-        assert self._channel is not None
+        assert self._dead_letters is not None
         try:
-            await dead_letter(self._channel, self.settings.queue, message.body, reason=reason,
-                              headers=dict(message.headers or {}),
-                              content_type=message.content_type,
-                              message_id=message.message_id, priority=message.priority,
-                              worker=WORKER_ID)
+            await self._dead_letters.dead_letter(
+                message.body, reason=reason, headers=dict(message.headers or {}),
+                content_type=message.content_type, message_id=message.message_id,
+                priority=message.priority, worker=WORKER_ID)
         except Exception as exc:
             log.error("dead_letter_failed", reason=reason, error=type(exc).__name__)
             return False
@@ -380,6 +398,50 @@ class Worker:
     async def _backoff(self, seconds: float) -> None:
         if seconds > 0 and not self.stopping:
             await _first(self._stop.wait(), asyncio.sleep(seconds))
+
+
+class _Slots:
+    """At most ``size`` deliveries worked on at a time; a free slot goes to a waiting user
+    delivery before any batch one.
+
+    In classic mode the broker already holds deliveries back (one consumer, prefetch = size),
+    so nobody ever waits here. In quorum mode two consumers each have ``size`` unacked
+    deliveries; the batch ones wait here while user work goes first.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiting: dict[bool, list[asyncio.Future[None]]] = {True: [], False: []}
+
+    @contextlib.asynccontextmanager
+    async def taken(self, *, user: bool) -> Any:
+        if self._free > 0 and not self._waiting[True] and (user or not self._waiting[False]):
+            self._free -= 1
+        else:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting[user].append(waiter)
+            try:
+                await waiter  # the releasing task handed its slot over
+            except asyncio.CancelledError:
+                if waiter in self._waiting[user]:
+                    self._waiting[user].remove(waiter)
+                elif not waiter.cancelled():
+                    self._release()  # handed over just as we were cancelled: pass it on
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        for user in (True, False):
+            waiting = self._waiting[user]
+            while waiting:
+                waiter = waiting.pop(0)
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self._free += 1
 
 
 async def _first(*aws: Any) -> None:

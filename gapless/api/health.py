@@ -47,10 +47,9 @@ async def healthz(request: Request, engine: AsyncEngine = Depends(deps.engine),
             await conn.execute(q.PING)
 
     async def broker() -> None:
-        # A real round trip (passive declare of the main queue) on the publisher's channel;
-        # while the connection is re-established this waits, and times out.
-        channel = await publisher.channel.get_underlay_channel()
-        await channel.queue_declare(settings.queue, passive=True)
+        # A real round trip (passive declare of the main queue) on the publisher's channel,
+        # or on a fresh connection (the next node) when that one is gone.
+        await publisher.ping()
 
     timeout = settings.api_health_timeout_s
     checks = await asyncio.gather(check(database, timeout), check(broker, timeout))

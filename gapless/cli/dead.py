@@ -44,7 +44,7 @@ dead_app = typer.Typer(help="Inspect the dead-letter queue and replay fixed mess
 #: Headers that describe a previous death; a replayed message starts without them.
 _DEATH_HEADERS = ("x-death", "x-first-death-exchange", "x-first-death-queue",
                   "x-first-death-reason", "x-last-death-exchange", "x-last-death-queue",
-                  "x-last-death-reason")
+                  "x-last-death-reason", "x-delivery-count")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,11 @@ def _reason(headers: dict[str, Any]) -> str | None:
         return reason
     deaths = headers.get("x-death")
     if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict):
-        return f"broker: {_text(deaths[0].get('reason'))} in {_text(deaths[0].get('queue'))}"
+        why, queue = _text(deaths[0].get("reason")), _text(deaths[0].get("queue"))
+        if why == "delivery_limit":
+            return (f"broker: delivered too often without an outcome (delivery limit) "
+                    f"in {queue}")
+        return f"broker: {why} in {queue}"
     return None
 
 
@@ -187,14 +191,16 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
     Selected: every message with ``replay_all``, else those whose invoice_id is in
     ``invoice_ids``. A message with a fix in ``fixes`` is published with the fixed body.
     """
-    from gapless.publisher import Publisher
+    from gapless.publisher import Publisher, connect_once
 
     result = ReplayResult()
     found: set[str] = set()
     held: list[Any] = []
-    async with Publisher(settings) as publisher:
-        dead = await publisher.channel.declare_queue(dead_queue_name(settings.queue),
-                                                     durable=True)
+    # Read on a connection of its own: the publisher may move to a fresh connection (another
+    # node) when a confirm does not come, and the held dead copies must stay ackable.
+    async with Publisher(settings) as publisher, await connect_once(settings) as reading:
+        channel = await reading.channel()
+        dead = await channel.declare_queue(dead_queue_name(settings.queue), passive=True)
         try:
             while True:
                 message = await dead.get(no_ack=False, fail=False)

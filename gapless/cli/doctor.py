@@ -109,6 +109,7 @@ async def check_postgres(settings: Settings, facts: list[DatabaseFacts]) -> Chec
 
 
 async def check_rabbitmq(settings: Settings) -> Check:
+    from gapless.broker import node_label, node_urls
     from gapless.publisher import connect_once, redact_url
 
     connection = await connect_once(settings)
@@ -117,10 +118,14 @@ async def check_rabbitmq(settings: Settings) -> Check:
             else {}
         product = str(server.get("product") or "broker")
         version = str(server.get("version") or "").strip()
+        node = node_label(str(getattr(connection, "url", "")))
     finally:
         await connection.close()
-    return Check("rabbitmq", OK,
-                 f"{product} {version} at {redact_url(settings.amqp_url)}".replace("  ", " "))
+    where = redact_url(settings.amqp_url)
+    if len(node_urls(settings.amqp_url)) > 1:
+        where = f"{node} (first of {where} to answer)"
+    return Check("rabbitmq", OK, f"{product} {version} at {where}, "
+                 f"{settings.queue_type} queues".replace("  ", " "))
 
 
 async def check_integrator(settings: Settings) -> Check:

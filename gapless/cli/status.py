@@ -27,8 +27,9 @@ from typing import Any
 
 import typer
 
+from gapless.broker import split_urls
 from gapless.cli.common import AmqpUrlOption, DatabaseUrlOption, QueueOption, run, settings_from
-from gapless.constants import PRIORITY_USER, dead_queue_name
+from gapless.constants import PRIORITY_USER, dead_queue_name, user_queue_name
 from gapless.settings import Settings
 
 MANAGEMENT_PORT = 15672
@@ -205,7 +206,7 @@ def management_target(amqp_url: str, management_url: str | None
     By default: the broker's host on port 15672, with the AMQP URL's user and password (the
     management UI uses the same users). An explicit ``--management-url`` may carry its own.
     """
-    amqp = urllib.parse.urlsplit(amqp_url)
+    amqp = urllib.parse.urlsplit(split_urls(amqp_url)[0])
     user = urllib.parse.unquote(amqp.username or "guest")
     password = urllib.parse.unquote(amqp.password or "guest")
     if management_url:
@@ -223,7 +224,7 @@ def management_target(amqp_url: str, management_url: str | None
 
 
 def amqp_vhost(amqp_url: str) -> str:
-    path = urllib.parse.urlsplit(amqp_url).path
+    path = urllib.parse.urlsplit(split_urls(amqp_url)[0]).path
     return urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
 
 
@@ -275,6 +276,33 @@ async def read_management(settings: Settings, management_url: str | None
             by_priority)
 
 
+async def read_quorum_unacked(settings: Settings, management_url: str | None) -> int | str:
+    """Unacked deliveries of both work queues of quorum mode from the management API, or a
+    note saying why there is no figure."""
+    import httpx
+
+    base, auth = management_target(settings.amqp_url, management_url)
+    vhost = urllib.parse.quote(amqp_vhost(settings.amqp_url), safe="")
+    unacked = 0
+    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, auth=auth) as client:
+        for name in (user_queue_name(settings.queue), settings.queue):
+            queue = urllib.parse.quote(name, safe="")
+            try:
+                response = await client.get(f"{base}/api/queues/{vhost}/{queue}")
+            except httpx.HTTPError:
+                return f"{NO_MANAGEMENT_NOTE} ({base} unreachable)"
+            if response.status_code != 200:
+                return f"{NO_MANAGEMENT_NOTE} ({base} answered {response.status_code})"
+            try:
+                info = response.json()
+            except ValueError:
+                return f"{NO_MANAGEMENT_NOTE} ({base} did not answer JSON)"
+            if not isinstance(info, dict) or "messages_unacknowledged" not in info:
+                return NO_STATISTICS_NOTE
+            unacked += int(info["messages_unacknowledged"] or 0)
+    return unacked
+
+
 async def read_queue(settings: Settings, management_url: str | None
                      ) -> tuple[QueueStatus, Exception | None]:
     """Depth of ``<prefix>`` and ``<prefix>.dead`` (AMQP, current), per priority when the
@@ -284,11 +312,23 @@ async def read_queue(settings: Settings, management_url: str | None
 
     dead = dead_queue_name(settings.queue)
     try:
-        depths, management = await asyncio.gather(
-            queue_depths(settings), read_management(settings, management_url))
+        if settings.queue_type == "quorum":
+            depths, unacked = await asyncio.gather(
+                queue_depths(settings), read_quorum_unacked(settings, management_url))
+        else:
+            depths, management = await asyncio.gather(
+                queue_depths(settings), read_management(settings, management_url))
     except BrokerUnavailable as exc:
         return QueueStatus(settings.queue, None, dead_queue=dead,
                            note=f"broker unreachable: {exc}".splitlines()[0]), exc
+    if settings.queue_type == "quorum":
+        # User work has its own queue: the split by priority is the two queues' depths.
+        user, batch = depths[user_queue_name(settings.queue)], depths[settings.queue]
+        return QueueStatus(
+            settings.queue, user + batch, by_priority={"user": user, "batch": batch},
+            unacked=unacked if isinstance(unacked, int) else None,
+            dead_queue=dead, dead_letters=depths[dead],
+            note=unacked if isinstance(unacked, str) else None), None
     ready = depths[settings.queue]
     if isinstance(management, str):
         return QueueStatus(settings.queue, ready, dead_queue=dead, dead_letters=depths[dead],

@@ -6,11 +6,8 @@ The feed endpoint has its own module (test_api_feed.py).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
-import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +27,7 @@ from gapless.message import MAX_BODY_BYTES
 from gapless.numbering import add_series, build_series_spec
 from gapless.settings import Settings
 from tests.conftest import ApiServers
-from tests.helpers import await_until, free_port, run_gapless, today
+from tests.helpers import TcpProxy, await_until, free_port, run_gapless, today
 from tests.worker_support import take_queue
 
 
@@ -372,78 +369,6 @@ async def test_invoice_ids_with_url_characters_round_trip(
 
 
 # ------------------------------------------------------------------------------ health, metrics
-
-class TcpProxy:
-    """A TCP forwarder on 127.0.0.1 that the test can cut and restore: a service outage as the
-    API sees it, without touching the shared PostgreSQL or RabbitMQ."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = free_port()
-        self._sockets: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._listener: socket.socket | None = None
-
-    def start(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind(("127.0.0.1", self.port))
-        except OSError:
-            listener.close()
-            raise
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def cut(self) -> None:
-        """Stop listening and reset every open connection."""
-        if self._listener is not None:
-            # shutdown wakes the thread blocked in accept(); close alone would not (Linux).
-            self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
-            self._listener = None
-        with self._lock:
-            sockets, self._sockets = self._sockets, set()
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._sockets.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            with self._lock:
-                # The second pump of a pair closes both (the first only shut them down).
-                if source not in self._sockets:
-                    source.close()
-                    sink.close()
-                self._sockets.discard(source)
-                self._sockets.discard(sink)
-
 
 @pytest.fixture
 def proxies(settings: Settings) -> Iterator[tuple[TcpProxy, TcpProxy]]:

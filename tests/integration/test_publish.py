@@ -86,12 +86,12 @@ async def drain(channel: AbstractChannel, name: str) -> list[AbstractIncomingMes
 async def test_topology_declared_twice_and_by_a_publisher_is_fine(
         connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
     prefix = amqp_settings.queue
-    first = await declare_topology(await connection.channel(), prefix)
-    second = await declare_topology(await connection.channel(), prefix)
+    [first] = await declare_topology(await connection.channel(), amqp_settings)
+    [second] = await declare_topology(await connection.channel(), amqp_settings)
     assert first.name == second.name == prefix
     async with Publisher(amqp_settings) as publisher:
         await publisher.publish(invoice())
-    again = await declare_topology(await connection.channel(), prefix)
+    [again] = await declare_topology(await connection.channel(), amqp_settings)
     assert again.declaration_result.message_count == 1
     assert await queue_depths(amqp_settings) == {prefix: 1, dead_queue_name(prefix): 0}
 
@@ -99,7 +99,7 @@ async def test_topology_declared_twice_and_by_a_publisher_is_fine(
 async def test_main_queue_has_exactly_x_max_priority_4_and_the_dead_letter_exchange(
         connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
     prefix = amqp_settings.queue
-    await declare_topology(await connection.channel(), prefix)
+    await declare_topology(await connection.channel(), amqp_settings)
     exact = {"x-max-priority": 4, "x-dead-letter-exchange": dead_exchange_name(prefix)}
     channel = await connection.channel()
     await channel.declare_queue(prefix, durable=True, arguments=exact)  # equal: accepted
@@ -114,7 +114,7 @@ async def test_a_conflicting_existing_queue_is_a_configuration_error(
         connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
     await (await connection.channel()).declare_queue(amqp_settings.queue, durable=True)
     with pytest.raises(ConfigurationError, match="exists with different settings"):
-        await declare_topology(await connection.channel(), amqp_settings.queue)
+        await declare_topology(await connection.channel(), amqp_settings)
 
 
 async def test_user_messages_overtake_batch_messages_in_the_queue(
@@ -222,7 +222,7 @@ async def test_publish_invoice_publishes_one_confirmed_message(
 
 async def test_publish_invoice_of_an_invalid_message_raises_and_publishes_nothing(
         connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
-    await declare_topology(await connection.channel(), amqp_settings.queue)
+    await declare_topology(await connection.channel(), amqp_settings)
     with pytest.raises(InvalidMessage) as caught:
         await publish_invoice(invoice(currency="lira"), settings=amqp_settings)
     assert caught.value.reason.startswith("currency: must be a 3-letter")
@@ -265,7 +265,7 @@ async def test_dead_letter_copies_the_message_with_the_reason(
 async def test_dead_letter_works_on_a_consumers_own_channel(
         connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
     channel = await connection.channel()  # what a worker has: confirms on, no on_return_raises
-    await declare_topology(channel, amqp_settings.queue)
+    await declare_topology(channel, amqp_settings)
     await dead_letter(channel, amqp_settings.queue, b"x", reason="not JSON")
     [dead] = await drain(await connection.channel(), dead_queue_name(amqp_settings.queue))
     assert dead.headers[HEADER_DEAD_REASON] == "not JSON"
