@@ -60,6 +60,12 @@ class InvalidCheckpoint(GaplessError):
     """A checkpoint file that is not what the key signed: forged, edited, or not a checkpoint."""
 
 
+class ChainDiverged(GaplessError):
+    """A chain no longer holds the head the latest checkpoint signed: nothing is signed over
+    it. Investigate (``gapless chain verify --public-key``); chains are append-only, so only a
+    change made around gapless does this."""
+
+
 # ----------------------------------------------------------------------------------- keys
 
 def fingerprint(public_key: Ed25519PublicKey) -> str:
@@ -209,23 +215,62 @@ def write_checkpoint(directory: Path, envelope: Mapping[str, Any]) -> Path:
     return path
 
 
-async def read_heads(engine: AsyncEngine) -> list[dict[str, Any]]:
-    """Every chain's head (and its last sealed number), from one snapshot; no lock."""
+async def read_heads(engine: AsyncEngine, signed: Sequence[Mapping[str, Any]] = ()
+                     ) -> tuple[list[dict[str, Any]], list[str | None]]:
+    """Every chain's head (and its last sealed number), and the hash each chain now has at the
+    seq of each ``signed`` head (None: no such record); one snapshot, no lock."""
+    probes = json.dumps([{"tenant": h["tenant"], "series": h["series"],
+                          "period_key": h["period_key"], "seq": h["head_seq"]} for h in signed])
     async with engine.connect() as conn:
         await conn.execute(q.SET_SNAPSHOT)
         rows = [dict(r) for r in (await conn.execute(q.HEADS)).mappings()]
+        found = {(r.tenant, r.series, r.period_key, r.seq): r.hash
+                 for r in (await conn.execute(q.SIGNED_RECORDS, {"signed": probes}))}
         await conn.rollback()
-    return [{"tenant": r["tenant"], "series": r["series"], "period_key": r["period_key"],
-             "last_no": r["last_no"], "last_number": r["last_number"],
-             "head_seq": r["chain_seq"], "head_hash": r["chain_hash"]} for r in rows]
+    heads = [{"tenant": r["tenant"], "series": r["series"], "period_key": r["period_key"],
+              "last_no": r["last_no"], "last_number": r["last_number"],
+              "head_seq": r["chain_seq"], "head_hash": r["chain_hash"]} for r in rows]
+    return heads, [found.get((h["tenant"], h["series"], h["period_key"], h["head_seq"]))
+                   for h in signed]
+
+
+def latest_checkpoint(directory: Path,
+                      public_key: Ed25519PublicKey) -> tuple[str, dict[str, Any]] | None:
+    """The newest checkpoint of ``directory`` this key signed (file name, body); None when
+    there is none (files that do not verify are left to ``gapless chain verify``)."""
+    if not directory.is_dir():
+        return None
+    keys = {fingerprint(public_key): public_key}
+    for path in reversed(checkpoint_files(directory)):
+        try:
+            return path.name, verified_body(path.read_bytes(), keys)
+        except InvalidCheckpoint:
+            continue
+    return None
 
 
 async def take_checkpoint(engine: AsyncEngine, private_key: Ed25519PrivateKey,
                           directory: Path) -> tuple[Path, dict[str, Any]]:
     """Sign the heads of every chain, as read now, and write the checkpoint into
     ``directory``; returns its path and body. Its time is this machine's clock when the heads
-    were read (the checkpoint job's, not the database's)."""
-    heads = await read_heads(engine)
+    were read (the checkpoint job's, not the database's).
+
+    Raises ChainDiverged, and signs nothing, when a chain no longer holds a head the latest
+    checkpoint of ``directory`` signed: a rewritten chain is reported by the next scheduled
+    checkpoint, not signed over."""
+    previous = latest_checkpoint(directory, private_key.public_key())
+    signed = previous[1]["chains"] if previous else []
+    heads, now = await read_heads(engine, signed)
+    diverged = [h for h, hash_now in zip(signed, now, strict=True) if hash_now != h["head_hash"]]
+    if previous and diverged:
+        first = diverged[0]
+        more = f" (and {len(diverged) - 1} more chain(s))" if len(diverged) > 1 else ""
+        raise ChainDiverged(
+            f"{first['tenant']}/{first['series']}/{first['period_key']}: number "
+            f"{first['last_number']} ({first['last_no']}): the chain no longer matches the "
+            f"checkpoint signed at {previous[1]['at']} ({previous[0]}) at seq "
+            f"{first['head_seq']}{more}; nothing signed: run gapless chain verify "
+            "--public-key to see it")
     body = checkpoint_body(heads, datetime.now(UTC), fingerprint(private_key.public_key()))
     return write_checkpoint(directory, sign(body, private_key)), body
 

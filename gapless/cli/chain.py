@@ -101,9 +101,12 @@ def load_checkpoints(public_keys: list[Path] | None, directory: Path | None, *,
                                  "CKDIR or GAPLESS_CHAIN_CHECKPOINTS")
     try:
         keys = [load_public_key(path) for path in public_keys]
+    except CheckpointKeyError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--public-key") from None
+    try:
         return read_checkpoints(directory, keys)
-    except (CheckpointKeyError, CheckpointDirectoryError) as exc:
-        raise typer.BadParameter(str(exc)) from None
+    except CheckpointDirectoryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--checkpoints") from None
 
 
 @chain_app.command("export")
@@ -166,7 +169,8 @@ def checkpoint(
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
     """Sign the head of every chain (every tenant, series and period) and write the
-    checkpoint to DIR; run it on a schedule, from a machine that is not the database's."""
+    checkpoint to DIR; run it on a schedule, from a machine that is not the database's. Exit 1,
+    signing nothing, when a chain no longer holds a head DIR's latest checkpoint signed."""
     from gapless.checkpoints import (
         CheckpointKeyError,
         fingerprint,
@@ -228,6 +232,10 @@ async def _verify(url: str, tenant: str | None, series: str | None,
         await engine.dispose()
 
 
+#: A finding is one line, whatever its length, printed as it is (no markup).
+_LINE: dict[str, Any] = {"soft_wrap": True, "markup": False}
+
+
 def _print(reports: list[ChainReport], signed: Checkpoints | None) -> None:
     console = Console(highlight=False, width=200)
     table = Table(title=f"chains ({len(reports)})", title_justify="left")
@@ -250,13 +258,13 @@ def _print(reports: list[ChainReport], signed: Checkpoints | None) -> None:
         if r.reason is not None:
             what = (f"number {r.broken_number or '?'} ({r.broken_no})"
                     if r.broken_no is not None else "the chain")
-            console.print(f"chain: BROKEN {where}: {what}: {r.reason}")
+            console.print(f"chain: BROKEN {where}: {what}: {r.reason}", **_LINE)
         if r.checkpoint_reason is not None:
             console.print(f"chain: BROKEN {where}: number {r.checkpoint_number or '?'} "
-                          f"({r.checkpoint_no}): {r.checkpoint_reason}")
+                          f"({r.checkpoint_no}): {r.checkpoint_reason}", **_LINE)
     if signed is not None:
         for name, why in signed.invalid:
-            console.print(f"checkpoint: INVALID {name}: {why}")
+            console.print(f"checkpoint: INVALID {name}: {why}", **_LINE)
         console.print(f"checkpoints: {len(signed.valid)} of {len(signed.files)} verified "
                       f"with the public key, the latest signed at {signed.latest or '-'}")
     if not broken and not (signed is not None and signed.invalid):

@@ -68,3 +68,15 @@ HEADS = text("""
      WHERE c.chain_seq > 0
      ORDER BY c.tenant, c.series, c.period_key
 """)
+
+#: The hash of the record at each given (tenant, series, period_key, seq) — ``:signed``, a JSON
+#: array of objects with those keys — or NULL where the chain has no such record; one index
+#: probe each.
+SIGNED_RECORDS = text("""
+    SELECT s.tenant, s.series, s.period_key, s.seq, r.hash
+      FROM jsonb_to_recordset(CAST(:signed AS jsonb))
+           AS s(tenant text, series text, period_key text, seq bigint)
+      LEFT JOIN chain_records r
+             ON r.tenant = s.tenant AND r.series = s.series AND r.period_key = s.period_key
+            AND r.seq = s.seq
+""")
