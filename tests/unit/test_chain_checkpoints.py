@@ -191,6 +191,18 @@ def test_a_checkpoint_of_another_key_is_refused(tmp_path: Path,
         "given: refused")
 
 
+def test_checkpoints_of_a_rotated_key_verify_with_both_public_keys(
+        tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    newer = Ed25519PrivateKey.generate()
+    old = checkpoint_of(tmp_path, chain(2), key, T0)
+    checkpoint_of(tmp_path, chain(4), newer, T0 + timedelta(days=1))
+    both = read_checkpoints(tmp_path, [newer.public_key(), key.public_key()])
+    assert (len(both.valid), both.invalid) == (2, [])
+    assert [h.head_seq for h in both.heads] == [2, 4]
+    only_newer = read_checkpoints(tmp_path, [newer.public_key()])
+    assert [name for name, _ in only_newer.invalid] == [old.name]
+
+
 @pytest.mark.parametrize(("data", "why"), [
     (b"\xff\xfe", "not JSON"),
     (b"[1, 2]", "not a checkpoint (no checkpoint object and signature)"),
