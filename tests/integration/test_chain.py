@@ -6,7 +6,8 @@ hashlib) must agree — on the clean chain and on every kind of tampering, namin
 Signed checkpoints are taken during the run (``gapless chain keygen``, ``gapless chain
 checkpoint``); an attacker written here, with the database and without the key, rewrites a
 chain consistently: both verifiers pass it, and the verification against the checkpoints fails,
-naming the number; forged and edited checkpoints are refused.
+naming the number — gapless's, and one written here from docs/chain.md (the raw key from the PEM,
+the signature over the canonical body); forged and edited checkpoints are refused.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from psycopg.rows import dict_row
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -159,6 +160,36 @@ def doc_verifier(url: str) -> dict[tuple[str, str, str], dict[str, Any]]:
         broken: int | str | None = min(bad) if bad else ("structure" if structure else None)
         out[key] = {"head": (c["chain_seq"], c["chain_hash"]), "records": len(recs),
                     "seals": len(seals), "broken": broken}
+    return out
+
+
+def doc_checkpoint_verifier(url: str, public_pem: Path,
+                            directory: Path) -> dict[tuple[str, str, str], int | None]:
+    """Per signed chain: the ``last_no`` of the first checkpoint (oldest first) whose head the
+    chain no longer holds, or None. Written from docs/chain.md, "Checkpoints": the raw key is
+    the last 32 bytes of the PEM's DER, the signature is over the canonical body. A file that
+    does not verify raises."""
+    der = base64.b64decode("".join(public_pem.read_text().splitlines()[1:-1]))
+    raw = der[-32:]
+    key = Ed25519PublicKey.from_public_bytes(raw)
+    bodies = []
+    for path in sorted(directory.glob("checkpoint-*.json")):
+        envelope = json.loads(path.read_text(encoding="utf-8"), parse_float=Decimal)
+        body = envelope["checkpoint"]
+        assert body["format"] == "gapless-chain-checkpoint/1"
+        assert body["key"] == sha(raw)
+        key.verify(base64.b64decode(envelope["signature"]), canon(body).encode("utf-8"))
+        bodies.append(body)
+    out: dict[tuple[str, str, str], int | None] = {}
+    with psycopg.connect(url) as conn:
+        for body in sorted(bodies, key=lambda b: b["at"]):
+            for c in body["chains"]:
+                chain = (c["tenant"], c["series"], c["period_key"])
+                row = conn.execute("SELECT hash FROM chain_records WHERE (tenant, series, "
+                                   "period_key, seq) = (%s, %s, %s, %s)",
+                                   (*chain, c["head_seq"])).fetchone()
+                if out.get(chain) is None:
+                    out[chain] = None if row and row[0] == c["head_hash"] else c["last_no"]
     return out
 
 
@@ -548,6 +579,8 @@ def check_checkpoints(settled_run: dict[str, Any], tmp_path: Path) -> None:
     first, second = settled_run["first"], settled_run["second"]
     code, out = verify_signed(settled_run, url)
     assert code == 0, out
+    assert set(doc_checkpoint_verifier(url, settled_run["public_key"],
+                                       settled_run["checkpoints"]).values()) == {None}
     assert "checkpoints: 2 of 2 verified with the public key, the latest signed at " \
         f"{signed_head(second, 'ABC')['at']}" in out
     assert "chain: verified, 2 chain(s), 300 sealed number(s), 2 matching a signed " \
@@ -642,6 +675,9 @@ def check_rewritten_chain(settled_run: dict[str, Any], tmp_path: Path) -> None:
         assert named in out, out
         assert signed["last_no"] >= int(number[-9:])  # the changed number is under that head
         assert "BROKEN acme/XYZ" not in out
+        assert sorted(doc_checkpoint_verifier(url, settled_run["public_key"],
+                                              settled_run["checkpoints"]).values(),
+                      key=str) == [signed["last_no"], None]  # the verifier from the doc agrees
         # An export of the rewritten database, with the checkpoints: the auditor sees it too.
         export = tmp_path / "export"
         result = run_gapless(["chain", "export", "--out", str(export), "--checkpoints",
