@@ -1,12 +1,14 @@
 """The audit: is every counter gap-free and every number on exactly one invoice (I1–I3), where did
-each number that is not ISSUED go, and does the integrator agree with the ISSUED set (I7)? It also
-reports findings that are not violations: ISSUED documents GİB refused after the integrator
-accepted them, and those whose verdict recovery stopped waiting for (each with what to do).
+each number that is not ISSUED go, does the integrator agree with the ISSUED set (I7), and does
+every chain verify, against the signed checkpoints when given (I8)? It also reports findings that
+are not violations: ISSUED documents GİB refused after the integrator accepted them, and those
+whose verdict recovery stopped waiting for (each with what to do).
 
 Reads only. The database checks run in one REPEATABLE READ, READ ONLY transaction (one snapshot,
-no row locks). The integrator's side is fetched outside any transaction (I5) and compared in a
-second one; invoices ISSUED after the integrator was read are left out of that comparison, so a
-live system does not report its own progress as a disagreement.
+no row locks); the chain's verification in another (gapless.chain). The integrator's side is
+fetched outside any transaction (I5) and compared in a further one; invoices ISSUED after the
+integrator was read are left out of that comparison, so a live system does not report its own
+progress as a disagreement.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,6 +29,9 @@ from gapless.errors import GaplessError
 from gapless.gib import REFUSED_TODO, UNRESOLVED_TODO
 from gapless.integrator.base import UNKNOWN, Integrator, TransientIntegratorError
 from gapless.queries import audit as q
+
+if TYPE_CHECKING:
+    from gapless.checkpoints import Checkpoints
 
 #: Kinds of violation, in the order a person should read them.
 VIOLATION_KINDS = (
@@ -42,6 +47,9 @@ VIOLATION_KINDS = (
     "invoice_id_mismatch",          # I7
     "integrator_unknown_number",    # I7
     "integrator_duplicate",         # I1 at the integrator
+    "chain_broken",                 # I8: a chain does not verify (docs/chain.md)
+    "checkpoint_mismatch",          # I8: a chain no longer holds a head a checkpoint signed
+    "checkpoint_invalid",           # I8: a checkpoint file the public key did not sign as is
 )
 
 #: Kinds of finding (not violations: the exit code ignores them), and what to do about each.
@@ -135,6 +143,17 @@ class IntegratorCheck:
     in_flight: list[InFlight] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ChainCheck:
+    """The chains verified (I8), and the checkpoints they were checked against."""
+
+    chains: int
+    sealed: int
+    checkpoints: int | None = None  # checkpoint files whose signature verified; None: not asked
+    latest_checkpoint: str | None = None
+    anchored: int = 0               # chains matching a signed checkpoint
+
+
 @dataclass
 class AuditReport:
     counters: list[CounterReport]
@@ -144,6 +163,7 @@ class AuditReport:
     integrator: IntegratorCheck | None = None
     #: Not violations (``ok`` ignores them): see FINDING_KINDS.
     findings: list[Finding] = field(default_factory=list)
+    chain: ChainCheck | None = None  # None: not checked (``--no-chain``)
 
     @property
     def ok(self) -> bool:
@@ -158,7 +178,16 @@ class AuditReport:
             "not_issued": [asdict(n) for n in self.not_issued],
             "integrator": None if self.integrator is None else asdict(self.integrator),
             "findings": [asdict(f) for f in self.findings],
+            "chain": None if self.chain is None else asdict(self.chain),
         }
+
+    def add_counted(self, violations: Sequence[Violation]) -> None:
+        """Add violations found after the database checks, counted on their counters."""
+        per_counter = Counter((v.tenant, v.series, v.period_key) for v in violations)
+        self.counters = [replace(c, violations=c.violations
+                                 + per_counter[(c.tenant, c.series, c.period_key)])
+                         for c in self.counters]
+        self.violations.extend(violations)
 
 
 def _span(first: int, last: int) -> str:
@@ -320,6 +349,42 @@ async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str
                                    v.period_key or ""))
     return AuditReport(_counter_reports(snapshot, violations), violations, not_issued,
                        horizon_s, findings=_findings(snapshot))
+
+
+# ----------------------------------------------------------------------------- I8: the chain
+
+
+async def check_chains(engine: AsyncEngine, *, tenant: str | None, series: str | None,
+                       checkpoints: Checkpoints | None = None
+                       ) -> tuple[list[Violation], ChainCheck]:
+    """I8: every chain in scope verified (gapless.chain.verify: one snapshot, no lock), and
+    against the signed heads of ``checkpoints`` when given; one violation per broken chain,
+    per checkpoint a chain no longer matches, and per checkpoint file refused."""
+    from gapless.chain import verify
+
+    reports = await verify(engine, tenant=tenant, series=series,
+                           heads=checkpoints.heads if checkpoints is not None else ())
+    violations: list[Violation] = []
+    for r in reports:
+        if r.reason is not None:
+            named = r.broken_no is not None
+            violations.append(Violation(
+                "chain_broken", r.tenant, r.series, r.period_key,
+                str(r.broken_no) if named else "", 1,
+                f"number {r.broken_number or '?'}: {r.reason}" if named else r.reason))
+        if r.checkpoint_reason is not None:
+            violations.append(Violation(
+                "checkpoint_mismatch", r.tenant, r.series, r.period_key, str(r.checkpoint_no),
+                1, f"number {r.checkpoint_number or '?'}: {r.checkpoint_reason}"))
+    for name, why in checkpoints.invalid if checkpoints is not None else ():
+        violations.append(Violation("checkpoint_invalid", "", None, None, "", 1,
+                                    f"{name}: {why}"))
+    check = ChainCheck(
+        len(reports), sum(r.counts["seal"] for r in reports),
+        None if checkpoints is None else len(checkpoints.valid),
+        None if checkpoints is None else checkpoints.latest,
+        sum(r.anchor is not None for r in reports))
+    return violations, check
 
 
 # ----------------------------------------------------------------------------- I7: integrator

@@ -78,9 +78,31 @@ def record_hash(version: str, prev: str, record: Mapping[str, Any]) -> str:
     return hashlib.sha256(f"{version}\n{prev}\n{body}".encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class SignedHead:
+    """One chain's head as a checkpoint whose signature verified says it was at ``at``
+    (gapless.checkpoints reads them; docs/chain.md, "Checkpoints")."""
+
+    checkpoint: str  # the checkpoint's file name
+    at: str          # when it was signed, UTC, as in the checkpoint
+    tenant: str
+    series: str
+    period_key: str
+    last_no: int
+    last_number: str | None
+    head_seq: int
+    head_hash: str
+
+    @property
+    def chain(self) -> tuple[str, str, str]:
+        return self.tenant, self.series, self.period_key
+
+
 @dataclass
 class ChainReport:
-    """One counter's chain: its extent, head, record counts, and the first break (if any)."""
+    """One counter's chain: its extent, head, record counts, the first break (if any), and
+    against the signed checkpoints given: the latest one it matches (``anchor``) and the first
+    one it no longer matches (``checkpoint_reason``)."""
 
     tenant: str
     series: str
@@ -94,10 +116,14 @@ class ChainReport:
     broken_no: int | None = None
     broken_number: str | None = None
     reason: str | None = None
+    anchor: SignedHead | None = None
+    checkpoint_no: int | None = None
+    checkpoint_number: str | None = None
+    checkpoint_reason: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.reason is None
+        return self.reason is None and self.checkpoint_reason is None
 
 
 @dataclass
@@ -249,10 +275,14 @@ async def _read(engine: AsyncEngine, tenant: str | None, series: str | None
 
 
 def verify_all(counters: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]],
-               invoices: Sequence[Mapping[str, Any]],
-               documents: Mapping[Any, set[str]]) -> list[ChainReport]:
+               invoices: Sequence[Mapping[str, Any]], documents: Mapping[Any, set[str]],
+               heads: Sequence[SignedHead] = ()) -> list[ChainReport]:
     """Every chain of ``counters`` (and any records of a counter not among them); ``documents``
-    maps an invoice's ``id`` to the SHA-256 of each of its stored documents, recomputed."""
+    maps an invoice's ``id`` to the SHA-256 of each of its stored documents, recomputed.
+
+    ``heads``, from checkpoints whose signatures verified, are checked against the chains: the
+    record at each signed ``head_seq`` must carry the signed hash (a chain that has grown since
+    is fine), and a signed chain must still exist."""
     by_chain: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for r in records:
         by_chain[r["tenant"], r["series"], r["period_key"]].append(r)
@@ -269,17 +299,72 @@ def verify_all(counters: Sequence[Mapping[str, Any]], records: Sequence[Mapping[
         orphan.broken_no, orphan.broken_number = first["reserved_no"], first["number"]
         orphan.reason = "chain records of a counter that does not exist"
         reports.append(orphan)
+    if heads:
+        _check_heads(reports, by_chain, heads)
     return reports
 
 
+def _check_heads(reports: list[ChainReport],
+                 records: Mapping[tuple[str, str, str], Sequence[Mapping[str, Any]]],
+                 heads: Sequence[SignedHead]) -> None:
+    """Each chain against the heads signed for it, oldest checkpoint first: the latest one it
+    matches becomes its anchor; the first one it does not match is its checkpoint break (a
+    record at or before that seq was changed, removed or inserted, however consistently the
+    hashes after it were recomputed). A signed chain with no report is a missing chain."""
+    signed: dict[tuple[str, str, str], list[SignedHead]] = defaultdict(list)
+    for head in sorted(heads, key=lambda h: (h.at, h.checkpoint)):
+        signed[head.chain].append(head)
+    by_chain = {(r.tenant, r.series, r.period_key): r for r in reports}
+    for key in sorted(set(signed) - set(by_chain)):
+        first = signed[key][0]
+        missing = ChainReport(*key, last_no=0)
+        missing.checkpoint_no, missing.checkpoint_number = first.last_no, first.last_number
+        missing.checkpoint_reason = (
+            f"the chain is missing: the checkpoint signed at {first.at} ({first.checkpoint}) "
+            f"holds it up to seq {first.head_seq}")
+        reports.append(missing)
+    for key, report in by_chain.items():
+        hashes = {r["seq"]: r["hash"] for r in records.get(key, ())}
+        for head in signed.get(key, ()):
+            if hashes.get(head.head_seq) == head.head_hash:
+                report.anchor = head
+                continue
+            report.checkpoint_no, report.checkpoint_number = head.last_no, head.last_number
+            since = (f"; the checkpoint signed at {report.anchor.at} still matches up to seq "
+                     f"{report.anchor.head_seq} (number {report.anchor.last_number}), so the "
+                     "change is after it" if report.anchor is not None else "")
+            if head.head_seq not in hashes:
+                report.checkpoint_reason = (
+                    f"the chain is shorter than the checkpoint signed at {head.at} "
+                    f"({head.checkpoint}): it ends at seq {max(hashes, default=0)}, the "
+                    f"checkpoint signed seq {head.head_seq}: records removed{since}")
+            else:
+                report.checkpoint_reason = (
+                    f"the chain no longer matches the checkpoint signed at {head.at} "
+                    f"({head.checkpoint}): its record seq {head.head_seq} hashes to "
+                    f"{hashes[head.head_seq][:16]}…, the checkpoint signed {head.head_hash[:16]}…: "
+                    f"a record at or before it was changed, removed or inserted{since}")
+            break
+
+
+def in_scope(heads: Sequence[SignedHead], tenant: str | None,
+             series: str | None) -> list[SignedHead]:
+    """The signed heads of the chains a verification of (tenant, series) covers."""
+    return [h for h in heads if (tenant is None or h.tenant == tenant)
+            and (series is None or h.series == series)]
+
+
 async def verify(engine: AsyncEngine, *, tenant: str | None = None,
-                 series: str | None = None) -> list[ChainReport]:
-    """Verify every chain in scope from one snapshot; one report per counter."""
+                 series: str | None = None,
+                 heads: Sequence[SignedHead] = ()) -> list[ChainReport]:
+    """Verify every chain in scope from one snapshot, and against the signed ``heads`` in
+    scope; one report per counter (and per signed chain that is missing)."""
     counters, records, invoices, bodies = await _read(engine, tenant, series)
     documents: dict[Any, set[str]] = defaultdict(set)
     for pk, body in bodies:
         documents[pk].add(hashlib.sha256(body).hexdigest())
-    return verify_all(counters, records, invoices, documents)
+    return verify_all(counters, records, invoices, documents,
+                      in_scope(heads, tenant, series))
 
 
 # ---------------------------------------------------------------- export and offline verify
@@ -289,8 +374,8 @@ RECORD_COLUMNS = ("version", *RECORD_FIELDS, "hash")
 
 async def export(engine: AsyncEngine, out: Path, *, tenant: str | None = None,
                  series: str | None = None) -> dict[str, Any]:
-    """Write the chains in scope to ``out`` (docs/chain.md, "Export"): manifest.json,
-    records.jsonl, invoices.jsonl and documents/<sha256>; returns the manifest."""
+    """Write the chains in scope to ``out`` (docs/chain.md, "Export"): manifest.json (with the
+    scope), records.jsonl, invoices.jsonl and documents/<sha256>; returns the manifest."""
     counters, records, invoices, bodies = await _read(engine, tenant, series)
     (out / "documents").mkdir(parents=True, exist_ok=True)
     by_pk: dict[int, list[str]] = defaultdict(list)
@@ -313,6 +398,7 @@ async def export(engine: AsyncEngine, out: Path, *, tenant: str | None = None,
                 "documents": sorted(by_pk[inv["id"]])}, ensure_ascii=False) + "\n")
     manifest = {
         "format": EXPORT_FORMAT,
+        "scope": {"tenant": tenant, "series": series},
         "chains": [{"tenant": c["tenant"], "series": c["series"], "period_key": c["period_key"],
                     "last_no": c["last_no"], "head_seq": c["chain_seq"],
                     "head_hash": c["chain_hash"]} for c in counters],
@@ -324,12 +410,13 @@ async def export(engine: AsyncEngine, out: Path, *, tenant: str | None = None,
     return manifest
 
 
-def verify_export(directory: Path) -> list[ChainReport]:
+def verify_export(directory: Path, heads: Sequence[SignedHead] = ()) -> list[ChainReport]:
     """Verify an export with no database: the same checks, the documents' hashes recomputed
-    from the files' bytes."""
+    from the files' bytes; the signed ``heads`` of the chains in the export's scope too."""
     manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
     if manifest.get("format") != EXPORT_FORMAT:
         raise ValueError(f"{directory}: not a {EXPORT_FORMAT} export")
+    scope = manifest.get("scope") or {}
     counters = [{"tenant": c["tenant"], "series": c["series"], "period_key": c["period_key"],
                  "last_no": c["last_no"], "chain_seq": c["head_seq"],
                  "chain_hash": c["head_hash"]} for c in manifest["chains"]]
@@ -348,4 +435,5 @@ def verify_export(directory: Path) -> list[ChainReport]:
             if path.is_file():
                 documents[inv["id"]].add(hashlib.sha256(path.read_bytes()).hexdigest())
         invoices.append(inv)
-    return verify_all(counters, records, invoices, documents)
+    return verify_all(counters, records, invoices, documents,
+                      in_scope(heads, scope.get("tenant"), scope.get("series")))

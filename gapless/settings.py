@@ -75,6 +75,10 @@ class Settings(BaseSettings):
         7, ge=0, le=366, description="A producer's issue_date older than this many days (or in "
         "the future) is dead-lettered before a number is sealed; 7 is the e-Arşiv limit")
 
+    # The chain's signed checkpoints (docs/chain.md): where `gapless chain checkpoint` writes
+    # them, and where `verify` and `export` find them, unless --out / --checkpoints says.
+    chain_checkpoints: str = Field("", description="Directory of the chain's checkpoints")
+
     # Logging.
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"

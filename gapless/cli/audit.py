@@ -1,22 +1,26 @@
 """``gapless audit``: are the numbers gap-free and unique (I1–I3), where did each number that is
-not ISSUED go, and (``--integrator``) does the integrator agree (I7)? Exit 1 on any violation.
+not ISSUED go, does every chain verify (I8; against signed checkpoints with ``--public-key``), and
+(``--integrator``) does the integrator agree (I7)? Exit 1 on any violation.
 Findings that are not violations (documents GİB refused after acceptance, or never gave a verdict
 on) are listed with what to do, and leave the exit code alone."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from gapless.cli.chain import CheckpointsOption, PublicKeyOption, load_checkpoints
 from gapless.cli.common import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
 from gapless.settings import Settings
 
 if TYPE_CHECKING:
     from gapless.audit import AuditReport
+    from gapless.checkpoints import Checkpoints
 
 
 def audit(
@@ -35,13 +39,23 @@ def audit(
         help="Also re-render every printed number from its counter value (slower)."),
     limit: int = typer.Option(50, "--limit", min=0,
                               help="Rows of numbers-not-issued shown in the table (--json: all)."),
+    no_chain: bool = typer.Option(
+        False, "--no-chain",
+        help="Skip the chain's verification (it reads every stored message and document)."),
+    public_key: list[Path] | None = PublicKeyOption,
+    checkpoints: Path | None = CheckpointsOption,
     database_url: str | None = DatabaseUrlOption,
     integrator_url: str | None = IntegratorUrlOption,
 ) -> None:
-    """Check I1–I3 for every counter (and I7 with --integrator); exit 1 on any violation."""
+    """Check I1–I3 for every counter, I8 for every chain (and I7 with --integrator); exit 1
+    on any violation."""
     settings = settings_from(database_url=database_url, integrator_url=integrator_url)
+    if no_chain and (public_key or checkpoints):
+        raise typer.BadParameter("--no-chain with checkpoints to check")
+    signed = None if no_chain else load_checkpoints(public_key, checkpoints,
+                                                    setting=settings.chain_checkpoints)
     report = run(_audit(settings, tenant=tenant, series=series, integrator=integrator,
-                        horizon_s=horizon, deep=deep))
+                        horizon_s=horizon, deep=deep, chain=not no_chain, checkpoints=signed))
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
     else:
@@ -51,8 +65,9 @@ def audit(
 
 
 async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
-                 integrator: bool, horizon_s: float, deep: bool) -> AuditReport:
-    from gapless.audit import check_database, check_integrator
+                 integrator: bool, horizon_s: float, deep: bool, chain: bool,
+                 checkpoints: Checkpoints | None) -> AuditReport:
+    from gapless.audit import check_chains, check_database, check_integrator
     from gapless.db import make_engine
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
@@ -61,6 +76,10 @@ async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
     try:
         report = await check_database(engine, tenant=tenant, series=series, horizon_s=horizon_s,
                                       deep=deep)
+        if chain:
+            broken, report.chain = await check_chains(engine, tenant=tenant, series=series,
+                                                      checkpoints=checkpoints)
+            report.add_counted(broken)
         if integrator:
             guard = GuardedIntegrator(load_integrator(settings), settings, name="audit")
             try:
@@ -92,6 +111,13 @@ def _print(report: AuditReport, *, limit: int) -> None:
         _print_not_issued(console, report, limit)
     if report.findings:
         _print_findings(console, report, limit)
+    if report.chain is not None:
+        chain = report.chain
+        line = f"chain: {chain.chains} chain(s), {chain.sealed} sealed number(s) recomputed"
+        if chain.checkpoints is not None:
+            line += (f"; {chain.checkpoints} signed checkpoint(s), the latest at "
+                     f"{chain.latest_checkpoint or '-'}, matched by {chain.anchored} chain(s)")
+        console.print(line)
     if report.integrator is not None:
         check = report.integrator
         line = (f"integrator ({check.source}): {check.documents} accepted document(s) "

@@ -2,11 +2,19 @@
 
 ``gapless chain verify`` recomputes every record from the database (or, given a directory, from
 an export, with no database) and exits 1 naming the first broken number; ``gapless chain export
---out DIR`` writes the chains with the stored messages and documents.
+--out DIR`` writes the chains with the stored messages and documents. ``gapless chain keygen``
+makes an Ed25519 key pair, ``gapless chain checkpoint --key FILE`` signs every chain's head with
+it, and ``verify --public-key PUB --checkpoints DIR`` checks the chains against those signed
+heads too: the anchor outside the database.
+
+Exit codes: 0 verified, 1 broken (a chain, a checkpoint it no longer matches, or a checkpoint
+file that is not what the key signed), 2 bad arguments (a key file missing, unreadable or of
+the wrong type, no checkpoint where one was asked for).
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +25,23 @@ from rich.table import Table
 from gapless.cli.common import DatabaseUrlOption, run, settings_from
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from gapless.chain import ChainReport
+    from gapless.checkpoints import Checkpoints
 
 chain_app = typer.Typer(help="The tamper-evident chain of every series (docs/chain.md).",
                         no_args_is_help=True)
+
+
+PublicKeyOption = typer.Option(
+    None, "--public-key", metavar="PUB",
+    help="Public key (PEM, FILE.pub of gapless chain keygen) the checkpoints are signed with; "
+         "repeat it for checkpoints of an older key.")
+CheckpointsOption = typer.Option(
+    None, "--checkpoints", metavar="CKDIR",
+    help="Directory of signed checkpoints (default: GAPLESS_CHAIN_CHECKPOINTS; for an export, "
+         "its own checkpoints/).")
 
 
 @chain_app.command("verify")
@@ -29,24 +50,63 @@ def verify(
         None, help="An export (gapless chain export --out DIR): verify it with no database."),
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant."),
     series: str | None = typer.Option(None, "--series", help="Only this series code."),
+    public_key: list[Path] | None = PublicKeyOption,
+    checkpoints: Path | None = CheckpointsOption,
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
-    """Recompute every chain (in the database, or in an export); exit 1 naming the first
-    broken number."""
+    """Recompute every chain (in the database, or in an export), and check it against signed
+    checkpoints when given; exit 1 naming the first broken number."""
     if directory is not None:
         from gapless.chain import verify_export
 
         if not (directory / "manifest.json").is_file():
             raise typer.BadParameter(f"{directory} holds no manifest.json", param_hint="DIR")
-        reports = [r for r in verify_export(directory)
+        if checkpoints is None and public_key and (directory / "checkpoints").is_dir():
+            checkpoints = directory / "checkpoints"
+        signed = load_checkpoints(public_key, checkpoints, setting=None)
+        reports = [r for r in verify_export(directory, signed.heads if signed else ())
                    if (tenant is None or r.tenant == tenant)
                    and (series is None or r.series == series)]
     else:
         settings = settings_from(database_url=database_url)
-        reports = run(_verify(settings.database_url, tenant, series))
-    _print(reports)
-    if not all(r.ok for r in reports):
+        signed = load_checkpoints(public_key, checkpoints, setting=settings.chain_checkpoints)
+        reports = run(_verify(settings.database_url, tenant, series, signed))
+    _print(reports, signed)
+    if not all(r.ok for r in reports) or (signed is not None and signed.invalid):
         raise typer.Exit(1)
+
+
+def load_checkpoints(public_keys: list[Path] | None, directory: Path | None, *,
+                     setting: str | None) -> Checkpoints | None:
+    """The checkpoints of ``directory`` (else of the ``GAPLESS_CHAIN_CHECKPOINTS`` setting),
+    read against ``public_keys``; None when neither a key nor a directory is given. A key or a
+    directory without the other, a key file that is not an Ed25519 public key, or a directory
+    with no checkpoint is a usage error (exit 2)."""
+    from gapless.checkpoints import (
+        CheckpointDirectoryError,
+        CheckpointKeyError,
+        load_public_key,
+        read_checkpoints,
+    )
+
+    if directory is None and public_keys and setting:
+        directory = Path(setting)
+    if not public_keys and directory is None:
+        return None
+    if not public_keys:
+        raise typer.BadParameter("checking checkpoints needs the public key they are signed "
+                                 "with (--public-key PUB)")
+    if directory is None:
+        raise typer.BadParameter("--public-key needs the checkpoints to check: --checkpoints "
+                                 "CKDIR or GAPLESS_CHAIN_CHECKPOINTS")
+    try:
+        keys = [load_public_key(path) for path in public_keys]
+    except CheckpointKeyError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--public-key") from None
+    try:
+        return read_checkpoints(directory, keys)
+    except CheckpointDirectoryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--checkpoints") from None
 
 
 @chain_app.command("export")
@@ -54,12 +114,97 @@ def export(
     out: Path = typer.Option(..., "--out", help="Directory to write (created if missing)."),
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant."),
     series: str | None = typer.Option(None, "--series", help="Only this series code."),
+    checkpoints: Path | None = typer.Option(
+        None, "--checkpoints", metavar="CKDIR",
+        help="Copy these signed checkpoints into DIR/checkpoints (default: "
+             "GAPLESS_CHAIN_CHECKPOINTS, when set)."),
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
-    """Write every chain with its invoices' messages and documents to DIR (one snapshot)."""
+    """Write every chain with its invoices' messages and documents to DIR (one snapshot), and
+    the signed checkpoints, so that the export and the public key are all an auditor needs."""
+    from gapless.checkpoints import CheckpointDirectoryError, checkpoint_files
+
     settings = settings_from(database_url=database_url)
+    source = checkpoints or (Path(settings.chain_checkpoints) if settings.chain_checkpoints
+                             else None)
+    try:
+        files = checkpoint_files(source) if source is not None else []
+    except CheckpointDirectoryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--checkpoints") from None
     manifest = run(_export(settings.database_url, out, tenant, series))
-    typer.echo(f"chain: exported {len(manifest['chains'])} chain(s) to {out}")
+    if files:
+        (out / "checkpoints").mkdir(exist_ok=True)
+        for path in files:
+            shutil.copyfile(path, out / "checkpoints" / path.name)
+    typer.echo(f"chain: exported {len(manifest['chains'])} chain(s) and {len(files)} "
+               f"checkpoint(s) to {out}")
+
+
+@chain_app.command("keygen")
+def keygen(
+    out: Path = typer.Option(
+        ..., "--out", metavar="FILE",
+        help="The private key file to write (PEM PKCS8, mode 0600); the public key goes to "
+             "FILE.pub. Neither is ever overwritten."),
+) -> None:
+    """Make the Ed25519 key pair that signs checkpoints. Keep FILE on the machine that runs
+    the checkpoint job, off the database host and its backups; give FILE.pub to auditors."""
+    from gapless.checkpoints import CheckpointKeyError, generate_key_pair, public_key_path
+
+    try:
+        name = generate_key_pair(out)
+    except CheckpointKeyError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--out") from None
+    typer.echo(f"chain: key {name}: private key {out} (mode 0600), public key "
+               f"{public_key_path(out)}")
+
+
+@chain_app.command("checkpoint")
+def checkpoint(
+    key: Path = typer.Option(..., "--key", metavar="FILE",
+                             help="The private key (gapless chain keygen); read, never stored."),
+    out: Path | None = typer.Option(
+        None, "--out", metavar="DIR",
+        help="Directory to write the checkpoint into (default: GAPLESS_CHAIN_CHECKPOINTS)."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """Sign the head of every chain (every tenant, series and period) and write the
+    checkpoint to DIR; run it on a schedule, from a machine that is not the database's. Exit 1,
+    signing nothing, when a chain no longer holds a head DIR's latest checkpoint signed."""
+    from gapless.checkpoints import (
+        CheckpointKeyError,
+        fingerprint,
+        load_private_key,
+        readable_by_others,
+    )
+
+    settings = settings_from(database_url=database_url)
+    directory = out or (Path(settings.chain_checkpoints) if settings.chain_checkpoints else None)
+    if directory is None:
+        raise typer.BadParameter("where to write the checkpoint: --out DIR or "
+                                 "GAPLESS_CHAIN_CHECKPOINTS", param_hint="--out")
+    try:
+        private_key = load_private_key(key)
+    except CheckpointKeyError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--key") from None
+    if readable_by_others(key):
+        typer.echo(f"gapless: warning: {key} is readable by others than its owner; keep the "
+                   "private key readable only by the checkpoint job (chmod 600)", err=True)
+    path, body = run(_checkpoint(settings.database_url, private_key, directory))
+    typer.echo(f"chain: checkpoint {path}: {len(body['chains'])} chain head(s) signed at "
+               f"{body['at']} with key {fingerprint(private_key.public_key())[:16]}")
+
+
+async def _checkpoint(url: str, private_key: Ed25519PrivateKey,
+                      directory: Path) -> tuple[Path, dict[str, Any]]:
+    from gapless.checkpoints import take_checkpoint
+    from gapless.db import make_engine
+
+    engine = make_engine(url, actor="chain", pool_size=1)
+    try:
+        return await take_checkpoint(engine, private_key, directory)
+    finally:
+        await engine.dispose()
 
 
 async def _export(url: str, out: Path, tenant: str | None,
@@ -74,39 +219,59 @@ async def _export(url: str, out: Path, tenant: str | None,
         await engine.dispose()
 
 
-async def _verify(url: str, tenant: str | None, series: str | None) -> list[ChainReport]:
+async def _verify(url: str, tenant: str | None, series: str | None,
+                  signed: Checkpoints | None) -> list[ChainReport]:
     from gapless.chain import verify as verify_chains
     from gapless.db import make_engine
 
     engine = make_engine(url, actor="chain", pool_size=1)
     try:
-        return await verify_chains(engine, tenant=tenant, series=series)
+        return await verify_chains(engine, tenant=tenant, series=series,
+                                   heads=signed.heads if signed else ())
     finally:
         await engine.dispose()
 
 
-def _print(reports: list[ChainReport]) -> None:
+#: A finding is one line, whatever its length, printed as it is (no markup).
+_LINE: dict[str, Any] = {"soft_wrap": True, "markup": False}
+
+
+def _print(reports: list[ChainReport], signed: Checkpoints | None) -> None:
     console = Console(highlight=False, width=200)
     table = Table(title=f"chains ({len(reports)})", title_justify="left")
-    for name in ("tenant", "series", "period", "first", "last", "head", "seals", "issued",
-                 "rejected", "voided", "corrected", "migrated"):
+    columns = ["tenant", "series", "period", "first", "last", "head", "seals", "issued",
+               "rejected", "voided", "corrected", "migrated"]
+    for name in (*columns, "checkpoint") if signed is not None else columns:
         table.add_column(name, overflow="fold")
     for r in reports:
         head = f"{r.head_seq}:{(r.head_hash or '-')[:16]}"
-        table.add_row(r.tenant, r.series, r.period_key, r.first_number or "-",
-                      r.last_number or "-", head,
-                      *(str(r.counts[k]) for k in ("seal", "issued", "rejected", "voided",
-                                                   "corrected", "migrated")))
+        row = [r.tenant, r.series, r.period_key, r.first_number or "-", r.last_number or "-",
+               head, *(str(r.counts[k]) for k in ("seal", "issued", "rejected", "voided",
+                                                   "corrected", "migrated"))]
+        if signed is not None:
+            row.append(f"{r.anchor.at} (seq {r.anchor.head_seq})" if r.anchor else "-")
+        table.add_row(*row)
     console.print(table)
     broken = [r for r in reports if not r.ok]
     for r in broken:
         where = f"{r.tenant}/{r.series}/{r.period_key}"
-        what = (f"number {r.broken_number or '?'} ({r.broken_no})" if r.broken_no is not None
-                else "the chain")
-        console.print(f"chain: BROKEN {where}: {what}: {r.reason}")
-    if not broken:
+        if r.reason is not None:
+            what = (f"number {r.broken_number or '?'} ({r.broken_no})"
+                    if r.broken_no is not None else "the chain")
+            console.print(f"chain: BROKEN {where}: {what}: {r.reason}", **_LINE)
+        if r.checkpoint_reason is not None:
+            console.print(f"chain: BROKEN {where}: number {r.checkpoint_number or '?'} "
+                          f"({r.checkpoint_no}): {r.checkpoint_reason}", **_LINE)
+    if signed is not None:
+        for name, why in signed.invalid:
+            console.print(f"checkpoint: INVALID {name}: {why}", **_LINE)
+        console.print(f"checkpoints: {len(signed.valid)} of {len(signed.files)} verified "
+                      f"with the public key, the latest signed at {signed.latest or '-'}")
+    if not broken and not (signed is not None and signed.invalid):
         console.print(f"chain: verified, {len(reports)} chain(s), "
-                      f"{sum(r.counts['seal'] for r in reports)} sealed number(s)")
+                      f"{sum(r.counts['seal'] for r in reports)} sealed number(s)"
+                      + (f", {sum(r.anchor is not None for r in reports)} matching a signed "
+                         "checkpoint" if signed is not None else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -50,3 +50,33 @@ DOCUMENTS = text(f"""
       JOIN invoices i ON i.id = d.invoice_pk
      WHERE i.reserved_no IS NOT NULL AND {_SCOPE.format(t="i")}
 """)  # noqa: S608 - constant text only; values are bound
+
+#: The head of every chain that has one (``gapless chain checkpoint``: every series, no filter),
+#: with the printed number of its last seal record (found backwards from the head on the primary
+#: key, a few records at most); in chain order.
+HEADS = text("""
+    SELECT c.tenant, c.series, c.period_key, c.last_no, c.chain_seq, c.chain_hash,
+           s.number AS last_number
+      FROM number_counters c
+      LEFT JOIN LATERAL (
+            SELECT r.number
+              FROM chain_records r
+             WHERE r.tenant = c.tenant AND r.series = c.series
+               AND r.period_key = c.period_key AND r.seq <= c.chain_seq AND r.kind = 'seal'
+             ORDER BY r.seq DESC
+             LIMIT 1) s ON true
+     WHERE c.chain_seq > 0
+     ORDER BY c.tenant, c.series, c.period_key
+""")
+
+#: The hash of the record at each given (tenant, series, period_key, seq) — ``:signed``, a JSON
+#: array of objects with those keys — or NULL where the chain has no such record; one index
+#: probe each.
+SIGNED_RECORDS = text("""
+    SELECT s.tenant, s.series, s.period_key, s.seq, r.hash
+      FROM jsonb_to_recordset(CAST(:signed AS jsonb))
+           AS s(tenant text, series text, period_key text, seq bigint)
+      LEFT JOIN chain_records r
+             ON r.tenant = s.tenant AND r.series = s.series AND r.period_key = s.period_key
+            AND r.seq = s.seq
+""")

@@ -1,5 +1,5 @@
 """``gapless audit``: passes on a clean database; catches a planted fault of every kind (I1–I3,
-I4's horizon, I7 against the mock integrator's ledger) and exits 1.
+I4's horizon, I7 against the mock integrator's ledger, I8 the chain) and exits 1.
 
 Faults are planted the only way they can be, by going around the schema's own defences: the
 unique indexes are dropped to plant a duplicate, the guard trigger is disabled to delete or
@@ -92,10 +92,13 @@ async def test_clean_database_passes_and_every_number_not_issued_is_explained(
     counters = {(c["tenant"], c["series"]): (c["last_no"], c["issued"]) for c in
                 report["counters"]}
     assert counters == {("acme", "ABC"): (7, 2), ("beta", "XYZ"): (1, 1)}
+    assert report["chain"] == {"chains": 2, "sealed": 8, "checkpoints": None,
+                               "latest_checkpoint": None, "anchored": 0}
 
     table = run_gapless(["audit"], {**integrated_env, "COLUMNS": "80"})
     assert table.returncode == 0, table.stderr
     assert "audit: clean" in table.stdout
+    assert "chain: 2 chain(s), 8 sealed number(s) recomputed" in table.stdout
     assert "REJECTED" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
 
@@ -130,12 +133,32 @@ async def test_duplicate_is_caught(engine: AsyncEngine, five_issued: None,
     code, report = audit(integrated_env)
 
     assert code == 1
-    assert kinds(report) == {"duplicate_number", "duplicate_printed"}
+    # The chain sees it too: the twin holds a number sealed for inv-4 (I8).
+    assert kinds(report) == {"duplicate_number", "duplicate_printed", "chain_broken"}
     assert violation(report, "duplicate_number")["invoice_ids"] == ["inv-4", "twin"]
     # The integrator never saw the twin's number for the twin: I7 says so too.
     code, report = audit(integrated_env, "--integrator")
     assert "issued_unknown_to_integrator" not in kinds(report)  # the number itself is there
     assert "invoice_id_mismatch" in kinds(report)
+
+
+async def test_a_message_changed_in_place_is_caught_by_the_chain(
+        engine: AsyncEngine, five_issued: None, integrated_env: dict[str, str]) -> None:
+    """Only the chain can see it (I1–I3 hold): the audit names the number (I8)."""
+    await sql(engine, "SET LOCAL session_replication_role = replica",  # as a superuser could
+              "UPDATE invoices SET payload = jsonb_set(payload, '{lines,0,unit_price}', "
+              "'\"1.00\"') WHERE reserved_no = 3")
+
+    code, report = audit(integrated_env)
+
+    assert (code, kinds(report)) == (1, {"chain_broken"})
+    broken = violation(report, "chain_broken")
+    assert (broken["series"], broken["numbers"]) == ("ABC", "3")
+    assert "the stored message is not the one sealed" in broken["detail"]
+    table = run_gapless(["audit"], integrated_env)
+    assert table.returncode == 1
+    assert "audit: 1 violation(s): chain_broken" in table.stdout
+    assert audit(integrated_env, "--no-chain")[0] == 0
 
 
 async def test_counter_ahead_of_its_invoices_is_caught(
@@ -145,7 +168,7 @@ async def test_counter_ahead_of_its_invoices_is_caught(
     code, report = audit(integrated_env)
 
     assert code == 1
-    assert kinds(report) == {"counter_ahead"}
+    assert kinds(report) == {"counter_ahead", "chain_broken"}  # 6 and 7 have no seal record
     ahead = violation(report, "counter_ahead")
     assert (ahead["numbers"], ahead["count"]) == ("6..7", 2)
 
@@ -156,7 +179,7 @@ async def test_number_beyond_the_counter_is_caught(
 
     code, report = audit(integrated_env)
 
-    assert (code, kinds(report)) == (1, {"beyond_counter"})
+    assert (code, kinds(report)) == (1, {"beyond_counter", "chain_broken"})
     assert violation(report, "beyond_counter")["invoice_ids"] == ["inv-5"]
 
 
@@ -170,8 +193,9 @@ async def test_renumbered_invoice_is_caught(
 
     assert code == 1
     assert kinds(report) == {"number_mismatch", "issued_unknown_to_integrator",
-                             "integrator_unknown_number"}
-    assert kinds(audit(integrated_env, "--deep")[1]) == {"number_mismatch"}
+                             "integrator_unknown_number", "chain_broken"}
+    assert kinds(audit(integrated_env, "--deep")[1]) == {"number_mismatch", "chain_broken"}
+    assert kinds(audit(integrated_env, "--deep", "--no-chain")[1]) == {"number_mismatch"}
 
 
 async def test_issued_invoice_unknown_to_the_integrator_is_caught(
@@ -231,8 +255,9 @@ async def test_filters_scope_the_audit(engine: AsyncEngine, mock_integrator: Moc
     assert audit(integrated_env, "--tenant", "beta", "--integrator")[0] == 0
     assert audit(integrated_env, "--tenant", "acme", "--series", "ABC", "--integrator")[0] == 0
     code, report = audit(integrated_env, "--tenant", "acme", "--integrator")
-    assert (code, kinds(report)) == (1, {"counter_ahead"})
+    assert (code, kinds(report)) == (1, {"counter_ahead", "chain_broken"})
     assert violation(report, "counter_ahead")["series"] == "XYZ"
+    assert violation(report, "chain_broken")["series"] == "XYZ"
     assert report["integrator"]["documents"] == 4
 
 

@@ -2,10 +2,17 @@
 integrator with faults, rejections, a corrected retry, returns and voids; then ``gapless chain
 verify`` and a verifier written here from docs/chain.md alone (no gapless import: plain SQL and
 hashlib) must agree — on the clean chain and on every kind of tampering, naming the same number.
+
+Signed checkpoints are taken during the run (``gapless chain keygen``, ``gapless chain
+checkpoint``); an attacker written here, with the database and without the key, rewrites a
+chain consistently: both verifiers pass it, and the verification against the checkpoints fails,
+naming the number — gapless's, and one written here from docs/chain.md (the raw key from the PEM,
+the signature over the canonical body); forged and edited checkpoints are refused.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import uuid
@@ -16,6 +23,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from psycopg.rows import dict_row
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -154,6 +163,36 @@ def doc_verifier(url: str) -> dict[tuple[str, str, str], dict[str, Any]]:
     return out
 
 
+def doc_checkpoint_verifier(url: str, public_pem: Path,
+                            directory: Path) -> dict[tuple[str, str, str], int | None]:
+    """Per signed chain: the ``last_no`` of the first checkpoint (oldest first) whose head the
+    chain no longer holds, or None. Written from docs/chain.md, "Checkpoints": the raw key is
+    the last 32 bytes of the PEM's DER, the signature is over the canonical body. A file that
+    does not verify raises."""
+    der = base64.b64decode("".join(public_pem.read_text().splitlines()[1:-1]))
+    raw = der[-32:]
+    key = Ed25519PublicKey.from_public_bytes(raw)
+    bodies = []
+    for path in sorted(directory.glob("checkpoint-*.json")):
+        envelope = json.loads(path.read_text(encoding="utf-8"), parse_float=Decimal)
+        body = envelope["checkpoint"]
+        assert body["format"] == "gapless-chain-checkpoint/1"
+        assert body["key"] == sha(raw)
+        key.verify(base64.b64decode(envelope["signature"]), canon(body).encode("utf-8"))
+        bodies.append(body)
+    out: dict[tuple[str, str, str], int | None] = {}
+    with psycopg.connect(url) as conn:
+        for body in sorted(bodies, key=lambda b: b["at"]):
+            for c in body["chains"]:
+                chain = (c["tenant"], c["series"], c["period_key"])
+                row = conn.execute("SELECT hash FROM chain_records WHERE (tenant, series, "
+                                   "period_key, seq) = (%s, %s, %s, %s)",
+                                   (*chain, c["head_seq"])).fetchone()
+                if out.get(chain) is None:
+                    out[chain] = None if row and row[0] == c["head_hash"] else c["last_no"]
+    return out
+
+
 # ------------------------------------------------------------------ the run
 
 def message(invoice_id: str, series: str, *, tax_id: str = "1234567890",
@@ -229,6 +268,12 @@ async def settled_run(engine: AsyncEngine, settings: Settings, gapless_env: dict
         result = run_gapless(["recovery", "--once", "--stuck-after", "0"], env)
         assert result.returncode == 0, result.stderr[-2000:]
     assert await settled(engine, len(messages))
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    result = run_gapless(["chain", "keygen", "--out", str(keys / "chain.key")], env)
+    assert result.returncode == 0, result.stderr
+    checkpoints = tmp_path / "checkpoints"
+    first = take_checkpoint(env, keys / "chain.key", checkpoints)  # before voids and a retry
     for invoice_id in ("inv-7", "inv-123"):
         result = run_gapless(["invoice", "void", invoice_id, "--reason", "issued on paper"], env)
         assert result.returncode == 0, result.stderr
@@ -241,9 +286,28 @@ async def settled_run(engine: AsyncEngine, settings: Settings, gapless_env: dict
         statuses = dict((await conn.execute(text(
             "SELECT status, count(*) FROM invoices GROUP BY status"))).all())
     await engine.dispose()
+    second = take_checkpoint(env, keys / "chain.key", checkpoints)
     frozen = f"{db_name}_frozen"
     create_database(frozen, template=db_name)
-    return {"db": db_name, "env": env, "statuses": statuses, "frozen": frozen}
+    return {"db": db_name, "env": env, "statuses": statuses, "frozen": frozen,
+            "key": keys / "chain.key", "public_key": keys / "chain.key.pub",
+            "checkpoints": checkpoints, "first": first, "second": second}
+
+
+def take_checkpoint(env: dict[str, str], key: Path, out: Path) -> Path:
+    result = run_gapless(["chain", "checkpoint", "--key", str(key), "--out", str(out)], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("chain: checkpoint "), result.stdout
+    path = Path(result.stdout.split()[2].rstrip(":"))
+    assert path.parent == out
+    return path
+
+
+def signed_head(checkpoint: Path, series: str) -> dict[str, Any]:
+    """A chain's head as a checkpoint file says (read as an auditor would: plain JSON)."""
+    body = json.loads(checkpoint.read_text(encoding="utf-8"))["checkpoint"]
+    [head] = [c for c in body["chains"] if c["series"] == series]
+    return {**head, "at": body["at"]}
 
 
 def copy_of(frozen: str) -> str:
@@ -278,6 +342,9 @@ async def test_a_real_run_verifies_both_verifiers_agree_and_tampering_is_caught(
         for case in sorted(TAMPERING):
             check_tampering(run, case)
         check_inserted_record(run)
+        check_checkpoints(run, tmp_path / "anchored")
+        check_rewritten_chain(run, tmp_path / "rewritten")
+        check_rewritten_after_a_checkpoint(run)
     finally:
         drop_database(run["frozen"])
 
@@ -492,3 +559,258 @@ async def test_the_migration_builds_chains_for_an_existing_database(
     assert code == 0, out
     assert "migrated" in out
     assert [v["broken"] for v in doc_verifier(db_url).values()] == [None]
+
+
+# ------------------------------------------------------------------ checkpoints (the anchor)
+
+def verify_signed(settled_run: dict[str, Any], url: str, *args: str,
+                  checkpoints: Path | None = None) -> tuple[int, str]:
+    result = run_gapless(["chain", "verify", *args, "--public-key",
+                          str(settled_run["public_key"]), "--checkpoints",
+                          str(checkpoints or settled_run["checkpoints"])],
+                         {**settled_run["env"], "GAPLESS_DATABASE_URL": url})
+    return result.returncode, result.stdout + result.stderr
+
+
+def check_checkpoints(settled_run: dict[str, Any], tmp_path: Path) -> None:
+    """Both checkpoints verify and anchor both chains; a checkpoint from before later records
+    still does (the chains have grown since: fine); an export carries them to the auditor."""
+    env, url = settled_run["env"], database_url(settled_run["frozen"])
+    first, second = settled_run["first"], settled_run["second"]
+    code, out = verify_signed(settled_run, url)
+    assert code == 0, out
+    assert set(doc_checkpoint_verifier(url, settled_run["public_key"],
+                                       settled_run["checkpoints"]).values()) == {None}
+    assert "checkpoints: 2 of 2 verified with the public key, the latest signed at " \
+        f"{signed_head(second, 'ABC')['at']}" in out
+    assert "chain: verified, 2 chain(s), 300 sealed number(s), 2 matching a signed " \
+        "checkpoint" in out
+    older = tmp_path / "older"
+    older.mkdir(parents=True)
+    (older / first.name).write_bytes(first.read_bytes())
+    code, out = verify_signed(settled_run, url, checkpoints=older)
+    assert code == 0, out
+    for series in ("ABC", "XYZ"):
+        head = signed_head(first, series)
+        assert head["head_seq"] < signed_head(second, series)["head_seq"]  # grown since
+        assert f"{head['at']} (seq {head['head_seq']})" in out.replace("\n", ""), out
+    result = run_gapless(["chain", "export", "--out", str(tmp_path / "export"), "--checkpoints",
+                          str(settled_run["checkpoints"])], {**env, "GAPLESS_DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    assert "and 2 checkpoint(s)" in result.stdout
+    offline = {**env, "GAPLESS_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    result = run_gapless(["chain", "verify", str(tmp_path / "export"), "--public-key",
+                          str(settled_run["public_key"])], offline)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 matching a signed checkpoint" in result.stdout
+    result = run_gapless(["audit", "--json", "--public-key", str(settled_run["public_key"]),
+                          "--checkpoints", str(settled_run["checkpoints"])],
+                         {**env, "GAPLESS_DATABASE_URL": url})
+    report = json.loads(result.stdout)
+    assert [v for v in report["violations"] if v["kind"].startswith(("chain", "checkpoint"))] \
+        == []
+    assert report["chain"]["checkpoints"] == 2
+    assert report["chain"]["anchored"] == 2
+
+
+def rewrite_message(url: str, invoice_id: str, unit_price: str) -> dict[str, Any]:
+    """The attacker: a superuser without the key. Changes an amount in a stored message, then
+    makes the chain agree — the message's hash where the chain states it, every later record's
+    hash, the head — from docs/chain.md alone. Returns the chain's new head."""
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        conn.execute("SET session_replication_role = replica")  # every trigger off
+        conn.execute("UPDATE invoices SET payload = jsonb_set(payload, '{lines,0,unit_price}', "
+                     "to_jsonb(%s::text)) WHERE invoice_id = %s", (unit_price, invoice_id))
+        inv = conn.execute("SELECT tenant, series, period_key, reserved_no, payload::text AS p "
+                           "FROM invoices WHERE invoice_id = %s", (invoice_id,)).fetchone()
+        assert inv is not None
+        chain = (inv["tenant"], inv["series"], inv["period_key"])
+        message = sha(canon(json.loads(inv["p"], parse_float=Decimal)))
+        conn.execute("UPDATE invoices SET message_sha256 = %s WHERE invoice_id = %s",
+                     (message, invoice_id))
+        conn.execute(
+            "UPDATE chain_records SET message_sha256 = %s WHERE (tenant, series, period_key, "
+            "seq) = (SELECT tenant, series, period_key, max(seq) FROM chain_records WHERE "
+            "(tenant, series, period_key) = (%s, %s, %s) AND reserved_no = %s AND kind IN "
+            "('seal', 'corrected') GROUP BY tenant, series, period_key)",
+            (message, *chain, inv["reserved_no"]))
+        records = conn.execute(
+            "SELECT *, uuid::text AS uuid, to_char(at AT TIME ZONE 'UTC', "
+            "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS at FROM chain_records "
+            "WHERE (tenant, series, period_key) = (%s, %s, %s) ORDER BY seq", chain).fetchall()
+        prev = sha("gapless-chain/1\n" + canon(
+            {"tenant": chain[0], "series": chain[1], "period_key": chain[2]}))
+        for r in records:
+            recomputed = sha(f"{r['version']}\n{prev}\n" + canon({k: r[k] for k in KEYS}))
+            if recomputed != r["hash"]:
+                conn.execute("UPDATE chain_records SET hash = %s WHERE (tenant, series, "
+                             "period_key, seq) = (%s, %s, %s, %s)", (recomputed, *chain, r["seq"]))
+            prev = recomputed
+        conn.execute("UPDATE number_counters SET chain_hash = %s WHERE (tenant, series, "
+                     "period_key) = (%s, %s, %s)", (prev, *chain))
+        conn.commit()
+    return {"series": chain[1], "head_seq": records[-1]["seq"], "head_hash": prev}
+
+
+def check_rewritten_chain(settled_run: dict[str, Any], tmp_path: Path) -> None:
+    """inv-40's amount changed and the whole chain recomputed: every check of the chain passes
+    (gapless's and the verifier from the document), the checkpoints do not; a checkpoint the
+    attacker signs with their own key, or edits, is refused."""
+    env, public_key = settled_run["env"], str(settled_run["public_key"])
+    name = copy_of(settled_run["frozen"])
+    try:
+        url = database_url(name)
+        number = one(url, "SELECT number FROM invoices WHERE invoice_id = 'inv-40'")
+        head = rewrite_message(url, "inv-40", "11.00")
+        assert head["series"] == "ABC"
+        code, out = chain_verify(env, url)
+        assert code == 0, out  # consistent: the chain alone cannot tell
+        assert [v["broken"] for v in doc_verifier(url).values()] == [None, None]
+        signed = signed_head(settled_run["first"], "ABC")  # the first that no longer matches
+        named = (f"chain: BROKEN acme/ABC/{signed['period_key']}: number "
+                 f"{signed['last_number']} ({signed['last_no']}): the chain no longer matches "
+                 f"the checkpoint signed at {signed['at']} ({settled_run['first'].name})")
+        code, out = verify_signed(settled_run, url)
+        assert code == 1, out
+        assert named in out, out
+        assert signed["last_no"] >= int(number[-9:])  # the changed number is under that head
+        assert "BROKEN acme/XYZ" not in out
+        assert sorted(doc_checkpoint_verifier(url, settled_run["public_key"],
+                                              settled_run["checkpoints"]).values(),
+                      key=str) == [signed["last_no"], None]  # the verifier from the doc agrees
+        # An export of the rewritten database, with the checkpoints: the auditor sees it too.
+        export = tmp_path / "export"
+        result = run_gapless(["chain", "export", "--out", str(export), "--checkpoints",
+                              str(settled_run["checkpoints"])],
+                             {**env, "GAPLESS_DATABASE_URL": url})
+        assert result.returncode == 0, result.stderr
+        offline = {**env, "GAPLESS_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+        result = run_gapless(["chain", "verify", str(export)], offline)
+        assert result.returncode == 0, result.stdout  # without the key: consistent
+        result = run_gapless(["chain", "verify", str(export), "--public-key", public_key],
+                             offline)
+        assert result.returncode == 1, result.stdout
+        assert named in result.stdout
+        result = run_gapless(["audit", "--json", "--public-key", public_key, "--checkpoints",
+                              str(settled_run["checkpoints"])],
+                             {**env, "GAPLESS_DATABASE_URL": url})
+        assert result.returncode == 1, result.stderr
+        [mismatch] = [v for v in json.loads(result.stdout)["violations"]
+                      if v["kind"].startswith(("chain", "checkpoint"))]
+        assert (mismatch["kind"], mismatch["series"], mismatch["numbers"]) == \
+            ("checkpoint_mismatch", "ABC", str(signed["last_no"]))
+        check_forged_checkpoints(settled_run, url, head, tmp_path)
+    finally:
+        drop_database(name)
+
+
+def check_forged_checkpoints(settled_run: dict[str, Any], url: str, head: dict[str, Any],
+                             tmp_path: Path) -> None:
+    """The attacker's checkpoints of the rewritten chain: signed with their own key (naming
+    it, or naming ours), or ours edited to the new head. Each is refused, naming the file."""
+    env = settled_run["env"]
+    forged = tmp_path / "forged"
+    result = run_gapless(["chain", "keygen", "--out", str(tmp_path / "mallory.key")], env)
+    assert result.returncode == 0, result.stderr
+    own = take_checkpoint({**env, "GAPLESS_DATABASE_URL": url}, tmp_path / "mallory.key",
+                          forged)
+    ours = json.loads(settled_run["second"].read_text(encoding="utf-8"))
+    mallory = serialization.load_pem_private_key((tmp_path / "mallory.key").read_bytes(), None)
+    assert isinstance(mallory, Ed25519PrivateKey)
+    claimed = {**ours["checkpoint"], "at": "2099-01-01T00:00:00.000000Z"}  # names our key
+    for chain in claimed["chains"]:
+        if chain["series"] == "ABC":
+            chain.update(head_seq=head["head_seq"], head_hash=head["head_hash"])
+    (forged / "checkpoint-2099-01-01T00-00-00.000000Z.json").write_text(json.dumps({
+        "checkpoint": claimed,
+        "signature": base64.b64encode(mallory.sign(canon(claimed).encode())).decode()}))
+    edited = json.loads(json.dumps(ours))
+    edited["checkpoint"]["chains"] = claimed["chains"]
+    (forged / settled_run["second"].name).write_text(json.dumps(edited))
+    code, out = verify_signed(settled_run, url, checkpoints=forged)
+    assert code == 1, out
+    assert (f"checkpoint: INVALID {own.name}: signed by key "
+            f"{sha(mallory.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))[:16]}…, "  # noqa: E501
+            "not by the public key given: refused") in out, out
+    for name in ("checkpoint-2099-01-01T00-00-00.000000Z.json", settled_run["second"].name):
+        assert (f"checkpoint: INVALID {name}: the signature does not verify with the public "
+                "key: forged, or changed after signing") in out, out
+    assert "checkpoints: 0 of 3 verified" in out
+
+
+def check_rewritten_after_a_checkpoint(settled_run: dict[str, Any]) -> None:
+    """inv-58's corrected message (recorded after the first checkpoint) changed and the chain
+    recomputed: the first checkpoint still matches, the second does not — the change is
+    between the two, and the report says so."""
+    name = copy_of(settled_run["frozen"])
+    try:
+        url = database_url(name)
+        rewrite_message(url, "inv-58", "12.00")
+        assert chain_verify(settled_run["env"], url)[0] == 0
+        code, out = verify_signed(settled_run, url)
+        assert code == 1, out
+        first, second = (signed_head(settled_run[k], "ABC") for k in ("first", "second"))
+        assert (f"number {second['last_number']} ({second['last_no']}): the chain no longer "
+                f"matches the checkpoint signed at {second['at']}") in out, out
+        assert (f"the checkpoint signed at {first['at']} still matches up to seq "
+                f"{first['head_seq']} (number {first['last_number']}), so the change is after "
+                "it") in out, out
+    finally:
+        drop_database(name)
+
+
+async def test_keys_checkpoints_and_a_chain_truncated_below_a_signed_head(
+        engine: AsyncEngine, db_url: str, gapless_env: dict[str, str], tmp_path: Path) -> None:
+    """Numbers sealed by SQL, a checkpoint; then the tail removed consistently (records,
+    counter, head), and the whole chain removed: the chain alone passes, the checkpoint does
+    not, and the next checkpoint refuses to sign. The private key is nowhere in the
+    database."""
+    async with engine.begin() as conn:
+        await add_series(conn, build_series_spec("acme", "ABC"))
+    for _ in range(5):
+        async with engine.begin() as conn:
+            await conn.execute(text("SELECT next_number('acme', 'ABC')"))
+    await engine.dispose()
+    result = run_gapless(["chain", "keygen", "--out", str(tmp_path / "chain.key")], gapless_env)
+    assert result.returncode == 0, result.stderr
+    env = {**gapless_env, "GAPLESS_CHAIN_CHECKPOINTS": str(tmp_path / "checkpoints")}
+    result = run_gapless(["chain", "checkpoint", "--key", str(tmp_path / "chain.key")], env)
+    assert result.returncode == 0, result.stderr
+    assert "1 chain head(s) signed" in result.stdout
+    [checkpoint] = (tmp_path / "checkpoints").iterdir()
+    head = signed_head(checkpoint, "ABC")
+    assert (head["last_no"], head["head_seq"]) == (5, 5)
+    signed = ["chain", "verify", "--public-key", str(tmp_path / "chain.key.pub")]
+    result = run_gapless(signed, env)  # the checkpoints from GAPLESS_CHAIN_CHECKPOINTS
+    assert result.returncode == 0, result.stdout + result.stderr
+    secret = (tmp_path / "chain.key").read_text().splitlines()[1]
+    with psycopg.connect(db_url) as conn:  # nowhere: no table's text holds the key
+        tables = conn.execute("SELECT format('%I.%I', schemaname, tablename) FROM pg_tables "
+                              "WHERE schemaname = 'public'").fetchall()
+        assert len(tables) > 5
+        for (table,) in tables:
+            assert not conn.execute(f"SELECT 1 FROM {table} t WHERE t::text LIKE %s",
+                                    (f"%{secret[:20]}%",)).fetchone(), table
+    three = one(db_url, "SELECT hash FROM chain_records WHERE seq = 3")
+    tamper(db_url, "DELETE FROM chain_records WHERE seq > 3",
+           f"UPDATE number_counters SET last_no = 3, chain_seq = 3, chain_hash = '{three}'")
+    code, out = chain_verify(gapless_env, db_url)
+    assert code == 0, out
+    result = run_gapless(signed, env)
+    assert result.returncode == 1, result.stdout
+    assert (f"number {head['last_number']} (5): the chain is shorter than the checkpoint "
+            f"signed at {head['at']} ({checkpoint.name}): it ends at seq 3, the checkpoint "
+            "signed seq 5: records removed") in result.stdout
+    # The next scheduled checkpoint does not sign over it: it says so and writes nothing.
+    result = run_gapless(["chain", "checkpoint", "--key", str(tmp_path / "chain.key")], env)
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.strip() == (
+        f"gapless: acme/ABC/{head['period_key']}: number {head['last_number']} (5): the chain "
+        f"no longer matches the checkpoint signed at {head['at']} ({checkpoint.name}) at seq 5; "
+        "nothing signed: run gapless chain verify --public-key to see it")
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == [checkpoint.name]
+    tamper(db_url, "DELETE FROM chain_records", "DELETE FROM number_counters")
+    assert chain_verify(gapless_env, db_url)[0] == 0
+    result = run_gapless(signed, env)
+    assert result.returncode == 1, result.stdout
+    assert f"number {head['last_number']} (5): the chain is missing" in result.stdout
