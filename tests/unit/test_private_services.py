@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests import private_services
+from tests.ha.rabbit_cluster import PrivateRabbitCluster
 from tests.private_services import (
     PrivatePostgres,
     PrivateRabbitMQ,
@@ -44,6 +45,13 @@ def test_without_rabbitmq_the_reason_names_the_script_and_the_override(
     with pytest.raises(ServiceUnavailable,
                        match=r"rabbitmq-server not found.*GAPLESS_TEST_RABBITMQ_SBIN"):
         PrivateRabbitMQ()
+    assert not list(bare_machine.glob(f"{private_services.TEMP_PREFIX}*"))
+
+
+def test_without_rabbitmq_a_cluster_says_why_and_leaves_nothing(bare_machine: Path) -> None:
+    with pytest.raises(ServiceUnavailable,
+                       match=r"rabbitmq-server not found.*GAPLESS_TEST_RABBITMQ_SBIN"):
+        PrivateRabbitCluster()
     assert not list(bare_machine.glob(f"{private_services.TEMP_PREFIX}*"))
 
 
