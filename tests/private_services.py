@@ -561,10 +561,12 @@ def _serving(make: Callable[[], _Server], start: Callable[[_Server], object]) ->
     try:
         server = make()
         start(server)
-    except ServiceUnavailable as exc:
-        if server is not None:
+    except BaseException as exc:
+        if server is not None:  # whatever did start is stopped, whatever the failure
             server.close()
-        _unavailable(str(exc))
+        if isinstance(exc, ServiceUnavailable):
+            _unavailable(str(exc))
+        raise
     try:
         yield server
     finally:

@@ -15,6 +15,7 @@ from tests.private_services import (
     PrivateRabbitMQ,
     ServiceUnavailable,
     _rabbitmq_scripts,
+    _serving,
     _unavailable,
 )
 
@@ -53,6 +54,22 @@ def test_without_rabbitmq_a_cluster_says_why_and_leaves_nothing(bare_machine: Pa
                        match=r"rabbitmq-server not found.*GAPLESS_TEST_RABBITMQ_SBIN"):
         PrivateRabbitCluster()
     assert not list(bare_machine.glob(f"{private_services.TEMP_PREFIX}*"))
+
+
+def test_a_cluster_that_fails_to_start_is_closed_and_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Any failure at start (not only an unavailable server) closes what was made, then
+    propagates. No node really starts here: their start fails at once."""
+    monkeypatch.setattr(private_services.tempfile, "tempdir", str(tmp_path))
+
+    def fail(node: PrivateRabbitMQ) -> float:
+        raise RuntimeError("no start today")
+
+    monkeypatch.setattr(PrivateRabbitMQ, "start", fail)
+    fixture = _serving(PrivateRabbitCluster, PrivateRabbitCluster.start)
+    with pytest.raises(RuntimeError, match="no start today"):
+        next(fixture)  # on a machine without RabbitMQ: the skip of _unavailable instead
+    assert not list(tmp_path.glob(f"{private_services.TEMP_PREFIX}*"))
 
 
 def test_a_wrapper_on_the_path_resolves_to_the_script_beside_it(
