@@ -26,6 +26,7 @@ failed test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import subprocess
@@ -155,15 +156,15 @@ class PrivateRabbitCluster:
                 self.start_node(index)
 
     def close(self) -> None:
-        """Kill every node by its process group, stop the epmd and remove the temp dirs."""
-        try:
+        """Kill every node by its process group, stop the epmd and remove the temp dirs; each
+        of these is tried even when another one failed."""
+        with contextlib.ExitStack() as cleanup:  # callbacks run last-in first-out, each one
+            cleanup.callback(self.epmd.close)
             for node in self.nodes:
-                try:
+                cleanup.callback(node.close)  # also stops whatever a failed kill left running
+            for node in self.nodes:
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
                     node.stop("kill")
-                finally:
-                    node.close()
-        finally:
-            self.epmd.close()
 
     # -- rabbitmqctl -----------------------------------------------------------------------------
 
