@@ -239,3 +239,28 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("what the service-restart tests saw")
         for line in _summary_lines:
             terminalreporter.write_line(line)
+
+
+# ------------------------------------------------------------ xdist groups under pytest ≥ 9.2
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--dist loadgroup``: send the tests of one ``xdist_group`` to one process again.
+
+    pytest-xdist (3.8) names a test's group by setting ``item._nodeid`` to ``<nodeid>@<group>``
+    in each worker, and its scheduler reads the group from that suffix. pytest 9.2 keeps a
+    node's id in ``item._id`` instead, so the suffix never appears and every test is scheduled
+    alone (pytest-dev/pytest-xdist#1386, open): a session fixture shared by a group (the private
+    RabbitMQ cluster of tests/ha) would be started once per process. This sets the id xdist
+    meant to set, where xdist did not.
+    """
+    if not getattr(config.option, "loadgroup", False):  # only in a loadgroup worker
+        return
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        suffix = f"@{'_'.join(groups)}"
+        node_id = getattr(item, "_id", None)
+        if groups and node_id is not None and not item.nodeid.endswith(suffix):
+            item._id = type(node_id).parse(f"{item.nodeid}{suffix}")

@@ -29,7 +29,8 @@ directory that is removed afterwards.
     from loopback. :meth:`~PrivateRabbitMQ.restart` is a *full* restart: ``rabbitmqctl
     shutdown`` (the Erlang VM exits; the test waits for the process to be gone), then a new
     server process on the same data directory, so durable queues and persistent messages come
-    back from disk.
+    back from disk. Several nodes may share one cookie and one :class:`PrivateEpmd` (a private
+    cluster, tests/ha/rabbit_cluster.py); a node alone has both to itself.
 
 Both raise :class:`ServiceUnavailable` when their binaries are missing or the server does not
 come up before a deadline; the fixtures turn that into a skip with the reason (or a failure when
@@ -314,35 +315,97 @@ class RestartTiming:
         return self.stop_s + self.start_s
 
 
-class PrivateRabbitMQ:
-    """A RabbitMQ node of one test session: its own name, ports, cookie, epmd and data dir."""
+class PrivateEpmd:
+    """An ``epmd`` (the Erlang node-name registry) of its own on a free loopback port: private
+    nodes register there, never with the machine's epmd on 4369. Several nodes of one private
+    cluster share one."""
 
     def __init__(self) -> None:
+        self.bin = _epmd()
+        self.port = free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """Its process id, while it runs."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def start(self) -> None:
+        """Start it (once) and wait until it listens."""
+        if self.running():
+            return
+        process = self._process = subprocess.Popen(
+            [str(self.bin), "-port", str(self.port), "-address", "127.0.0.1"],
+            cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+
+        def up() -> bool:
+            if process.poll() is not None:
+                raise ServiceUnavailable(f"epmd exited at start ({process.returncode})")
+            with socket.socket() as sock:
+                sock.settimeout(0.2)
+                return sock.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_until(up, 20, message="the private epmd to listen")
+
+    def close(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def random_cookie() -> str:
+    return "".join(secrets.choice(string.ascii_uppercase) for _ in range(20))
+
+
+class PrivateRabbitMQ:
+    """A RabbitMQ node of one test session: its own name, ports, cookie, epmd and data dir.
+
+    ``node``, ``cookie`` and ``epmd`` let several nodes form a cluster: the same cookie, one
+    epmd (started by the first node that needs it, closed by its owner, not by the nodes), and
+    ``config`` adds lines to rabbitmq.conf (peer discovery, for one).
+    """
+
+    def __init__(self, *, node: str | None = None, cookie: str | None = None,
+                 epmd: PrivateEpmd | None = None, config: str = "") -> None:
         self.server_script, self.ctl_script = _rabbitmq_scripts()
-        self.epmd_bin = _epmd()
+        self.epmd = epmd if epmd is not None else PrivateEpmd()
+        self._owns_epmd = epmd is None
         self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}rabbitmq-"))
         self.port = free_port()
         self.dist_port = free_port()
-        self.epmd_port = free_port()
-        self.node = f"gapless-test-{secrets.token_hex(4)}@localhost"
+        self.node = node or f"gapless-test-{secrets.token_hex(4)}@localhost"
         self.log = self.root / "server.log"
         self._server: subprocess.Popen[bytes] | None = None
-        self._epmd: subprocess.Popen[bytes] | None = None
         self._server_log: IO[bytes] | None = None
-        self.env = self._environment()
+        self.env = self._environment(cookie or random_cookie(), config)
 
-    def _environment(self) -> dict[str, str]:
+    @property
+    def epmd_port(self) -> int:
+        return self.epmd.port
+
+    def _environment(self, cookie: str, config: str) -> dict[str, str]:
         root = self.root
         (root / "rabbitmq.conf").write_text(
             f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
             "loopback_users.guest = true\n"
             "log.console = false\n"
-            "log.file.level = info\n")
+            "log.file.level = info\n"
+            f"{config}")
         (root / "enabled_plugins").write_text("[].\n")  # no management listener
         (root / "rabbitmq-env.conf").write_text("")  # not the system's /etc/rabbitmq one
-        cookie = root / ".erlang.cookie"
-        cookie.write_text("".join(secrets.choice(string.ascii_uppercase) for _ in range(20)))
-        cookie.chmod(0o400)
+        cookie_file = root / ".erlang.cookie"
+        cookie_file.write_text(cookie)
+        cookie_file.chmod(0o400)
         env = {key: value for key, value in os.environ.items()
                if not key.startswith(("RABBITMQ_", "ERL_"))}
         env.update({
@@ -376,25 +439,9 @@ class PrivateRabbitMQ:
         server = self._server
         return server.pid if server is not None and server.poll() is None else None
 
-    def _start_epmd(self) -> None:
-        self._epmd = subprocess.Popen(
-            [str(self.epmd_bin), "-port", str(self.epmd_port), "-address", "127.0.0.1"],
-            env=self.env, cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-
-        def epmd_up() -> bool:
-            if self._epmd is not None and self._epmd.poll() is not None:
-                raise ServiceUnavailable(f"epmd exited at start ({self._epmd.returncode})")
-            with socket.socket() as sock:
-                sock.settimeout(0.2)
-                return sock.connect_ex(("127.0.0.1", self.epmd_port)) == 0
-
-        wait_until(epmd_up, 20, message="the private epmd to listen")
-
     def start(self) -> float:
         """Start the node and wait until it speaks AMQP; the seconds that took."""
-        if self._epmd is None:
-            self._start_epmd()
+        self.epmd.start()
         if self._server_log is None:
             self._server_log = self.log.open("ab")
         started = time.monotonic()
@@ -460,7 +507,7 @@ class PrivateRabbitMQ:
 
     def close(self) -> None:
         """Stop the node (gracefully if it answers, else by killing its process group), stop
-        the private epmd, close the log and remove the temp dir."""
+        its private epmd (if it is the node's own), close the log and remove the temp dir."""
         try:
             server = self._server
             if server is not None and server.poll() is None:
@@ -471,13 +518,8 @@ class PrivateRabbitMQ:
                         _kill_group(server.pid)
                     with contextlib.suppress(subprocess.SubprocessError):
                         server.wait(timeout=10)
-            if self._epmd is not None and self._epmd.poll() is None:
-                self._epmd.terminate()
-                try:
-                    self._epmd.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self._epmd.kill()
-                    self._epmd.wait(timeout=10)
+            if self._owns_epmd:
+                self.epmd.close()
         finally:
             if self._server_log is not None:
                 self._server_log.close()
@@ -519,10 +561,12 @@ def _serving(make: Callable[[], _Server], start: Callable[[_Server], object]) ->
     try:
         server = make()
         start(server)
-    except ServiceUnavailable as exc:
-        if server is not None:
+    except BaseException as exc:
+        if server is not None:  # whatever did start is stopped, whatever the failure
             server.close()
-        _unavailable(str(exc))
+        if isinstance(exc, ServiceUnavailable):
+            _unavailable(str(exc))
+        raise
     try:
         yield server
     finally:

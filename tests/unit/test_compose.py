@@ -4,12 +4,20 @@ Every service command is parsed by the real ``gapless`` command tree (click ``ma
 command exists, every flag exists and its value converts), every ``GAPLESS_*`` variable is a
 field of :class:`gapless.settings.Settings`, every ``depends_on`` target exists with a condition
 it can meet, and the image runs ``gapless`` as a non-root user.
+
+The ``ha`` profile (replicated servers) is checked for consistency: the broker nodes and database
+hosts its URLs list are its own services, the RabbitMQ nodes form one cluster (one cookie, the
+peer list naming each node), the primary's synchronous standby is the one the standby's script
+makes, and the scripts it mounts exist and parse (``bash -n``). Where the ``docker compose``
+plugin is installed (no engine is needed), it validates the file too.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
 import tomllib
 import urllib.parse
 from pathlib import Path
@@ -18,6 +26,7 @@ from typing import Any
 import pytest
 import typer
 import yaml
+from psycopg.conninfo import conninfo_to_dict
 
 from gapless.cli import UsageError, app
 from gapless.settings import Settings
@@ -29,8 +38,18 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 
 EXPECTED_SERVICES = {"postgres", "rabbitmq", "migrate", "setup", "worker", "recovery",
                      "mock-integrator", "api", "demo-publisher"}
+#: The ``ha`` profile: replicated servers and the gapless processes on them.
+HA_PROFILE = "ha"
+HA_RABBITMQ = {"rmq1", "rmq2", "rmq3"}
+HA_POSTGRES = {"pg-primary", "pg-standby"}
+HA_GAPLESS = {"ha-migrate", "ha-setup", "ha-worker", "ha-recovery", "ha-api"}
+HA_SERVICES = HA_RABBITMQ | HA_POSTGRES | HA_GAPLESS
 #: Variables read outside Settings, and by whom.
 NON_SETTINGS_VARIABLES = {"GAPLESS_SCHEMA_DIR"}  # gapless.migrations.schema_dir() (an override)
+#: Variables the ha profile sets whose settings come with gapless's support of replicated servers
+#: (issue 22, built beside this profile): accepted while Settings lacks them, checked as
+#: settings (and their values validated) once it has them.
+ARRIVING_SETTINGS = {"GAPLESS_QUEUE_TYPE"}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 SHELLS = {"sh", "/bin/sh", "bash", "/bin/bash"}
 
@@ -43,6 +62,13 @@ def load_compose() -> dict[str, Any]:
 
 def services() -> dict[str, dict[str, Any]]:
     return load_compose()["services"]  # type: ignore[no-any-return]
+
+
+def profile_services(profile: str | None) -> dict[str, dict[str, Any]]:
+    """The services of a profile (``None``: those without one, which always run)."""
+    return {name: service for name, service in services().items()
+            if (profile in service.get("profiles", []) if profile else not
+                service.get("profiles"))}
 
 
 def runs_gapless(service: dict[str, Any]) -> bool:
@@ -142,7 +168,8 @@ def test_the_checker_refuses_bad_commands() -> None:
         parse_command(["worker", "--concurrency", "0"])
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_SERVICES - {"postgres", "rabbitmq"}))
+@pytest.mark.parametrize("name", sorted((EXPECTED_SERVICES - {"postgres", "rabbitmq"})
+                                         | HA_GAPLESS))
 def test_every_service_command_is_a_real_gapless_command(name: str) -> None:
     service = services()[name]
     assert runs_gapless(service), f"{name} does not run the gapless image"
@@ -181,7 +208,8 @@ def test_every_gapless_variable_is_a_setting() -> None:
             environment = dict(item.split("=", 1) for item in environment)
         for variable in environment:
             if variable.startswith("GAPLESS_"):
-                assert variable in fields, f"{name}: {variable} is not a gapless setting"
+                assert variable in fields | ARRIVING_SETTINGS, \
+                    f"{name}: {variable} is not a gapless setting"
 
 
 def test_settings_values_in_compose_validate() -> None:
@@ -232,6 +260,8 @@ def test_start_order_is_acyclic_and_workers_wait_for_the_schema() -> None:
     for process in ("worker", "recovery", "api"):
         assert all_services[process]["depends_on"]["migrate"]["condition"] == \
             "service_completed_successfully"
+        assert all_services[f"ha-{process}"]["depends_on"]["ha-migrate"]["condition"] == \
+            "service_completed_successfully"
     assert order.index("setup") < order.index("demo-publisher")
 
 
@@ -260,6 +290,191 @@ def test_processes_find_each_other_by_service_name() -> None:
     _, api = parse_command(invocations("api", all_services["api"])[0])
     assert f"{api['port']}:{api['port']}" in all_services["api"]["ports"]
     assert api["host"] == "0.0.0.0"
+
+
+# ------------------------------------------------------------------------------ profile ha
+
+
+def ha_env() -> dict[str, str]:
+    """The environment every gapless process of the ha profile shares (the worker's)."""
+    return services()["ha-worker"]["environment"]  # type: ignore[no-any-return]
+
+
+def test_the_ha_profile_is_a_system_of_its_own_beside_the_default_one() -> None:
+    """The default services stay as they were (no profile: ``docker compose up`` runs exactly
+    them), the ha profile holds its servers and processes, and nothing outside it needs them."""
+    assert set(profile_services(None)) == EXPECTED_SERVICES
+    assert set(profile_services(HA_PROFILE)) == HA_SERVICES
+    assert set(services()) == EXPECTED_SERVICES | HA_SERVICES
+    for name, service in profile_services(None).items():
+        assert not set(service.get("depends_on") or {}) & HA_SERVICES, name
+    # Its own volumes and host ports: both systems may run at once.
+    published = [port for service in services().values() for port in service.get("ports", [])]
+    assert len({str(port).split(":")[0] for port in published}) == len(published)
+    volumes = [str(volume).split(":")[0] for service in services().values()
+               for volume in service.get("volumes", []) if not str(volume).startswith(".")]
+    assert len(set(volumes)) == len(volumes)
+    assert set(volumes) == set(load_compose()["volumes"])
+
+
+def test_ha_processes_share_one_environment_on_quorum_queues() -> None:
+    environment = ha_env()
+    for name in HA_GAPLESS:
+        service = services()[name]
+        assert runs_gapless(service)
+        own = service["environment"]
+        assert {key: own[key] for key in environment} == environment, name
+    assert environment["GAPLESS_QUEUE_TYPE"] == "quorum"
+    assert services()["ha-worker"]["deploy"]["replicas"] == 2
+
+
+def test_ha_amqp_url_lists_every_rabbitmq_node_of_the_profile() -> None:
+    all_services = services()
+    urls = [urllib.parse.urlsplit(url) for url in ha_env()["GAPLESS_AMQP_URL"].split(",")]
+    assert [url.hostname for url in urls] == sorted(HA_RABBITMQ)
+    for url in urls:
+        node = all_services[url.hostname or ""]
+        assert HA_PROFILE in node["profiles"]
+        assert node["image"].startswith("rabbitmq:")
+        assert url.scheme == "amqp"
+        assert url.port == 5672
+        assert (url.username, url.password) == (node["environment"]["RABBITMQ_DEFAULT_USER"],
+                                                node["environment"]["RABBITMQ_DEFAULT_PASS"])
+    # A quorum queue gets a member on each node running when it is declared: the processes
+    # that declare queues wait for all of them.
+    for name in ("ha-worker", "ha-api"):
+        for node in HA_RABBITMQ:
+            assert all_services[name]["depends_on"][node]["condition"] == "service_healthy"
+
+
+def test_ha_rabbitmq_nodes_form_one_cluster() -> None:
+    """One cookie; each node's name (rabbit@<hostname>) is in the peer list every node reads."""
+    nodes = {name: services()[name] for name in sorted(HA_RABBITMQ)}
+    assert len({node["environment"]["RABBITMQ_ERLANG_COOKIE"] for node in nodes.values()}) == 1
+    for name, node in nodes.items():
+        assert node["hostname"] == name
+        assert "healthcheck" in node
+        assert any(str(volume).endswith(":/var/lib/rabbitmq") for volume in node["volumes"]), \
+            f"{name} keeps its data in a volume of its own"
+        configs = [mount_source(volume) for volume in node["volumes"]
+                   if "/etc/rabbitmq/conf.d/" in str(volume)]
+        assert len(configs) == 1, name
+        conf = rabbitmq_conf(configs[0])
+        assert conf["cluster_formation.peer_discovery_backend"] == "classic_config"
+        peers = {value for key, value in conf.items()
+                 if key.startswith("cluster_formation.classic_config.nodes.")}
+        assert peers == {f"rabbit@{other}" for other in nodes}, name
+
+
+def test_ha_database_url_lists_the_primary_and_the_standby_and_wants_the_writable_one() -> None:
+    all_services = services()
+    params = conninfo_to_dict(ha_env()["GAPLESS_DATABASE_URL"])
+    assert params["target_session_attrs"] == "read-write"
+    hosts = str(params["host"]).split(",")
+    assert hosts == ["pg-primary", "pg-standby"]
+    assert str(params["port"]).split(",") == ["5432"] * len(hosts)
+    for host in hosts:
+        server = all_services[host]
+        assert HA_PROFILE in server["profiles"]
+        assert server["image"].split(":")[1].startswith("15")
+        # The URL names no password; libpq reads PGPASSWORD.
+        assert ha_env()["PGPASSWORD"] == server["environment"]["POSTGRES_PASSWORD"]
+    for name in ("pg-primary", "pg-standby"):
+        assert all_services["ha-migrate"]["depends_on"][name]["condition"] == "service_healthy"
+
+
+def test_ha_primary_commits_wait_for_the_standby_the_script_makes() -> None:
+    primary = services()["pg-primary"]
+    standby = services()["pg-standby"]
+    settings = postgres_settings(primary["command"])
+    assert settings["synchronous_commit"] == "on"
+    # FIRST 1 (name): one synchronous standby, and it is the one called `name`.
+    match = re.fullmatch(r"FIRST 1 \((\w+)\)", settings["synchronous_standby_names"])
+    assert match, settings["synchronous_standby_names"]
+    assert standby["environment"]["REPLICATION_SLOT"] == match.group(1)
+    assert primary["environment"]["REPLICATION_SLOT"] == match.group(1)
+    # The standby's script copies the primary with pg_basebackup -R (standby.signal and
+    # primary_conninfo written), streaming from the slot under that application_name.
+    script = mounted_script(standby, standby["entrypoint"][-1]).read_text(encoding="utf-8")
+    assert re.search(r"pg_basebackup\b[^;]*--write-recovery-conf", script, re.DOTALL)
+    assert 'application_name=$replication_slot' in script
+    assert 'replication_slot="${REPLICATION_SLOT' in script
+    assert standby["environment"]["PRIMARY_HOST"] == "pg-primary"
+    assert standby["depends_on"]["pg-primary"]["condition"] == "service_healthy"
+    # The primary's initialisation makes the replication role and slot.
+    init = [mount_source(volume) for volume in primary["volumes"]
+            if "/docker-entrypoint-initdb.d/" in str(volume)]
+    assert len(init) == 1
+    text = init[0].read_text(encoding="utf-8")
+    assert "pg_create_physical_replication_slot" in text
+    assert "REPLICATION" in text
+    assert "host replication" in text
+
+
+def test_ha_scripts_exist_and_parse() -> None:
+    scripts = []
+    for name, service in profile_services(HA_PROFILE).items():
+        for volume in service.get("volumes", []):
+            if str(volume).startswith("."):
+                source = mount_source(volume)
+                assert source.is_file(), f"{name} mounts {source}, which does not exist"
+                if source.suffix == ".sh":
+                    scripts.append(source)
+    assert len(scripts) == 2
+    for script in scripts:
+        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
+                                check=False)
+        assert result.returncode == 0, f"{script}: {result.stderr}"
+        assert script.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash\n")
+
+
+def test_docker_compose_accepts_the_file_with_and_without_the_ha_profile() -> None:
+    """``docker compose config`` needs the compose plugin, not an engine."""
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True,
+                                        check=False).returncode != 0:
+        pytest.skip("the docker compose plugin is not installed")
+    for profile in ([], ["--profile", HA_PROFILE]):
+        result = subprocess.run([docker, "compose", "-f", str(COMPOSE), *profile, "config",
+                                 "--quiet"], capture_output=True, text=True, cwd=ROOT,
+                                check=False)
+        assert result.returncode == 0, result.stderr
+
+
+def mount_source(volume: str) -> Path:
+    """The file a bind mount (``./path:/in/container[:ro]``) mounts."""
+    return ROOT / str(volume).split(":")[0]
+
+
+def mounted_script(service: dict[str, Any], path: str) -> Path:
+    """The repository file a service mounts at ``path``."""
+    for volume in service.get("volumes", []):
+        parts = str(volume).split(":")
+        if parts[1] == path:
+            return ROOT / parts[0]
+    raise AssertionError(f"nothing is mounted at {path}")
+
+
+def rabbitmq_conf(path: Path) -> dict[str, str]:
+    """``key = value`` lines of a rabbitmq.conf (sysctl format), comments dropped."""
+    conf = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            key, _, value = line.partition("=")
+            conf[key.strip()] = value.strip()
+    return conf
+
+
+def postgres_settings(command: list[str]) -> dict[str, str]:
+    """The ``-c name=value`` settings of a ``postgres`` command line."""
+    assert command[0] == "postgres"
+    settings = {}
+    for flag, value in zip(command[1::2], command[2::2], strict=True):
+        assert flag == "-c"
+        name, _, setting = value.partition("=")
+        settings[name] = setting
+    return settings
 
 
 # ----------------------------------------------------------------------------------- image

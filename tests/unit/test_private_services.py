@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests import private_services
+from tests.ha.rabbit_cluster import PrivateRabbitCluster
 from tests.private_services import (
     PrivatePostgres,
     PrivateRabbitMQ,
     ServiceUnavailable,
     _rabbitmq_scripts,
+    _serving,
     _unavailable,
 )
 
@@ -45,6 +47,29 @@ def test_without_rabbitmq_the_reason_names_the_script_and_the_override(
                        match=r"rabbitmq-server not found.*GAPLESS_TEST_RABBITMQ_SBIN"):
         PrivateRabbitMQ()
     assert not list(bare_machine.glob(f"{private_services.TEMP_PREFIX}*"))
+
+
+def test_without_rabbitmq_a_cluster_says_why_and_leaves_nothing(bare_machine: Path) -> None:
+    with pytest.raises(ServiceUnavailable,
+                       match=r"rabbitmq-server not found.*GAPLESS_TEST_RABBITMQ_SBIN"):
+        PrivateRabbitCluster()
+    assert not list(bare_machine.glob(f"{private_services.TEMP_PREFIX}*"))
+
+
+def test_a_cluster_that_fails_to_start_is_closed_and_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Any failure at start (not only an unavailable server) closes what was made, then
+    propagates. No node really starts here: their start fails at once."""
+    monkeypatch.setattr(private_services.tempfile, "tempdir", str(tmp_path))
+
+    def fail(node: PrivateRabbitMQ) -> float:
+        raise RuntimeError("no start today")
+
+    monkeypatch.setattr(PrivateRabbitMQ, "start", fail)
+    fixture = _serving(PrivateRabbitCluster, PrivateRabbitCluster.start)
+    with pytest.raises(RuntimeError, match="no start today"):
+        next(fixture)  # on a machine without RabbitMQ: the skip of _unavailable instead
+    assert not list(tmp_path.glob(f"{private_services.TEMP_PREFIX}*"))
 
 
 def test_a_wrapper_on_the_path_resolves_to_the_script_beside_it(
