@@ -30,33 +30,33 @@ on SIGTERM. The counts go to the "service restarts" section of the terminal summ
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.db import make_engine
 from gapless.migrations import migrate
-from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import Publisher, PublishUnconfirmed, queue_depths
 from gapless.settings import Settings
-from tests.chaos.checker import Expectations, History, check
-from tests.chaos.scenario import Poller, read_dead_letters
-from tests.helpers import GaplessProcess, await_until, wait_until
+from tests.chaos.checker import Expectations, check
+from tests.helpers import await_until, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.private_services import PrivatePostgres, PrivateRabbitMQ, ShutdownMode
-from tests.recovery_support import Processes, message
+from tests.restart_support import (
+    BROKER_TROUBLE,
+    DATABASE_TROUBLE,
+    PUBLISH_DEADLINE_S,
+    Outage,
+    RestartRun,
+    count_events,
+    logged,
+)
 
 BEFORE_FAULT = 600
 DURING_OUTAGE = 200
@@ -68,24 +68,6 @@ ISSUED_BEFORE_FAULT = 120
 MIN_OUTAGE_S = float(os.environ.get("GAPLESS_RESTART_OUTAGE_S", "") or 3.0)
 #: Everything must be settled this long after the server is back.
 SETTLE_S = 90.0
-#: Publishes of the outage's invoices awaiting their confirm at once.
-PUBLISH_WINDOW = 20
-#: Wait before republishing an unconfirmed message (a client's retry backoff).
-REPUBLISH_BACKOFF_S = 0.5
-#: Give up republishing a message after this long.
-PUBLISH_DEADLINE_S = 60.0
-
-#: Short leases so that an invoice whose outcome was lost in the outage is settled in-run.
-PROCESS_ENV = {"GAPLESS_LEASE_S": "3", "GAPLESS_INTEGRATOR_TIMEOUT_S": "5",
-               "GAPLESS_LOG_LEVEL": "info"}
-RECOVERY_ARGS = ("--interval", "1", "--stuck-after", "3", "--backoff-base", "1",
-                 "--backoff-max", "3", "--max-attempts", "1000", "--drain-timeout", "10")
-
-#: Log events by which a process shows it met the outage (any one of them, per process).
-DATABASE_TROUBLE = ("database_unavailable", "outcome_write_retry", "recovery_round_failed",
-                    "orphan_failed")
-BROKER_TROUBLE = ("amqp_connection_lost",)
-
 
 # ------------------------------------------------------------------------------------ fixtures
 
@@ -119,177 +101,6 @@ def scenario(private_postgres: PrivatePostgres, private_rabbitmq: PrivateRabbitM
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 sql.Identifier(name)))
-
-
-# --------------------------------------------------------------------------------------- a run
-
-
-@dataclass
-class Outage:
-    """What the scenario did to a server, and what it saw."""
-
-    kind: str
-    stopped_after_issued: int = 0
-    seconds: float = 0.0
-    noticed_by: list[str] = field(default_factory=list)
-
-
-class RestartRun:
-    """One scenario: the processes, the load, the poller, and what they recorded."""
-
-    def __init__(self, settings: Settings, mock: MockIntegratorClient, log_dir: Path) -> None:
-        self.settings = settings
-        self.mock = mock
-        env = {key: value for key, value in os.environ.items()
-               if not key.startswith("GAPLESS_")}
-        env.update({
-            "GAPLESS_DATABASE_URL": settings.database_url,
-            "GAPLESS_AMQP_URL": settings.amqp_url,
-            "GAPLESS_QUEUE": settings.queue,
-            "GAPLESS_CLUSTER_ID": "0",
-            "GAPLESS_INTEGRATOR_URL": mock.url,
-            "GAPLESS_LOG_FORMAT": "json",
-            **PROCESS_ENV,
-        })
-        self.processes = Processes(env, log_dir)
-        self.workers: list[GaplessProcess] = []
-        self.recovery: GaplessProcess | None = None
-        self.engine: AsyncEngine = make_engine(settings.database_url, actor="test",
-                                               application_name="gapless-restart-test",
-                                               pool_size=2)
-        self.poller = Poller(settings.database_url)
-        self.publisher = Publisher(settings, confirm_timeout=10)
-        self.history = History()
-        self.counts: Counter[str] = Counter()
-        self._poller_stop = asyncio.Event()
-        self._poller_task: asyncio.Task[None] | None = None
-
-    @property
-    def all_processes(self) -> list[GaplessProcess]:
-        return [*self.workers, *([self.recovery] if self.recovery else [])]
-
-    async def start(self) -> None:
-        async with self.engine.begin() as conn:
-            await add_series(conn, build_series_spec("acme", "ABC"))
-        self.mock.set_faults(latency_ms=[20, 50])
-        await self.publisher.start()  # declares the topology before any worker consumes
-        self.workers = [self.processes.start(f"worker-{n}", ["worker", "--concurrency", "8",
-                                                             "--shutdown-timeout", "10"])
-                        for n in range(2)]
-        self.recovery = self.processes.start("recovery", ["recovery", *RECOVERY_ARGS])
-
-        def all_ready() -> bool:
-            for proc in self.all_processes:
-                assert proc.alive(), proc.output()[-3000:]
-            return all(_logged(w, "worker_started") for w in self.workers) and \
-                _logged(self.recovery, "recovery_round_started")
-
-        await asyncio.to_thread(wait_until, all_ready, 60, message="workers and recovery")
-        self._poller_task = asyncio.create_task(self.poller.follow(self._poller_stop))
-
-    # -- load ----------------------------------------------------------------------------------
-
-    async def publish(self, invoice_ids: list[str]) -> None:
-        """Publish each invoice until the broker confirms it, PUBLISH_WINDOW at a time."""
-        window = asyncio.Semaphore(PUBLISH_WINDOW)
-
-        async def one(invoice_id: str) -> None:
-            async with window:
-                await self._publish_confirmed(invoice_id)
-
-        await asyncio.gather(*(one(invoice_id) for invoice_id in invoice_ids))
-
-    async def _publish_confirmed(self, invoice_id: str) -> None:
-        deadline = time.monotonic() + PUBLISH_DEADLINE_S
-        body = message(invoice_id)
-        while True:
-            self.counts["publish attempts"] += 1
-            try:
-                await self.publisher.publish(body)
-            except PublishUnconfirmed:
-                self.counts["publishes unconfirmed (retried)"] += 1
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{invoice_id}: no confirm for "
-                                         f"{PUBLISH_DEADLINE_S:g}s") from None
-                await asyncio.sleep(REPUBLISH_BACKOFF_S)  # a client's retry backoff
-                continue
-            self.history.publish(invoice_id, "acme", "ABC", "issued")
-            return
-
-    # -- observations ----------------------------------------------------------------------------
-
-    async def scalar(self, query: str) -> int:
-        async with self.engine.connect() as conn:
-            return int((await conn.execute(text(query))).scalar_one())
-
-    async def issued(self) -> int:
-        return await self.scalar("SELECT count(*) FROM invoices WHERE status = 'ISSUED'")
-
-    async def settled(self) -> bool:
-        """Every confirmed publish ISSUED and nothing left in the queue."""
-        if await self.issued() < len(self.history.published):
-            return False
-        depths = await queue_depths(self.settings)
-        return depths[self.settings.queue] == 0
-
-    def log_offsets(self) -> dict[str, int]:
-        return {proc.name: proc.log_path.stat().st_size for proc in self.all_processes}
-
-    def noticed(self, since: dict[str, int], events: tuple[str, ...]) -> list[str]:
-        """The processes that logged one of ``events`` after the offsets ``since``."""
-        return [proc.name for proc in self.all_processes
-                if any(_logged(proc, name, since=since[proc.name]) for name in events)]
-
-    # -- the end -------------------------------------------------------------------------------
-
-    async def finish(self) -> dict[str, int]:
-        """Stop the poller (after a last drain) and the processes (SIGTERM); their exit codes."""
-        self._poller_stop.set()
-        if self._poller_task is not None:
-            await self._poller_task
-        await self.poller.drain()
-        self.history.feed = list(self.poller.seen)
-        self.history.ledger = self.mock.ledger()
-        self.history.dead_letters = await read_dead_letters(self.settings)  # must be none
-
-        def terminate_all() -> dict[str, int]:
-            return {proc.name: proc.terminate(timeout=40) for proc in self.all_processes}
-
-        return await asyncio.to_thread(terminate_all)
-
-    async def close(self) -> None:
-        self._poller_stop.set()
-        if self._poller_task is not None:
-            self._poller_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._poller_task
-        with contextlib.suppress(Exception):
-            await self.publisher.close()
-        await self.poller.close()
-        await self.engine.dispose()
-        self.processes.close()
-
-
-def _logged(proc: GaplessProcess | None, event: str, *, since: int = 0) -> bool:
-    """Whether ``proc`` logged a JSON record with this ``event`` after byte ``since``."""
-    if proc is None:
-        return False
-    with proc.log_path.open("rb") as log:
-        log.seek(since)
-        chunk = log.read().decode(errors="replace")
-    needle = f'"event": "{event}"'
-    return any(needle in line for line in chunk.splitlines() if line.startswith("{"))
-
-
-def _count_events(proc: GaplessProcess, names: tuple[str, ...]) -> Counter[str]:
-    found: Counter[str] = Counter()
-    for line in proc.output().splitlines():
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                event = json.loads(line).get("event")
-                if event in names:
-                    found[event] += 1
-    return found
 
 
 # ---------------------------------------------------------------------------------- the faults
@@ -379,9 +190,9 @@ async def test_workers_and_recovery_keep_going_through_a_server_restart(
                 for proc in run.all_processes if not proc.alive()]
         assert not dead, "a gapless process did not survive the restart:\n" + "\n".join(dead)
         # Alive is not enough: each one did its work again after the server came back.
-        idle = [w.name for w in run.workers if not _logged(w, "invoice_issued",
+        idle = [w.name for w in run.workers if not logged(w, "invoice_issued",
                                                              since=after[w.name])]
-        if fault.recovery_notices and not _logged(run.recovery, "recovery_round_finished",
+        if fault.recovery_notices and not logged(run.recovery, "recovery_round_finished",
                                                   since=after["recovery"]):
             idle.append("recovery")
         exit_codes = await run.finish()
@@ -390,7 +201,7 @@ async def test_workers_and_recovery_keep_going_through_a_server_restart(
                        Expectations(all_issued=True, error_ok=False))
         seen = Counter[str]()
         for proc in run.all_processes:
-            seen += _count_events(proc, (*DATABASE_TROUBLE, *BROKER_TROUBLE, "amqp_reconnected",
+            seen += count_events(proc, (*DATABASE_TROUBLE, *BROKER_TROUBLE, "amqp_reconnected",
                                          "orphan_repaired", "orphan_resent"))
         summary_line(
             f"{kind}: published {TOTAL} ({run.counts['publish attempts']} attempts, "
