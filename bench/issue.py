@@ -57,8 +57,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -75,7 +75,7 @@ from gapless.db import make_engine
 from gapless.documents import build_issuer, check_ubl_inputs
 from gapless.logging import configure_logging
 from gapless.message import validate_message
-from gapless.publisher import Publisher
+from gapless.publisher import Publisher, connect_once, work_queues
 from gapless.samples import KIND_WEIGHTS, sample_messages
 from gapless.settings import Settings
 
@@ -333,14 +333,21 @@ def _free_port() -> int:
 
 
 @contextmanager
-def environment(label: str, mock_url: str) -> Iterator[dict[str, str]]:
-    """A fresh database with series bench/ABC, a fresh queue prefix, the mock's ledger reset."""
+def environment(label: str, mock_url: str, *, extra: dict[str, str] | None = None,
+                database: Callable[[str], AbstractContextManager[str]] = bench_database,
+                ) -> Iterator[dict[str, str]]:
+    """A fresh database with series bench/ABC, a fresh queue prefix, the mock's ledger reset.
+
+    ``extra``: more GAPLESS_* settings of the run (the broker's nodes, the queue type);
+    ``database``: makes the run's database (default: a fresh one on the shared server).
+    """
     httpx.post(f"{mock_url}/admin/reset", timeout=10).raise_for_status()
     prefix = f"gapless_bench_{label}_{uuid.uuid4().hex[:8]}"
-    with bench_database(label) as url:
+    with database(label) as url:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GAPLESS_")}
         env.update({"GAPLESS_DATABASE_URL": url, "GAPLESS_QUEUE": prefix,
-                    "GAPLESS_INTEGRATOR_URL": mock_url, "GAPLESS_LOG_FORMAT": "json"})
+                    "GAPLESS_INTEGRATOR_URL": mock_url, "GAPLESS_LOG_FORMAT": "json",
+                    **(extra or {})})
         subprocess.run([*GAPLESS, "series", "add", "bench", "ABC"], env=env, check=True,
                        capture_output=True, cwd=ROOT)
         if label.startswith(UBL_DESIGNS):
@@ -351,20 +358,23 @@ def environment(label: str, mock_url: str) -> Iterator[dict[str, str]]:
         try:
             yield env
         finally:
-            asyncio.run(_delete_queues(prefix))
+            asyncio.run(_delete_queues(settings_of(env)))
 
 
-async def _delete_queues(prefix: str) -> None:
-    connection = await aio_pika.connect(Settings().amqp_url)
+async def _delete_queues(settings: Settings) -> None:
+    connection = await connect_once(settings)
     async with connection:
         channel = await connection.channel()
-        await channel.queue_delete(prefix)
-        await channel.queue_delete(dead_queue_name(prefix))
-        await channel.exchange_delete(dead_exchange_name(prefix))
+        for name in (*work_queues(settings), dead_queue_name(settings.queue)):
+            await channel.queue_delete(name)
+        await channel.exchange_delete(dead_exchange_name(settings.queue))
 
 
 def settings_of(env: dict[str, str]) -> Settings:
-    return Settings(database_url=env["GAPLESS_DATABASE_URL"], queue=env["GAPLESS_QUEUE"])
+    """The settings of a run's environment (its GAPLESS_* variables)."""
+    given = {key.removeprefix("GAPLESS_").lower(): value for key, value in env.items()
+             if key.startswith("GAPLESS_")}
+    return Settings.model_validate(given)
 
 
 async def publish(env: dict[str, str], messages: list[dict[str, Any]]) -> None:
@@ -421,15 +431,19 @@ def claim_ms(procs: list[Proc]) -> float:
 
 
 def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
-                   latency_s: float, warmup: float,
-                   window: float) -> tuple[float, float, float, float]:
+                   latency_s: float, warmup: float, window: float, *,
+                   extra: dict[str, str] | None = None,
+                   database: Callable[[str], AbstractContextManager[str]] = bench_database,
+                   label: str | None = None) -> tuple[float, float, float, float]:
     """Issued per second over the window, RSS MB of the first worker, mean claim transaction
-    ms, and the workers' CPU ms per issued invoice."""
+    ms, and the workers' CPU ms per issued invoice. ``extra``, ``database``: see
+    :func:`environment`."""
     ideal = concurrency * processes / latency_s
     # Enough backlog that the queue never runs dry during warm-up + window.
     expected = 1 / latency_s if design == "naive" else ideal
     backlog = min(40_000, int(expected * (warmup + window) * 1.5) + 50)
-    with environment(f"{design}{processes}x{concurrency}", mock_url) as env:
+    with environment(f"{label or design}{processes}x{concurrency}", mock_url, extra=extra,
+                     database=database) as env:
         asyncio.run(publish(env, backlog_of(design, backlog)))
         procs = start_workers(design, env, processes, concurrency)
         try:
