@@ -32,10 +32,12 @@ def test_a_multi_host_url_reaches_libpq_with_every_host() -> None:
     assert driver_conninfo(PAIR) == PAIR
 
 
-@pytest.mark.parametrize("scheme", ["postgresql+psycopg", "postgresql+psycopg2", "postgres+psycopg"])
-def test_a_driver_suffix_is_dropped_and_nothing_else(scheme: str) -> None:
+@pytest.mark.parametrize(("scheme", "base"), [("postgresql+psycopg", "postgresql"),
+                                             ("postgresql+psycopg2", "postgresql"),
+                                             ("postgres+psycopg", "postgres")])
+def test_a_driver_suffix_is_dropped_and_nothing_else(scheme: str, base: str) -> None:
     url = f"{scheme}://u@h1:1,h2:2/db?sslmode=disable"
-    assert libpq_url(url) == f"{scheme.split('+')[0]}://u@h1:1,h2:2/db?sslmode=disable"
+    assert libpq_url(url) == f"{base}://u@h1:1,h2:2/db?sslmode=disable"
 
 
 def test_changing_the_database_keeps_every_host_and_parameter() -> None:
