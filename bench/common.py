@@ -12,9 +12,8 @@ from datetime import UTC, datetime
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import make_url
 
-from gapless.db import driver_conninfo
+from gapless.db import driver_conninfo, with_database
 from gapless.migrations import migrate
 from gapless.settings import Settings
 
@@ -22,7 +21,7 @@ BASE_URL = os.environ.get("GAPLESS_DATABASE_URL", Settings().database_url)
 
 
 def database_url(name: str) -> str:
-    return make_url(BASE_URL).set(database=name).render_as_string(hide_password=False)
+    return with_database(BASE_URL, name)
 
 
 def conninfo(url: str) -> str:

@@ -45,7 +45,6 @@ from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import dead_exchange_name, dead_queue_name
@@ -184,8 +183,10 @@ class Child:
 
 
 def demo_database_url(settings: Settings, name: str) -> str:
-    return make_url(settings.database_url).set(database=name).render_as_string(
-        hide_password=False)
+    """GAPLESS_DATABASE_URL on the demo database (every host and parameter kept)."""
+    from gapless.db import with_database
+
+    return with_database(settings.database_url, name)
 
 
 def drop_database(database_url: str) -> None:
@@ -194,12 +195,12 @@ def drop_database(database_url: str) -> None:
     import psycopg
     from psycopg import sql
 
-    from gapless.db import CONNECT_TIMEOUT_S, driver_conninfo
+    from gapless.db import CONNECT_TIMEOUT_S, database_name, driver_conninfo
 
     with psycopg.connect(driver_conninfo(database_url, dbname="postgres"), autocommit=True,
                          connect_timeout=CONNECT_TIMEOUT_S) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(str(make_url(database_url).database))))
+            sql.Identifier(str(database_name(database_url)))))
 
 
 async def prepare_database(settings: Settings, config: DemoConfig) -> str:
@@ -744,6 +745,8 @@ def _summary(result: DemoResult, config: DemoConfig, out: Console) -> None:
               f"error, {progress.recovered} orphans repaired by recovery", highlight=False)
     out.print(f"  logs: {result.log_dir}", highlight=False, soft_wrap=True)
     if config.keep:
-        url = make_url(result.database_url).render_as_string(hide_password=True)
+        from gapless.publisher import redact_url
+
+        url = redact_url(result.database_url)
         out.print(f"  kept: gapless status --database-url {url} --queue {result.queue}",
                   highlight=False, soft_wrap=True)

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gapless.db import is_lock_timeout
+from gapless.db import is_lock_timeout, to_completion
 from gapless.errors import InvalidFeedRequest
 from gapless.queries import feed as q
 
@@ -106,12 +106,18 @@ async def position_events(conn: AsyncConnection, *, wait_ms: int = ASSIGN_WAIT_M
 async def keep_positioning(engine: AsyncEngine,
                            interval: float = POSITION_INTERVAL_S) -> None:
     """Position waiting events every ``interval`` seconds until cancelled (``gapless api`` runs
-    it). A failed round (database away) is logged once and retried on the next."""
+    it). A failed round (database away) is logged once and retried on the next. A cancellation
+    waits for the round under way (:func:`gapless.db.to_completion`): its commit is never
+    cancelled, so a synchronous standby never misses positions the primary kept."""
     failing = False
+
+    async def one_round() -> None:
+        async with engine.connect() as conn:
+            await position_events(conn)
+
     while True:
         try:
-            async with engine.connect() as conn:
-                await position_events(conn)
+            await to_completion(one_round())
         except Exception as exc:  # any failure: the next round retries
             if not failing:
                 log.warning("feed_positioning_failed", error=type(exc).__name__)

@@ -15,9 +15,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from psycopg import sql
-from sqlalchemy import Connection, create_engine, make_url, pool, text
+from sqlalchemy import Connection, text
 
-from gapless.db import CONNECT_TIMEOUT_S, driver_conninfo, sqlalchemy_url
+from gapless.db import CONNECT_TIMEOUT_S, database_name, make_sync_engine, with_database
 from gapless.errors import ClusterMismatchError, ConfigurationError
 
 # Any constant works; it only has to be the same for every `gapless migrate`.
@@ -96,11 +96,14 @@ def alembic_config(database_url: str) -> Config:
 
 
 def ensure_database(database_url: str) -> bool:
-    """Create the database named in the URL when it does not exist. True when it was created."""
-    name = make_url(database_url).database
+    """Create the database named in the URL when it does not exist. True when it was created.
+
+    Asks database ``postgres`` of the same servers (every host of a multi-host URL, and its
+    ``target_session_attrs``: the database is created on the primary)."""
+    name = database_name(database_url)
     if not name:
         raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
-    with psycopg.connect(driver_conninfo(database_url, dbname="postgres"), autocommit=True,
+    with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
                          connect_timeout=CONNECT_TIMEOUT_S) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             return False
@@ -135,8 +138,7 @@ def migrate(database_url: str, cluster_id: int) -> MigrateResult:
     """Bring the database to the newest schema and pin its cluster id (refusing a different one)."""
     created = ensure_database(database_url)
     cfg = alembic_config(database_url)
-    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool,
-                           connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+    engine = make_sync_engine(database_url)
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATE_LOCK_KEY})

@@ -51,6 +51,7 @@ from gapless.correction import ChannelCorrector, NothingToCorrect
 from gapless.db import Database, as_database
 from gapless.errors import ReservationLockTimeout
 from gapless.gib import GibPolicy
+from gapless.integrator.base import DUPLICATE_HINT
 from gapless.invoices import Orphan, claim_orphans, release_orphan
 from gapless.logging import get_logger
 from gapless.render import Renderer
@@ -106,12 +107,16 @@ class RoundSummary:
     verdicts: VerdictSummary = field(default_factory=VerdictSummary)
     #: Invoices refused for their channel that this round corrected.
     corrected: int = 0
+    #: The round's alarms, each naming the number and the invoice the integrator holds it for
+    #: ("acme: number ABC2026000000061 is held by invoice 'shop-61' at the integrator").
+    alarms: list[str] = field(default_factory=list)
 
     def add(self, other: RoundSummary) -> None:
         self.claimed += other.claimed
         self.outcomes.update(other.outcomes)
         self.skipped = self.skipped or other.skipped
         self.batch_full = other.batch_full
+        self.alarms.extend(other.alarms)
 
     def as_fields(self) -> dict[str, object]:
         fields: dict[str, object] = {"claimed": self.claimed, "breaker": self.breaker,
@@ -120,6 +125,8 @@ class RoundSummary:
             fields[name] = self.outcomes.get(name, 0)
         if self.corrected:
             fields["channel_corrected"] = self.corrected
+        if self.alarms:
+            fields["alarms"] = list(self.alarms)
         if self.verdicts.claimed:
             fields["gib_claimed"] = self.verdicts.claimed
             fields.update({f"gib_{name}": count for name, count in self.verdicts.results.items()})
@@ -135,7 +142,11 @@ class RoundSummary:
             head += f"; corrected the channel of {self.corrected}"
         if self.verdicts.claimed:
             head += f"; {self.verdicts.line()}"
-        return f"{head}; breaker {self.breaker}"
+        head = f"{head}; breaker {self.breaker}"
+        if self.alarms:
+            head += (f"\nALARM ({len(self.alarms)}): " + "; ".join(self.alarms)
+                     + f"\nhint: {DUPLICATE_HINT}")
+        return head
 
 
 class _Slot:
@@ -308,7 +319,8 @@ class RecoveryLoop:
                 summary.claimed += len(orphans)
                 summary.batch_full = len(orphans) >= batch
                 backlog.add(len(orphans))
-                tasks += [group.create_task(self._settle(orphan, gate, backlog))
+                tasks += [group.create_task(self._settle(orphan, gate, backlog,
+                                                         summary.alarms))
                           for orphan in orphans]
                 if not summary.batch_full:
                     break
@@ -319,7 +331,8 @@ class RecoveryLoop:
                 summary.skipped = "breaker_open"
         return summary
 
-    async def _settle(self, orphan: Orphan, gate: asyncio.Semaphore, backlog: _Backlog) -> str:
+    async def _settle(self, orphan: Orphan, gate: asyncio.Semaphore, backlog: _Backlog,
+                      alarms: list[str]) -> str:
         sending = orphan.sending
         metrics.FOUND.labels(was=orphan.was.value).inc()
         admitted = await self._admit(gate)
@@ -358,6 +371,8 @@ class RecoveryLoop:
             backlog.released = True
             return await self._release(orphan)
         metrics.count(result.outcome.value)
+        if result.outcome is Outcome.ALARM:
+            alarms.append(f"{sending.tenant}: {result.detail}")
         return result.outcome.value
 
     async def _admit(self, gate: asyncio.Semaphore) -> bool:

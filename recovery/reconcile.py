@@ -32,6 +32,7 @@ from structlog.stdlib import BoundLogger
 
 from gapless.correction import WRONG_CHANNEL_PREFIX
 from gapless.integrator.base import (
+    DUPLICATE_HINT,
     UNKNOWN,
     Document,
     DuplicateOfAnother,
@@ -245,7 +246,7 @@ async def _alarm(db: DatabaseLike, sending: Sending, duplicate: DuplicateOfAnoth
     # ERROR level: two invoices claim one number, a person must look (the event says so too).
     bound.error("orphan_alarm", alarm="number_held_by_another",
                 holder_invoice_id=duplicate.holder_invoice_id,
-                holder_number=duplicate.holder_number, recorded=recorded)
+                holder_number=duplicate.holder_number, recorded=recorded, hint=DUPLICATE_HINT)
     if not recorded:
         return Result(Outcome.SUPERSEDED, "alarm")
     return Result(Outcome.ALARM, duplicate.describe)

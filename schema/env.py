@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine, pool
 
-from gapless.db import sqlalchemy_url
+from gapless.db import make_sync_engine
 
 config = context.config
 url = config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url")
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=str(sqlalchemy_url(url)), literal_binds=True)
+    # Offline mode only renders SQL: the dialect is all it needs of the URL.
+    context.configure(url="postgresql+psycopg://", literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 
@@ -24,7 +24,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
+    engine = make_sync_engine(url)
     with engine.connect() as conn:
         context.configure(connection=conn, transaction_per_migration=True)
         with context.begin_transaction():

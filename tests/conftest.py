@@ -17,10 +17,9 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.db import make_engine
+from gapless.db import make_engine, with_database
 from gapless.settings import Settings, process_environment
 from tests.helpers import GaplessProcess, free_port
 from tests.mock_client import MockIntegratorClient, running_mock
@@ -30,12 +29,12 @@ BASE_URL = os.environ.get("GAPLESS_DATABASE_URL", Settings().database_url)
 
 
 def database_url(name: str) -> str:
-    return make_url(BASE_URL).set(database=name).render_as_string(hide_password=False)
+    """GAPLESS_DATABASE_URL on database ``name`` (every host and parameter kept)."""
+    return with_database(BASE_URL, name)
 
 
 def admin_conninfo() -> str:
-    return make_url(BASE_URL).set(drivername="postgresql", database="postgres").render_as_string(
-        hide_password=False)
+    return with_database(BASE_URL, "postgres")
 
 
 def create_database(name: str, template: str | None = None) -> None:

@@ -23,8 +23,16 @@ Guarantees and why:
   is open, deliveries are requeued unconsumed, the consumer is cancelled, and a lookup probe
   (which consumes no number) tests the integrator once the breaker is ready to half-open. The
   consumer resumes by itself when the probe is answered.
+* **No requeue loop while the database is away.** A delivery that meets the database gone (a
+  lost connection, a server shutting down or read-only during a failover) is requeued, and the
+  consumer is cancelled until a probe finds the database taking writes again: messages wait in
+  the queue instead of going round (a quorum queue's delivery limit would dead-letter a valid
+  invoice that went round too often).
 * **Graceful stop.** SIGTERM/SIGINT: stop consuming, let in-flight deliveries finish up to the
-  shutdown timeout, cancel the rest (left unacked, so they are redelivered), close, return.
+  shutdown timeout, cancel the rest (left unacked, so they are redelivered), close, return. A
+  cancelled delivery whose statement is already sent waits for that statement's end first
+  (:func:`gapless.db.to_completion`): a commit is never cancelled, so the stop waits for one
+  that waits for a synchronous standby.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from gapless.integrator.base import (
 from gapless.integrator.guard import GuardedIntegrator
 from gapless.logging import get_logger
 from gapless.publisher import Publisher, connect, declare_topology
+from gapless.queries import config as config_queries
 from gapless.settings import Settings
 from worker import metrics
 from worker.errors import is_database_unavailable
@@ -70,6 +79,9 @@ PROBE_UUID = "00000000-0000-0000-0000-000000000000"
 PAUSE_POLL_S = 0.25
 #: Backoff before requeueing a delivery that met database trouble or an unexpected error.
 TROUBLE_BACKOFF_S = 1.0
+#: A consumer paused for the database probes it after this long, doubling up to the maximum.
+DB_PROBE_FIRST_S = 0.25
+DB_PROBE_MAX_S = 5.0
 #: Written into the x-gapless-worker header of dead-lettered copies.
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -94,6 +106,9 @@ class Worker:
         #: Set once the consumer has started (for callers that run the worker in-process).
         self.started = asyncio.Event()
         self._pause = asyncio.Event()
+        #: A delivery met the database away: pause consuming until it takes writes again.
+        self._db_away = asyncio.Event()
+        self._db: Database | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._queues: list[AbstractQueue] = []
         self._consumer_tags: list[tuple[AbstractQueue, str]] = []
@@ -176,6 +191,7 @@ class Worker:
     async def _run(self, db: Database, integrator: Integrator,
                    install_signal_handlers: bool) -> None:
         settings = self.settings
+        self._db = db
         self._guard = GuardedIntegrator(integrator, settings, name="worker")
         self._flow = IssuingFlow(db, self._guard, settings, hooks=self.hooks, clock=self.clock,
                                  stopping=lambda: self.stopping)
@@ -211,11 +227,24 @@ class Worker:
                 await self._dead_letters.close()
 
     async def _supervise(self) -> None:
-        """Wait for a stop; meanwhile pause and resume consuming as the breaker asks."""
+        """Wait for a stop; meanwhile pause and resume consuming as the breaker and the
+        database ask."""
         while not self.stopping:
-            await _first(self._stop.wait(), self._pause.wait())
+            await _first(self._stop.wait(), self._pause.wait(), self._db_away.wait())
             if self.stopping:
                 return
+            if self._db_away.is_set():
+                await self._stop_consuming()
+                log.warning("consumer_paused", reason="database_unavailable",
+                            in_flight=len(self._tasks))
+                await self._wait_for_database()
+                self._db_away.clear()
+                if self.stopping:
+                    return
+                if not self._pause.is_set():  # else the breaker's pause is served next
+                    await self._start_consuming()
+                    log.info("consumer_resumed", after="database_unavailable")
+                continue
             await self._stop_consuming()
             log.warning("consumer_paused", reason="breaker_open", in_flight=len(self._tasks))
             await self._wait_for_integrator()
@@ -283,6 +312,33 @@ class Worker:
                 await queue.cancel(tag)
             except Exception as exc:  # channel already gone: the broker has stopped delivering
                 log.warning("consumer_cancel_failed", error=type(exc).__name__)
+
+    async def _wait_for_database(self) -> None:
+        """Return when the database takes writes again (or a stop is requested).
+
+        Probes with a read of ``transaction_read_only`` on a pooled connection (a broken one is
+        replaced from the URL, so after a promotion the probe reaches the new primary), backing
+        off from DB_PROBE_FIRST_S to DB_PROBE_MAX_S.
+        """
+        db = self._db
+        assert db is not None
+        delay = DB_PROBE_FIRST_S
+        started = time.monotonic()
+        while not self.stopping:
+            await _first(self._stop.wait(), asyncio.sleep(delay))
+            if self.stopping:
+                return
+            try:
+                row = await db.one(config_queries.WRITABLE)
+            except Exception as exc:
+                log.info("database_probe_failed", error=type(exc).__name__)
+            else:
+                if row is not None and row.writable:
+                    log.info("database_available",
+                             away_s=round(time.monotonic() - started, 1))
+                    return
+                log.info("database_probe_failed", error="read_only")
+            delay = min(delay * 2, DB_PROBE_MAX_S)
 
     async def _wait_for_integrator(self) -> None:
         """Return when the integrator answers a probe (or a stop is requested).
@@ -352,6 +408,7 @@ class Worker:
         except Exception as exc:
             if is_database_unavailable(exc):
                 log.warning("database_unavailable", error=type(exc).__name__)
+                self._db_away.set()
                 return Verdict(Action.REQUEUE, "requeued", reason="database_unavailable",
                                backoff_s=TROUBLE_BACKOFF_S)
             log.exception("message_failed", redelivered=delivery.redelivered)

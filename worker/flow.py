@@ -45,6 +45,7 @@ from gapless.db import Database
 from gapless.documents import check_ubl_inputs
 from gapless.errors import InvalidTransition, ReservationLockTimeout, UnknownSeriesError
 from gapless.integrator.base import (
+    DUPLICATE_HINT,
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
@@ -433,7 +434,7 @@ class IssuingFlow:
                      bound: BoundLogger) -> Verdict:
         recorded = await self._record(lambda: mark_alarm(self.db, sending, exc, document))
         bound.error("number_held_by_another", holder_invoice_id=exc.holder_invoice_id,
-                    holder_number=exc.holder_number, recorded=recorded)
+                    holder_number=exc.holder_number, recorded=recorded, hint=DUPLICATE_HINT)
         return await self._settled("alarm" if recorded else "superseded")
 
     async def _rejected(self, sending: Sending, document: Document, reason: str,

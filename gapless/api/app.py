@@ -10,13 +10,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 
 from gapless import feed
 from gapless.api import events, health, invoices
 from gapless.api.auth import Authenticator
 from gapless.api.observe import ApiMetrics, RequestObserver
-from gapless.db import check_cluster, make_engine
+from gapless.db import check_cluster, is_read_only, make_engine
 from gapless.logging import get_logger
 from gapless.publisher import Publisher
 from gapless.settings import Settings
@@ -66,6 +66,16 @@ async def database_unavailable(request: Request, exc: Exception) -> JSONResponse
                         headers={"Retry-After": "5"})
 
 
+async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """A read-only server (SQLSTATE 25006: a standby, met during a failover before the promoted
+    primary is found) is the database unavailable; any other internal error is a 500."""
+    if is_read_only(exc):
+        return await database_unavailable(request, exc)
+    log.error("api_internal_error", route=request.url.path, error=type(exc).__name__,
+              exc_info=exc)
+    return JSONResponse({"detail": "Internal Server Error"}, status_code=500)
+
+
 def create_app(settings: Settings) -> FastAPI:
     """The API for ``settings``. Raises ConfigurationError for an unusable token setting."""
     auth = Authenticator.from_settings(settings)
@@ -82,6 +92,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(RequestObserver, metrics=metrics)
     app.add_exception_handler(OperationalError, database_unavailable)
     app.add_exception_handler(InterfaceError, database_unavailable)
+    app.add_exception_handler(InternalError, internal_error)
     for module in (invoices, events, health):
         app.include_router(module.router)
 

@@ -144,6 +144,14 @@ class DuplicateOfMine(IntegratorError):
         self.receipt = receipt
 
 
+#: What a person does about a number the integrator holds for another invoice (every alarm says
+#: it). The likeliest cause is a database that lost a seal the integrator had already been sent:
+#: a failover to a standby that lacked it (asynchronous replication), or a restore from backup.
+DUPLICATE_HINT = ("the integrator holds this number for another invoice: the database may have "
+                  "lost its seal (a failover to an asynchronous standby, a restore); stop the "
+                  "workers and run `gapless audit --integrator` (docs/operations.md)")
+
+
 class DuplicateOfAnother(IntegratorError):
     """The number is held by a different invoice at the integrator — or this document's UUID was
     accepted under another number (``holder_number``): an alarm, never retried."""

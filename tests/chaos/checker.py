@@ -33,9 +33,9 @@ from typing import Any, Literal
 
 import psycopg
 from psycopg.rows import dict_row
-from sqlalchemy import make_url
 
 from gapless.constants import ALLOWED_TRANSITIONS, GIB_EVENT_KINDS, Status
+from gapless.db import driver_conninfo
 
 #: How many violating rows a failure message shows per violation (the Report keeps them all).
 SHOWN_ROWS = 50
@@ -226,8 +226,7 @@ class _Snapshot:
 
 
 def _read(database_url: str) -> _Snapshot:
-    conninfo = make_url(database_url).set(drivername="postgresql").render_as_string(
-        hide_password=False)
+    conninfo = driver_conninfo(database_url)
     with psycopg.connect(conninfo, row_factory=dict_row,
                          application_name="gapless-chaos-checker") as conn:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ

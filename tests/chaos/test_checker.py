@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.db import driver_conninfo
 from gapless.feed import events_after
 from gapless.integrator.base import Receipt
 from gapless.invoices import (
@@ -57,8 +57,7 @@ class World:
 
     def sql(self, *statements: str, params: tuple[Any, ...] = ()) -> None:
         """Plant something with plain SQL, autocommit, as the superuser (around any guard)."""
-        conninfo = make_url(self.db_url).set(drivername="postgresql").render_as_string(
-            hide_password=False)
+        conninfo = driver_conninfo(self.db_url)
         with psycopg.connect(conninfo, autocommit=True) as conn:
             for statement in statements:
                 conn.execute(statement, params)  # type: ignore[arg-type]
@@ -159,8 +158,7 @@ async def test_a_gap_is_detected(world: World) -> None:
 
 
 def report_period(world: World, invoice_id: str) -> str:
-    conninfo = make_url(world.db_url).set(drivername="postgresql").render_as_string(
-        hide_password=False)
+    conninfo = driver_conninfo(world.db_url)
     with psycopg.connect(conninfo) as conn:
         row = conn.execute("SELECT period_key FROM invoices WHERE invoice_id = %s",
                            (invoice_id,)).fetchone()

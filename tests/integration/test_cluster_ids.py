@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from sqlalchemy import make_url
 
-from gapless.db import check_cluster, make_engine
+from gapless.db import check_cluster, driver_conninfo, make_engine
 from gapless.errors import ClusterMismatchError, NotMigratedError
 from gapless.ids import decode_id
 from gapless.migrations import downgrade, migrate
@@ -23,7 +22,7 @@ EVENT_COLUMNS = ("invoice_events (id, invoice_pk, invoice_id, tenant, series, ki
 
 
 def conninfo(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return driver_conninfo(url)
 
 
 @pytest.fixture

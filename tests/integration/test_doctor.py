@@ -1,5 +1,6 @@
 """``gapless doctor`` against the real PostgreSQL and RabbitMQ and the mock integrator: all ok,
-then each kind of failure gives its FAIL line (with a hint) and exit 1."""
+then each kind of failure gives its FAIL line (with a hint) and exit 1. (The replication line
+against a primary with a standby, synchronous or not: tests/ha/test_pg_failover.py.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from tests.conftest import create_database, database_url, drop_database
 from tests.helpers import free_port, run_gapless
 
 PASSWORD = "sekrit-Pa55"
-NAMES = ["postgres", "rabbitmq", "integrator", "schema", "cluster"]
+NAMES = ["postgres", "rabbitmq", "integrator", "schema", "cluster", "replication"]
+#: The shared server may run with or without a standby: its replication line is ok or WARN.
+SERVICES = NAMES[:-1]
 
 
 def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, dict[str, Any]], str]:
@@ -42,8 +45,15 @@ def line_of(table: str, name: str) -> str:
 def test_all_ok_against_the_real_services(integrated_env: dict[str, str]) -> None:
     code, checks, table = doctor(integrated_env)
     assert code == 0, table
-    assert {name: check["status"] for name, check in checks.items()} == dict.fromkeys(NAMES, "ok")
-    assert all(line.startswith("ok ") for line in table.splitlines())
+    assert {name: checks[name]["status"] for name in SERVICES} == dict.fromkeys(SERVICES, "ok")
+    assert all(line_of(table, name).startswith("ok ") for name in SERVICES)
+    # A warning is not a failure: exit 0 with or without a standby.
+    replication = checks["replication"]
+    assert replication["status"] in ("ok", "warn"), replication
+    assert line_of(table, "replication").startswith(
+        "ok    replication " if replication["status"] == "ok" else "WARN  replication ")
+    if replication["status"] == "warn":
+        assert replication["hint"]
     assert checks["schema"]["detail"].startswith("up to date")
     assert "not found" in checks["integrator"]["detail"]
 
@@ -60,7 +70,9 @@ def test_an_unreachable_database_fails_and_skips_what_needs_it(
     assert "check GAPLESS_DATABASE_URL" in checks["postgres"]["hint"]
     assert line_of(table, "postgres").startswith("FAIL  postgres")
     assert "hint: is PostgreSQL running?" in line_of(table, "postgres")
-    assert (checks["schema"]["status"], checks["cluster"]["status"]) == ("skip", "skip")
+    assert (checks["schema"]["status"], checks["cluster"]["status"],
+            checks["replication"]["status"]) == ("skip", "skip", "skip")
+    assert line_of(table, "replication") == "skip  replication needs the database"
     assert (checks["rabbitmq"]["status"], checks["integrator"]["status"]) == ("ok", "ok")
 
 
@@ -75,7 +87,8 @@ def test_an_unreachable_broker_fails(integrated_env: dict[str, str]) -> None:
                   "(connection refused)",
         "hint": "is RabbitMQ running? check GAPLESS_AMQP_URL"}
     assert line_of(table, "rabbitmq").startswith("FAIL  rabbitmq")
-    assert [c["status"] for n, c in checks.items() if n != "rabbitmq"] == ["ok"] * 4
+    assert [c["status"] for n, c in checks.items() if n in SERVICES and n != "rabbitmq"] == \
+        ["ok"] * 4
 
 
 def test_an_unreachable_integrator_fails(gapless_env: dict[str, str]) -> None:

@@ -74,6 +74,10 @@ async def test_number_held_by_another_invoice_is_an_alarm_never_retried(
     result = recovery_once(integrated_env)
 
     assert "alarm 1" in result.stdout
+    # The alarm names the number and the invoice the integrator holds it for, and what to do.
+    assert (f"ALARM (1): acme: number {orphan.number} is held by invoice 'someone-else' at the "
+            "integrator") in result.stdout
+    assert "run `gapless audit --integrator`" in result.stdout
     row = (await invoice_rows(engine))["inv-a"]
     assert row.status == Status.ERROR
     assert row.next_attempt_at is None  # parked: never claimed again by itself

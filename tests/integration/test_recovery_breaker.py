@@ -175,14 +175,14 @@ async def test_half_open_breaker_is_probed_with_one_orphan_first(
 async def test_a_round_that_cannot_reach_the_database_is_logged_and_retried(
         db_url: str, guard: GuardedIntegrator) -> None:
     from prometheus_client import REGISTRY
-    from sqlalchemy import make_url
+
+    from gapless.db import with_database
 
     def failed_rounds() -> float:
         return REGISTRY.get_sample_value("gapless_recovery_rounds_total",
                                          {"result": "failed"}) or 0.0
 
-    missing = make_url(db_url).set(database="gapless_no_such_database").render_as_string(
-        hide_password=False)
+    missing = with_database(db_url, "gapless_no_such_database")
     engine = make_engine(missing, actor="recovery", pool_size=1)
     loop = RecoveryLoop(engine, guard, options(interval_s=0.05))
     before = failed_rounds()

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import text
 
-from gapless.db import sqlalchemy_url
+from gapless.db import driver_conninfo, make_sync_engine
 from gapless.migrations import downgrade, migrate
 from gapless.models import EXPECTED_FUNCTIONS, metadata
 from tests.conftest import RUN_ID, database_url, drop_database
@@ -28,9 +28,7 @@ def fresh_url() -> Iterator[str]:
 
 
 def schema_dump(url: str) -> str:
-    from sqlalchemy import make_url
-
-    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    conninfo = driver_conninfo(url)
     dump = subprocess.run(["pg_dump", "--schema-only", "--no-owner", conninfo], check=True,
                           capture_output=True, text=True).stdout
     # pg_dump marks each dump with a random \restrict key; the schema is everything else.
@@ -39,7 +37,7 @@ def schema_dump(url: str) -> str:
 
 
 def test_migrated_database_equals_the_code_metadata(db_url: str) -> None:
-    engine = create_engine(sqlalchemy_url(db_url), poolclass=pool.NullPool)
+    engine = make_sync_engine(db_url)
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"compare_type": True})
@@ -78,7 +76,7 @@ def test_downgrade_and_upgrade_round_trip(fresh_url: str) -> None:
     migrate(fresh_url, 0)
     before = schema_dump(fresh_url)
     downgrade(fresh_url, "base")
-    engine = create_engine(sqlalchemy_url(fresh_url), poolclass=pool.NullPool)
+    engine = make_sync_engine(fresh_url)
     try:
         with engine.connect() as conn:
             tables = set(conn.execute(text(
