@@ -53,7 +53,7 @@ from gapless.numbering import add_series, build_series_spec
 from gapless.publisher import Publisher, PublishUnconfirmed, queue_depths
 from gapless.settings import Settings
 from tests.chaos.checker import DeadLetter, Expect, FeedRecord, History
-from tests.helpers import GaplessProcess, await_until, today
+from tests.helpers import GaplessProcess, await_until, today, wait_until
 from tests.mock_client import MockIntegratorClient
 
 # ------------------------------------------------------------------------------------ the knobs
@@ -358,6 +358,16 @@ class Cluster:
         procs = [(f"worker-{i}", p) for i, p in enumerate(self.workers)]
         if self.recovery is not None:
             procs.append(("recovery", self.recovery))
+        # A worker restarted moments ago may still be importing: until its own code has
+        # installed the SIGTERM handler (before it logs anything), the signal's default action
+        # would kill it, which is not the graceful stop under test. Its first log line says it
+        # is past that point.
+        for worker in self.workers:
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda w=worker: not w.alive() or any(
+                    f'"{event}"' in self.output_of(w)
+                    for event in ("worker_started", "database_unavailable_at_start")),
+                    30, message="a restarted worker to start")
         for _, proc in procs:
             if proc.alive():
                 proc.proc.send_signal(signal.SIGTERM)
