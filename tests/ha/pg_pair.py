@@ -73,6 +73,10 @@ class PrivatePostgresPair:
     def __init__(self, *, synchronous: bool) -> None:
         self.synchronous = synchronous
         self.primary = PrivatePostgres()
+        if not (self.primary.bin_dir / "pg_basebackup").is_file():
+            self.primary.close()
+            raise ServiceUnavailable(f"pg_basebackup not found beside initdb in "
+                                     f"{self.primary.bin_dir}")
         self.standby: PrivatePostgres | None = None
         try:
             self.standby = PrivatePostgres()
