@@ -28,6 +28,7 @@ from gapless.constants import Status
 from gapless.errors import GaplessError
 from gapless.gib import REFUSED_TODO, UNRESOLVED_TODO
 from gapless.integrator.base import UNKNOWN, Integrator, TransientIntegratorError
+from gapless.numbering import SeriesSpec, parse_number, series_spec
 from gapless.queries import audit as q
 
 if TYPE_CHECKING:
@@ -46,11 +47,30 @@ VIOLATION_KINDS = (
     "integrator_not_issued",        # I7
     "invoice_id_mismatch",          # I7
     "integrator_unknown_number",    # I7
+    "integrator_ahead_of_counter",  # I7 + I1: the integrator holds a number the counter is below
     "integrator_duplicate",         # I1 at the integrator
     "chain_broken",                 # I8: a chain does not verify (docs/chain.md)
     "checkpoint_mismatch",          # I8: a chain no longer holds a head a checkpoint signed
     "checkpoint_invalid",           # I8: a checkpoint file the public key did not sign as is
 )
+
+#: What to do about the violations that mean the database lost numbers the integrator holds
+#: (docs/operations.md, "After an unsafe failover"): each such violation carries its line.
+LOST_SEAL_TODO = {
+    "integrator_ahead_of_counter": (
+        "this database lost the seal the integrator holds (a failover to a standby that lacked "
+        "it, or a restore): stop the workers, then raise the counter past the highest number the "
+        "integrator holds (`gapless series bump TENANT SERIES --past NUMBER`) before anything is "
+        "sealed again; the integrator's document is the record of this number"),
+    "invoice_id_mismatch": (
+        "the integrator holds this number for its invoice, not for the one that holds it here: "
+        "void the one here (`gapless invoice void INVOICE_ID --reason ...`; it was never "
+        "accepted under this number) and publish it again under a new invoice_id"),
+    "integrator_unknown_number": (
+        "the integrator holds a number no invoice here holds: its document there is the record "
+        "of it (GET /invoices/TENANT/NUMBER/document); if this database lost it, see "
+        "docs/operations.md"),
+}
 
 #: Kinds of finding (not violations: the exit code ignores them), and what to do about each.
 FINDING_KINDS = {
@@ -75,6 +95,8 @@ class Violation:
     count: int
     detail: str
     invoice_ids: tuple[str, ...] = ()
+    #: What to do (set for the violations of a lost seal, see LOST_SEAL_TODO; else empty).
+    todo: str = ""
 
 
 @dataclass(frozen=True)
@@ -479,6 +501,7 @@ async def compare_with_ledger(engine: AsyncEngine, ledger: Sequence[dict[str, An
         await conn.execute(q.SET_SNAPSHOT)
         rows = (await conn.execute(q.LEDGER_MISMATCH, params)).all()
         documents = int((await conn.execute(q.LEDGER_IN_SCOPE, params)).scalar_one())
+        places = await _Places.read(conn, [row for row in rows if row.kind in LOST_SEAL_TODO])
         await conn.rollback()
     check = IntegratorCheck(source, documents)
     violations: list[Violation] = []
@@ -501,9 +524,83 @@ async def compare_with_ledger(engine: AsyncEngine, ledger: Sequence[dict[str, An
         else:
             detail = (f"the integrator accepted {row.number} more than once: "
                       f"{row.integrator_invoice_id}")
-        violations.append(Violation(row.kind, row.tenant, row.series, None, row.number, 1,
-                                    detail, ids))
+        violation = Violation(row.kind, row.tenant, row.series, None, row.number, 1, detail,
+                              ids)
+        violations.append(places.explain(violation, row) if row.kind in LOST_SEAL_TODO
+                          else violation)
     return violations, check
+
+
+@dataclass
+class _Places:
+    """Where the numbers of a lost seal belong: the series that prints each (its counter) and
+    the integrator's invoice as this database knows it. Read in the audit's snapshot."""
+
+    series: dict[str, list[SeriesSpec]] = field(default_factory=dict)
+    counters: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    invoices: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    async def read(cls, conn: Any, rows: Sequence[Any]) -> _Places:
+        places = cls()
+        if not rows:
+            return places
+        tenants = sorted({row.tenant for row in rows})
+        for spec_row in (await conn.execute(q.SERIES_OF_TENANTS, {"tenants": tenants})).all():
+            places.series.setdefault(spec_row.tenant, []).append(series_spec(spec_row))
+        for counter in (await conn.execute(q.COUNTERS_OF_TENANTS, {"tenants": tenants})).all():
+            places.counters[(counter.tenant, counter.series, counter.period_key)] = int(
+                counter.last_no)
+        ids = sorted({row.integrator_invoice_id for row in rows if row.integrator_invoice_id})
+        for invoice in (await conn.execute(q.INVOICES_BY_ID, {"ids": ids})).all():
+            places.invoices[invoice.invoice_id] = invoice
+        return places
+
+    def locate(self, tenant: str, number: str) -> tuple[str, str, int] | None:
+        """(series, period_key, counter value) of a printed number of the tenant."""
+        for spec in self.series.get(tenant, []):
+            found = parse_number(spec, number)
+            if found is not None:
+                return spec.code, found[0], found[1]
+        return None
+
+    def whereabouts(self, invoice_id: str, number: str) -> str:
+        """Where the integrator's invoice is in this database (it may have lost it)."""
+        invoice = self.invoices.get(invoice_id)
+        if invoice is None:
+            return f"{invoice_id} is not in this database"
+        if invoice.number is None:
+            return f"{invoice_id} is here without a number ({invoice.status})"
+        if invoice.number == number:
+            return f"{invoice_id} holds it here ({invoice.status})"
+        twice = (f": the integrator holds {invoice_id} under two numbers"
+                 if invoice.status == "ISSUED" else "")
+        return f"{invoice_id} holds {invoice.number} here ({invoice.status}){twice}"
+
+    def explain(self, violation: Violation, row: Any) -> Violation:
+        """The violation with where its number belongs, what became of the integrator's
+        invoice here, and what to do; a number above its counter becomes
+        ``integrator_ahead_of_counter``."""
+        where = self.whereabouts(row.integrator_invoice_id, row.number)
+        located = self.locate(row.tenant, row.number)
+        if located is None:
+            return replace(violation, detail=f"{violation.detail}; {where}",
+                           todo=LOST_SEAL_TODO[violation.kind])
+        series, period, value = located
+        last_no = self.counters.get((row.tenant, series, period))
+        counter = f"counter {row.tenant}/{series}/{period}"
+        if row.kind == "integrator_unknown_number" and (last_no is None or value > last_no):
+            at = "has no row" if last_no is None else f"is at {last_no}"
+            return Violation(
+                "integrator_ahead_of_counter", row.tenant, series, period, row.number, 1,
+                f"the integrator accepted {row.number} (no {value}) for "
+                f"{row.integrator_invoice_id}, but the {counter} {at}: this database lost the "
+                f"seal and would hand no {value} out again; {where}", violation.invoice_ids,
+                LOST_SEAL_TODO["integrator_ahead_of_counter"])
+        at = "no row" if last_no is None else f"at {last_no}"
+        return replace(violation, series=series, period_key=period,
+                       detail=f"{violation.detail} (no {value}, {counter} {at}); {where}",
+                       todo=LOST_SEAL_TODO[violation.kind])
 
 
 async def check_integrator(engine: AsyncEngine, integrator_url: str,

@@ -156,6 +156,44 @@ def render_number(spec: SeriesSpec, local: datetime, no: int) -> str:
             .replace("{seq}", str(no).zfill(spec.width)))
 
 
+#: What each date token of a format reads back as (a named group of its digits).
+_TOKEN_PATTERNS = {"{yyyy}": ("yyyy", r"\d{4}"), "{yy}": ("yy", r"\d{2}"),
+                   "{mm}": ("mm", r"\d{2}"), "{dd}": ("dd", r"\d{2}")}
+
+
+def parse_number(spec: SeriesSpec, number: str) -> tuple[str, int] | None:
+    """The period key and counter value a printed number of this series stands for, read back
+    through its format (the inverse of :func:`render_number`); None when the series cannot
+    have printed it. Used to place a number the integrator holds on its counter (the audit,
+    ``gapless series bump``)."""
+    pattern = ""
+    seen: set[str] = set()
+    position = 0
+    for token in _TOKEN_RE.finditer(spec.format):
+        pattern += re.escape(spec.format[position:token.start()])
+        position = token.end()
+        text = token.group(0)
+        if text == "{prefix}":
+            pattern += re.escape(spec.prefix)
+            continue
+        group, digits = ("seq", rf"\d{{{spec.width}}}") if text == "{seq}" else \
+            _TOKEN_PATTERNS[text]
+        pattern += f"(?P={group})" if group in seen else f"(?P<{group}>{digits})"
+        seen.add(group)
+    pattern += re.escape(spec.format[position:])
+    found = re.fullmatch(pattern, number)
+    if found is None:
+        return None
+    parts = found.groupdict()
+    period = {ResetPeriod.NEVER: "all", ResetPeriod.YEARLY: parts.get("yyyy"),
+              ResetPeriod.MONTHLY: f"{parts.get('yyyy')}-{parts.get('mm')}",
+              ResetPeriod.DAILY: f"{parts.get('yyyy')}-{parts.get('mm')}-{parts.get('dd')}",
+              }[spec.reset]
+    if period is None or "None" in period:
+        return None
+    return period, int(parts["seq"])
+
+
 async def add_series(conn: AsyncConnection, spec: SeriesSpec) -> bool:
     """Define a series. True when created, False when an identical one exists already.
 
@@ -211,6 +249,42 @@ async def preview_next(conn: AsyncConnection, tenant: str, code: str,
     if row is None:
         raise UnknownSeriesError(tenant, code)
     return Preview(row.period_key, row.next_no, row.number)
+
+
+@dataclass(frozen=True)
+class Bump:
+    """A counter raised by :func:`bump_counter` (``before`` None: the period had no row)."""
+
+    period_key: str
+    before: int | None
+    after: int
+
+
+async def bump_counter(conn: AsyncConnection, tenant: str, code: str, past: str) -> Bump:
+    """Raise the counter of the period that printed number ``past`` belongs to, so that no seal
+    hands out ``past`` or any number below it again; never lowers a counter. In the caller's
+    transaction (the counter row stays locked until it ends: commit at once).
+
+    What for: a database that lost seals the integrator holds (a failover to a standby that
+    lacked them, a restore) would hand those numbers out again; the audit names the highest
+    (``integrator_ahead_of_counter``). The numbers skipped are on no invoice here — the audit
+    keeps naming them, and the integrator's documents are their record (docs/operations.md).
+    Raises UnknownSeriesError, or SeriesError when the series cannot have printed ``past``.
+    """
+    row = (await conn.exec_driver_sql(q.GET_SERIES, {"tenant": tenant, "code": code})).first()
+    if row is None:
+        raise UnknownSeriesError(tenant, code)
+    spec = series_spec(row)
+    located = parse_number(spec, past)
+    if located is None:
+        raise SeriesError(f"{past!r} is not a number of series {code!r} of tenant {tenant!r} "
+                          f"(it prints {spec.format} with prefix {spec.prefix} and "
+                          f"{spec.width} digits)")
+    period_key, value = located
+    bumped = (await conn.execute(q.BUMP_COUNTER, {
+        "tenant": tenant, "series": code, "period_key": period_key, "last_no": value})).one()
+    return Bump(period_key, None if bumped.before is None else int(bumped.before),
+                int(bumped.after))
 
 
 @dataclass(frozen=True)

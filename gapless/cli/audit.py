@@ -107,6 +107,9 @@ def _print(report: AuditReport, *, limit: int) -> None:
         console.print(_counters_table(report))
     if report.violations:
         console.print(_violations_table(report))
+        todos = {v.kind: v.todo for v in report.violations if v.todo}
+        for kind, todo in todos.items():
+            console.print(f"what to do ({kind}): {todo}")
     if report.not_issued:
         _print_not_issued(console, report, limit)
     if report.findings:

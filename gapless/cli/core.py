@@ -120,6 +120,39 @@ async def _list_series(database_url: str, tenant: str | None, code: str | None) 
         await engine.dispose()
 
 
+@series_app.command("bump")
+def series_bump(
+    tenant: str = typer.Argument(...),
+    code: str = typer.Argument(...),
+    past: str = typer.Option(..., "--past", help="A printed number of the series (as the audit "
+                             "names it): the counter is raised to at least its value."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """Raise a counter past a number the integrator holds, so that no seal hands it out again
+    (after a database lost seals: docs/operations.md); never lowers a counter."""
+    settings = settings_from(database_url=database_url)
+    bump = run(_bump(settings.database_url, tenant, code, past))
+    where = f"counter {tenant}/{code}/{bump.period_key}"
+    before = "no row" if bump.before is None else str(bump.before)
+    if bump.before is not None and bump.before >= bump.after:
+        typer.echo(f"{where}: already at {bump.after}, past {past}; unchanged")
+    else:
+        typer.echo(f"{where}: {before} -> {bump.after}; the next seal of this period takes no "
+                   f"{bump.after + 1}")
+
+
+async def _bump(database_url: str, tenant: str, code: str, past: str) -> Any:
+    from gapless.db import make_engine
+    from gapless.numbering import bump_counter
+
+    engine = make_engine(database_url, actor="operator", pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            return await bump_counter(conn, tenant, code, past)
+    finally:
+        await engine.dispose()
+
+
 @series_app.command("next")
 def series_next(
     tenant: str = typer.Argument(...),

@@ -258,6 +258,21 @@ LEDGER_MISMATCH = text("""
      ORDER BY kind, tenant, number
 """)
 
+#: Where the numbers the integrator holds and this database does not (lost seals, after a
+#: failover to a standby that lacked them or a restore) belong: the tenants' series (to read a
+#: printed number back to its counter), their counters, and the invoices the integrator holds them
+#: for (:ids), wherever those are here. Read in the same snapshot as LEDGER_MISMATCH.
+SERIES_OF_TENANTS = text("""
+    SELECT tenant, code, prefix, reset, tz, width, format, channel, is_default
+      FROM series WHERE tenant = ANY(:tenants) ORDER BY tenant, code
+""")
+COUNTERS_OF_TENANTS = text("""
+    SELECT tenant, series, period_key, last_no FROM number_counters WHERE tenant = ANY(:tenants)
+""")
+INVOICES_BY_ID = text("""
+    SELECT invoice_id, tenant, series, number, status FROM invoices WHERE invoice_id = ANY(:ids)
+""")
+
 #: I7 coverage: how many accepted documents of the ledger fall in the audited scope.
 LEDGER_IN_SCOPE = text("""
     SELECT count(*) AS documents

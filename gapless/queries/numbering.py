@@ -30,6 +30,22 @@ GET_SERIES = """
       FROM series WHERE tenant = %(tenant)s AND code = %(code)s
 """
 
+#: Raise a counter to at least :last_no, never lower it (``gapless series bump``, after a database
+#: lost seals the integrator holds). One statement: the counter row is locked for it (a seal
+#: waiting on it then continues past :last_no); a period without a row gets one. ``before`` is
+#: the value the statement's snapshot saw (NULL: no row).
+BUMP_COUNTER = text("""
+    WITH before AS (
+        SELECT last_no FROM number_counters
+         WHERE tenant = :tenant AND series = :series AND period_key = :period_key
+    )
+    INSERT INTO number_counters AS c (tenant, series, period_key, last_no)
+    VALUES (:tenant, :series, :period_key, :last_no)
+    ON CONFLICT (tenant, series, period_key)
+        DO UPDATE SET last_no = greatest(c.last_no, EXCLUDED.last_no)
+    RETURNING (SELECT last_no FROM before) AS before, c.last_no AS after
+""")
+
 #: The series of a tenant that already uses a prefix (no lock).
 GET_SERIES_BY_PREFIX = text("SELECT code FROM series WHERE tenant = :tenant AND prefix = :prefix")
 

@@ -299,3 +299,66 @@ async def test_audit_sees_one_snapshot(engine: AsyncEngine, five_issued: None,
 
     _, codes = await asyncio.gather(reserve_more(), audits())
     assert codes == [0, 0, 0]
+
+
+async def test_numbers_the_database_lost_are_named_with_what_to_do(
+        engine: AsyncEngine, five_issued: None, integrated_env: dict[str, str]) -> None:
+    # What a failover to a standby that had only seals 1..3 leaves: inv-4 and inv-5 gone (the
+    # integrator accepted both), the counter at 3; then a new invoice sealed no 4 again.
+    await sql(engine, "ALTER TABLE invoices DISABLE TRIGGER invoices_guard",
+              "DELETE FROM invoices WHERE invoice_id IN ('inv-4', 'inv-5')",
+              "ALTER TABLE invoices ENABLE TRIGGER invoices_guard",
+              "UPDATE number_counters SET last_no = 3")
+    [newcomer] = await make_sending(engine, ["newcomer"])
+    await mark_alarm(engine, newcomer, DuplicateOfAnother(newcomer.number, "inv-4"))
+    four, five = newcomer.number, newcomer.number[:-1] + "5"
+    period = four[3:7]
+
+    code, report = audit(integrated_env, "--integrator")
+
+    assert code == 1
+    assert kinds(report) == {"invoice_id_mismatch", "integrator_ahead_of_counter"}
+    held = violation(report, "invoice_id_mismatch")
+    assert (held["numbers"], held["series"], held["period_key"]) == (four, "ABC", period)
+    assert held["detail"] == (f"{four} is inv-4 at the integrator but newcomer (ERROR) here "
+                              f"(no 4, counter acme/ABC/{period} at 4); inv-4 is not in this "
+                              "database")
+    assert held["todo"].startswith("the integrator holds this number for its invoice")
+    assert "gapless invoice void" in held["todo"]
+    ahead = violation(report, "integrator_ahead_of_counter")
+    assert (ahead["numbers"], ahead["series"], ahead["period_key"]) == (five, "ABC", period)
+    assert ahead["detail"] == (f"the integrator accepted {five} (no 5) for inv-5, but the "
+                               f"counter acme/ABC/{period} is at 4: this database lost the seal "
+                               "and would hand no 5 out again; inv-5 is not in this database")
+    assert ahead["invoice_ids"] == ["inv-5"]
+    assert "gapless series bump TENANT SERIES --past NUMBER" in ahead["todo"]
+    table = run_gapless(["audit", "--integrator"], integrated_env)
+    assert table.returncode == 1
+    assert "what to do (integrator_ahead_of_counter): this database lost the seal" in " ".join(
+        table.stdout.split())
+
+    # The counter raised past the highest number the integrator holds: nothing is ahead any
+    # more; no 5 stays on no invoice here, and the audit keeps naming it.
+    bumped = run_gapless(["series", "bump", "acme", "ABC", "--past", five], integrated_env)
+    assert bumped.returncode == 0, bumped.stderr
+    assert bumped.stdout.strip() == (f"counter acme/ABC/{period}: 4 -> 5; the next seal of this "
+                                     "period takes no 6")
+    again = run_gapless(["series", "bump", "acme", "ABC", "--past", four], integrated_env)
+    assert again.stdout.strip() == (f"counter acme/ABC/{period}: already at 5, past {four}; "
+                                    "unchanged")
+    code, report = audit(integrated_env, "--integrator")
+    assert kinds(report) == {"invoice_id_mismatch", "integrator_unknown_number", "counter_ahead"}
+    unknown = violation(report, "integrator_unknown_number")
+    assert unknown["detail"] == (f"the integrator accepted {five} for inv-5; no invoice here "
+                                 f"holds it (no 5, counter acme/ABC/{period} at 5); inv-5 is not "
+                                 "in this database")
+    [sealed_next] = await make_sending(engine, ["after-bump"])
+    assert sealed_next.reserved_no == 6
+
+
+def test_bump_refuses_a_number_its_series_cannot_have_printed(
+        integrated_env: dict[str, str], five_issued: None) -> None:
+    refused = run_gapless(["series", "bump", "acme", "ABC", "--past", "XYZ2026000000009"],
+                          integrated_env)
+    assert refused.returncode == 1
+    assert "'XYZ2026000000009' is not a number of series 'ABC'" in refused.stderr

@@ -6,7 +6,7 @@ import pytest
 
 from gapless.constants import ResetPeriod
 from gapless.errors import SeriesError
-from gapless.numbering import build_series_spec, render_number
+from gapless.numbering import build_series_spec, parse_number, render_number
 
 
 def test_default_is_the_gib_number() -> None:
@@ -62,3 +62,25 @@ def test_invalid_tenants_and_codes_are_refused(tenant: str, code: str) -> None:
 def test_never_resetting_series_may_omit_the_year() -> None:
     spec = build_series_spec("acme", "R", prefix="R", reset="never", fmt="{prefix}{seq}", width=6)
     assert render_number(spec, datetime(2030, 1, 1), 7) == "R000007"
+
+
+@pytest.mark.parametrize(("reset", "fmt", "width", "period"), [
+    ("never", None, None, "all"),
+    ("yearly", None, None, "2026"),
+    ("monthly", None, None, "2026-11"),
+    ("daily", None, None, "2026-11-25"),
+    ("yearly", "{prefix}-{yyyy}/{yy}-{seq}", 6, "2026"),
+    ("daily", "{dd}.{mm}.{yyyy}-{prefix}{seq}", 4, "2026-11-25"),
+])
+@pytest.mark.parametrize("no", [1, 61, 999])
+def test_a_printed_number_reads_back_to_its_period_and_counter_value(
+        reset: str, fmt: str | None, width: int | None, period: str, no: int) -> None:
+    spec = build_series_spec("acme", "ABC", reset=reset, fmt=fmt, width=width)
+    printed = render_number(spec, datetime(2026, 11, 25, 9, 30), no)
+    assert parse_number(spec, printed) == (period, no)
+
+
+@pytest.mark.parametrize("number", ["XYZ2026000000061", "ABC202600000061", "ABC20260000000610",
+                                    "abc2026000000061", "ABC2026000000061 ", "ABCx026000000061"])
+def test_a_number_the_series_cannot_have_printed_reads_back_as_none(number: str) -> None:
+    assert parse_number(build_series_spec("acme", "ABC"), number) is None
