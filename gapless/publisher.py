@@ -68,6 +68,8 @@ log = get_logger(__name__)
 #: AMQP shortstr limit: a longer invoice_id is not copied into ``message_id``.
 _MAX_SHORTSTR = 255
 DEFAULT_CONFIRM_TIMEOUT_S = 10.0
+#: First wait before publishing again on a fresh connection (doubled at each attempt).
+RETRY_BACKOFF_S = 0.25
 
 
 class PublishRefused(GaplessError):
@@ -502,6 +504,9 @@ class Publisher:
                     raise
                 log.warning("publish_retrying", routing_key=routing_key, attempt=attempt,
                             error=type(exc).__name__, node=self.node)
+                # A leader election takes seconds: back off (0.25, 0.5, 1, 2 s …) so the
+                # attempts span it rather than all meeting it.
+                await asyncio.sleep(min(RETRY_BACKOFF_S * 2 ** (attempt - 1), 2.0))
                 try:
                     await self._reopen(generation)
                 except BrokerUnavailable as unavailable:

@@ -35,7 +35,7 @@ class Settings(BaseSettings):
                                 "deliveries of a message before it is dead-lettered")
     confirm_timeout_s: float = Field(10.0, gt=0, description="Longest wait for one publisher "
                                      "confirm; then the publish is tried on a fresh connection")
-    publish_attempts: int = Field(3, ge=1, description="Publishes of one message (each on a "
+    publish_attempts: int = Field(5, ge=1, description="Publishes of one message (each on a "
                                   "fresh connection to the next node) before giving up")
 
     # Database behaviour.

@@ -22,7 +22,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.db import make_engine
 from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import Publisher, PublishUnconfirmed, queue_depths, work_queues
+from gapless.publisher import (
+    Publisher,
+    PublishNacked,
+    PublishUnconfirmed,
+    queue_depths,
+    work_queues,
+)
 from gapless.settings import Settings
 from tests.chaos.checker import History
 from tests.chaos.scenario import Poller, read_dead_letters
@@ -134,7 +140,7 @@ class RestartRun:
             self.counts["publish attempts"] += 1
             try:
                 await self.publisher.publish(body)
-            except PublishUnconfirmed:
+            except (PublishUnconfirmed, PublishNacked):  # a client retries both
                 self.counts["publishes unconfirmed (retried)"] += 1
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{invoice_id}: no confirm for "

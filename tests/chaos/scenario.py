@@ -838,8 +838,10 @@ async def _run(*args: str) -> str:
 
 async def read_dead_letters(settings: Settings) -> list[DeadLetter]:
     """Take every message out of ``<prefix>.dead`` (the queue is the test's own)."""
+    from gapless.publisher import connect_once
+
     letters: list[DeadLetter] = []
-    connection = await aio_pika.connect(settings.amqp_url, timeout=10)
+    connection = await connect_once(settings)  # the first node that answers
     async with connection:
         channel = await connection.channel()
         try:
