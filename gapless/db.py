@@ -44,6 +44,11 @@ LOCK_NOT_AVAILABLE = "55P03"
 #: Seconds to wait for a PostgreSQL connection to be made (every engine, pool and one-off
 #: connection of gapless), so an unreachable server is an error, not a hang.
 CONNECT_TIMEOUT_S = 10
+#: How long a slot of :meth:`Database.open`'s pool keeps trying to connect (its attempts back
+#: off 1, 2, 4 … s, the last one at this limit) before it is given up and made again, at once,
+#: when a statement waits for a connection. Short, so that after a long outage (a failover)
+#: the pool tries again within seconds of the promotion rather than after a doubled delay.
+RECONNECT_TIMEOUT_S = 10.0
 
 
 #: URL schemes libpq reads (``postgres://`` is its alias of ``postgresql://``).
@@ -290,7 +295,7 @@ class Database:
         await probe.close()
         pool: AsyncConnectionPool = AsyncConnectionPool(
             conninfo, min_size=size, max_size=size, open=False, timeout=timeout_s,
-            name=f"gapless-{actor}", kwargs=kwargs)
+            reconnect_timeout=RECONNECT_TIMEOUT_S, name=f"gapless-{actor}", kwargs=kwargs)
         await pool.open(wait=False)
         return cls(pool.connection, pool=pool)
 
