@@ -167,18 +167,28 @@ async def _issued_before_probe(env: dict[str, str]) -> int:
         await engine.dispose()
 
 
-async def claims_per_s(url: str, connections: int, seconds: float) -> float:
-    """The worker's claim statement on one series, from ``connections`` connections."""
+async def claims_per_s(url: str, connections: int, series: int, seconds: float,
+                       repeat: int) -> float:
+    """The worker's claim statement from ``connections`` connections spread over ``series``
+    series, claims/s in all: the median of ``repeat`` runs of ``seconds``."""
+    codes = [f"C{n:02d}" for n in range(series)]
     engine = make_engine(url, actor="bench", pool_size=connections)
     try:
         async with engine.begin() as conn:
-            await add_series(conn, build_series_spec("bench", "CLM"))
+            for code in codes:
+                await add_series(conn, build_series_spec("bench", code))
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("INSERT INTO invoices (invoice_id, tenant, series, payload) "
-                         "SELECT 'CLM-' || g, 'bench', 'CLM', '{}'::jsonb "
-                         "FROM generate_series(1, 50000) g")
-        rate, _ = await run_path(engine, "claim", connections, seconds, "CLM")
-        return rate
+            for code in codes:
+                conn.execute("INSERT INTO invoices (invoice_id, tenant, series, payload) "
+                             "SELECT %s || '-' || g, 'bench', %s, '{}'::jsonb "
+                             "FROM generate_series(1, %s) g", (code, code, 100_000 // series))
+        rates = []
+        for _ in range(repeat):
+            results = await asyncio.gather(*(
+                run_path(engine, "claim", connections // series, seconds, code)
+                for code in codes))
+            rates.append(sum(rate for rate, _ in results))
+        return median(rates)
     finally:
         await engine.dispose()
 
@@ -196,6 +206,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--backlog", type=int, default=2000)
     parser.add_argument("--claim-seconds", type=float, default=5.0)
+    parser.add_argument("--claim-repeat", type=int, default=3)
+    parser.add_argument("--no-queues", action="store_true",
+                        help="Skip the queue measurements (only the standby's).")
     parser.add_argument("--no-cluster", action="store_true",
                         help="Skip the private three-node RabbitMQ cluster.")
     parser.add_argument("--no-standby", action="store_true",
@@ -207,50 +220,62 @@ def main() -> None:
     shape = f"{args.processes} × {args.concurrency}"
 
     with mock_integrator(args.latency_ms) as mock_url:
-        rows: list[list[object]] = []
-        classic = issued_per_s("classic", mock_url, args)
-        rows.append(["classic, one node (baseline)", f"{classic:.1f}", f"{classic / ideal:.2f}"])
-        quorum = issued_per_s("quorum", mock_url, args, extra=QUORUM)
-        rows.append(["quorum, one node", f"{quorum:.1f}", f"{quorum / ideal:.2f}"])
-        prio_rows: list[list[object]] = []
-        share, seconds = overtaken(mock_url, args.backlog)
-        prio_rows.append(["classic, one node", f"{share:.3f}", f"{seconds:.2f}"])
-        if not args.no_cluster:
-            with private_cluster() as nodes:
-                cluster = {**QUORUM, "GAPLESS_AMQP_URL": nodes}
-                rate = issued_per_s("quorum3", mock_url, args, extra=cluster)
-                rows.append(["quorum, three-node cluster", f"{rate:.1f}",
-                             f"{rate / ideal:.2f}"])
-                share, seconds = overtaken(mock_url, args.backlog, extra=cluster)
-                prio_rows.append(["quorum, three-node cluster", f"{share:.3f}",
-                                  f"{seconds:.2f}"])
-        share, seconds = overtaken(mock_url, args.backlog, extra=QUORUM)
-        prio_rows.append(["quorum, one node", f"{share:.3f}", f"{seconds:.2f}"])
-        print_table(f"issued/s at {shape} in flight, {args.latency_ms:g} ms per call "
-                    f"(ideal {ideal:.0f}/s; median of {args.repeat})",
-                    ["queues", "issued/s", "of ideal"], rows)
-        print_table(f"a user message behind {args.backlog} batch messages, one worker × 8",
-                    ["queues", "backlog overtaken", "s to ISSUED"], prio_rows)
-
+        if not args.no_queues:
+            queues(mock_url, args, ideal, shape)
         if not args.no_standby:
-            standby_rows: list[list[object]] = []
-            results: dict[bool, dict[str, float]] = {}
-            for synchronous in (False, True):
-                with private_pair(synchronous=synchronous) as pair:
-                    database = pair_database(pair)
-                    measured: dict[str, float] = {}
-                    for connections in (1, 16):
-                        with database(f"claims{connections}") as url:  # type: ignore[operator]
-                            measured[f"claims/s, {connections} conn."] = asyncio.run(
-                                claims_per_s(url, connections, args.claim_seconds))
-                    measured[f"issued/s, {shape}"] = issued_per_s(
-                        "standby", mock_url, args, database=database)
-                    results[synchronous] = measured
-            for name in results[True]:
-                on, off = results[True][name], results[False][name]
-                standby_rows.append([name, f"{off:.1f}", f"{on:.1f}", f"{on / off:.2f}"])
-            print_table("synchronous standby on ÷ off (a private primary + standby, one series)",
-                        ["measure", "async standby", "sync standby", "on ÷ off"], standby_rows)
+            standby(mock_url, args, shape)
+
+
+def queues(mock_url: str, args: argparse.Namespace, ideal: float, shape: str) -> None:
+    """issued/s classic ÷ quorum (one node, three), and the user message behind a backlog."""
+    rows: list[list[object]] = []
+    classic = issued_per_s("classic", mock_url, args)
+    rows.append(["classic, one node (baseline)", f"{classic:.1f}", f"{classic / ideal:.2f}"])
+    quorum = issued_per_s("quorum", mock_url, args, extra=QUORUM)
+    rows.append(["quorum, one node", f"{quorum:.1f}", f"{quorum / ideal:.2f}"])
+    prio_rows: list[list[object]] = []
+    share, seconds = overtaken(mock_url, args.backlog)
+    prio_rows.append(["classic, one node", f"{share:.3f}", f"{seconds:.2f}"])
+    if not args.no_cluster:
+        with private_cluster() as nodes:
+            cluster = {**QUORUM, "GAPLESS_AMQP_URL": nodes}
+            rate = issued_per_s("quorum3", mock_url, args, extra=cluster)
+            rows.append(["quorum, three-node cluster", f"{rate:.1f}",
+                         f"{rate / ideal:.2f}"])
+            share, seconds = overtaken(mock_url, args.backlog, extra=cluster)
+            prio_rows.append(["quorum, three-node cluster", f"{share:.3f}",
+                              f"{seconds:.2f}"])
+    share, seconds = overtaken(mock_url, args.backlog, extra=QUORUM)
+    prio_rows.append(["quorum, one node", f"{share:.3f}", f"{seconds:.2f}"])
+    print_table(f"issued/s at {shape} in flight, {args.latency_ms:g} ms per call "
+                f"(ideal {ideal:.0f}/s; median of {args.repeat})",
+                ["queues", "issued/s", "of ideal"], rows)
+    print_table(f"a user message behind {args.backlog} batch messages, one worker × 8",
+                ["queues", "backlog overtaken", "s to ISSUED"], prio_rows)
+
+
+def standby(mock_url: str, args: argparse.Namespace, shape: str) -> None:
+    """claims/s and issued/s with the database on a private pair, standby async ÷ sync."""
+    standby_rows: list[list[object]] = []
+    results: dict[bool, dict[str, float]] = {}
+    for synchronous in (False, True):
+        with private_pair(synchronous=synchronous) as pair:
+            database = pair_database(pair)
+            measured: dict[str, float] = {}
+            for connections, series in ((1, 1), (16, 1), (16, 8)):
+                label = (f"claims/s, {connections} conn. on one series" if series == 1
+                         else f"claims/s, {connections} conn. × {series} series")
+                with database(f"claims{connections}x{series}") as url:  # type: ignore[operator]
+                    measured[label] = asyncio.run(claims_per_s(
+                        url, connections, series, args.claim_seconds, args.claim_repeat))
+            measured[f"issued/s, {shape}"] = issued_per_s(
+                "standby", mock_url, args, database=database)
+            results[synchronous] = measured
+    for name in results[True]:
+        on, off = results[True][name], results[False][name]
+        standby_rows.append([name, f"{off:.1f}", f"{on:.1f}", f"{on / off:.2f}"])
+    print_table("synchronous standby on ÷ off (a private primary + its standby)",
+                ["measure", "async standby", "sync standby", "on ÷ off"], standby_rows)
 
 
 if __name__ == "__main__":
