@@ -51,12 +51,14 @@ def expected_kinds(invoices: int) -> Counter[tuple[str, str]]:
                    if position % REJECT_EVERY)
 
 
-def test_demo_settles_survives_a_killed_worker_and_passes_the_audit() -> None:
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_demo_settles_survives_a_killed_worker_and_passes_the_audit(queue_type: str) -> None:
     database = f"gapless_demo_t_{uuid.uuid4().hex[:8]}"
     env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
     for key in ("GAPLESS_DATABASE_URL", "GAPLESS_AMQP_URL"):  # the servers, if configured
         if key in os.environ:
             env[key] = os.environ[key]
+    env["GAPLESS_QUEUE_TYPE"] = queue_type
     env["COLUMNS"] = "80"
     result = run_gapless(["demo", "--invoices", "200", "--workers", "2",
                           "--database", database], env, timeout=280)

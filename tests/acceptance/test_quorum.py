@@ -15,6 +15,7 @@ from typing import Any
 
 import aio_pika
 import aiormq
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,6 +25,7 @@ from gapless.errors import ConfigurationError
 from gapless.numbering import add_series, build_series_spec
 from gapless.publisher import Publisher, declare_topology, main_queue_arguments, queue_depths
 from gapless.settings import Settings
+from tests.conftest import ApiServers
 from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes
@@ -199,3 +201,30 @@ async def test_a_message_redelivered_past_the_delivery_limit_is_dead_lettered(
     depths = await queue_depths(limited)
     assert depths[user_queue_name(limited.queue)] == 1
     assert depths[dead_queue_name(limited.queue)] == 0
+
+
+async def test_the_api_publishes_user_work_to_the_user_queue_in_quorum_mode(
+        api_servers: ApiServers, quorum: Settings) -> None:
+    token = "quorum-api-token-" + "x" * 16
+    url, _ = api_servers.start(f"*:{token}", env=QUORUM)
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(f"{url}/v1/invoices", json=invoice("api-1"),
+                                   headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 202, response.text
+        health = await http.get(f"{url}/healthz")
+        assert health.json() == {"database": "ok", "broker": "ok"}
+    depths = await queue_depths(quorum)
+    assert depths[user_queue_name(quorum.queue)] == 1
+    assert depths[quorum.queue] == 0
+
+
+async def test_gapless_publish_routes_by_priority_in_quorum_mode(
+        quorum: Settings, gapless_env: dict[str, str]) -> None:
+    env = {**gapless_env, **QUORUM}
+    for priority, count in (("user", 3), ("batch", 4)):
+        result = run_gapless(["publish", "--demo", str(count), "--priority", priority,
+                              "--tenant", "acme", "--series", "ABC"], env, timeout=60)
+        assert result.returncode == 0, result.stderr
+    depths = await queue_depths(quorum)
+    assert depths[user_queue_name(quorum.queue)] == 3
+    assert depths[quorum.queue] == 4
