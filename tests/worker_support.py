@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.constants import dead_queue_name
 from gapless.publisher import Publisher
 from gapless.settings import Settings
-from tests.helpers import await_until
+from tests.helpers import await_until, today
 from tests.mock_client import MockIntegratorClient
 from worker.consumer import Worker
 from worker.flow import Clock
@@ -113,3 +113,26 @@ async def take_queue(settings: Settings) -> list[aio_pika.abc.AbstractIncomingMe
         while (message := await queue.get(no_ack=True, fail=False)) is not None:
             taken.append(message)
     return taken
+
+
+def sale(invoice_id: str, *, priority: str | None = None) -> dict[str, Any]:
+    """A plain sale of tenant acme, series ABC, today (the acceptance tests' invoice)."""
+    body: dict[str, Any] = {
+        "invoice_id": invoice_id, "tenant": "acme", "series": "ABC",
+        "issue_date": today(), "currency": "TRY",
+        "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
+        "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
+                   "vat_rate": "20"}],
+    }
+    if priority is not None:
+        body["priority"] = priority
+    return body
+
+
+async def publish_many(settings: Settings, messages: list[dict[str, Any]], *,
+                       parallel: int = 50) -> None:
+    """Publish with confirms, ``parallel`` at a time (order within a batch is not kept)."""
+    async with Publisher(settings) as publisher:
+        for start in range(0, len(messages), parallel):
+            await asyncio.gather(*(publisher.publish(m)
+                                   for m in messages[start:start + parallel]))

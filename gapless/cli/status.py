@@ -249,25 +249,10 @@ async def read_management(settings: Settings, management_url: str | None
     absent until the API's next statistics round after the queue was declared — then there is
     nothing to report yet, which is not the same as zero.
     """
-    import httpx
-
-    base, auth = management_target(settings.amqp_url, management_url)
-    vhost = urllib.parse.quote(amqp_vhost(settings.amqp_url), safe="")
-    queue = urllib.parse.quote(settings.queue, safe="")
-    try:
-        async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, auth=auth) as client:
-            response = await client.get(f"{base}/api/queues/{vhost}/{queue}")
-    except httpx.HTTPError:
-        return f"{NO_MANAGEMENT_NOTE} ({base} unreachable)"
-    if response.status_code == 404:
-        return f"the management API at {base} does not know queue {settings.queue!r} yet"
-    if response.status_code != 200:
-        return f"{NO_MANAGEMENT_NOTE} ({base} answered {response.status_code})"
-    try:
-        info = response.json()
-    except ValueError:
-        return f"{NO_MANAGEMENT_NOTE} ({base} did not answer JSON)"
-    backing = info.get("backing_queue_status") if isinstance(info, dict) else None
+    info = await management_queue(settings, management_url, settings.queue)
+    if isinstance(info, str):
+        return info
+    backing = info.get("backing_queue_status")
     if not isinstance(backing, dict) or "messages_ready" not in info:
         return NO_STATISTICS_NOTE
     lengths = backing.get("priority_lengths")
@@ -279,28 +264,42 @@ async def read_management(settings: Settings, management_url: str | None
 async def read_quorum_unacked(settings: Settings, management_url: str | None) -> int | str:
     """Unacked deliveries of both work queues of quorum mode from the management API, or a
     note saying why there is no figure."""
+    unacked = 0
+    for name in (user_queue_name(settings.queue), settings.queue):
+        info = await management_queue(settings, management_url, name)
+        if isinstance(info, str):
+            return info
+        if "messages_unacknowledged" not in info:
+            return NO_STATISTICS_NOTE
+        unacked += int(info["messages_unacknowledged"] or 0)
+    return unacked
+
+
+async def management_queue(settings: Settings, management_url: str | None,
+                           name: str) -> dict[str, Any] | str:
+    """What the management API says of queue ``name`` (a JSON object), or a note saying why it
+    says nothing."""
     import httpx
 
     base, auth = management_target(settings.amqp_url, management_url)
     vhost = urllib.parse.quote(amqp_vhost(settings.amqp_url), safe="")
-    unacked = 0
-    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, auth=auth) as client:
-        for name in (user_queue_name(settings.queue), settings.queue):
-            queue = urllib.parse.quote(name, safe="")
-            try:
-                response = await client.get(f"{base}/api/queues/{vhost}/{queue}")
-            except httpx.HTTPError:
-                return f"{NO_MANAGEMENT_NOTE} ({base} unreachable)"
-            if response.status_code != 200:
-                return f"{NO_MANAGEMENT_NOTE} ({base} answered {response.status_code})"
-            try:
-                info = response.json()
-            except ValueError:
-                return f"{NO_MANAGEMENT_NOTE} ({base} did not answer JSON)"
-            if not isinstance(info, dict) or "messages_unacknowledged" not in info:
-                return NO_STATISTICS_NOTE
-            unacked += int(info["messages_unacknowledged"] or 0)
-    return unacked
+    queue = urllib.parse.quote(name, safe="")
+    try:
+        async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, auth=auth) as client:
+            response = await client.get(f"{base}/api/queues/{vhost}/{queue}")
+    except httpx.HTTPError:
+        return f"{NO_MANAGEMENT_NOTE} ({base} unreachable)"
+    if response.status_code == 404:
+        return f"the management API at {base} does not know queue {name!r} yet"
+    if response.status_code != 200:
+        return f"{NO_MANAGEMENT_NOTE} ({base} answered {response.status_code})"
+    try:
+        info = response.json()
+    except ValueError:
+        return f"{NO_MANAGEMENT_NOTE} ({base} did not answer JSON)"
+    if not isinstance(info, dict):
+        return f"{NO_MANAGEMENT_NOTE} ({base} did not answer a JSON object)"
+    return info
 
 
 async def read_queue(settings: Settings, management_url: str | None

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.numbering import add_series, build_series_spec
 from tests.private_services import private_postgres, private_rabbitmq
 from tests.recovery_support import Processes
 
@@ -22,3 +24,10 @@ def procs(integrated_env: dict[str, str], log_dir: Path) -> Iterator[Processes]:
     started = Processes(integrated_env, log_dir)
     yield started
     started.close()
+
+
+@pytest.fixture
+async def series(engine: AsyncEngine) -> None:
+    """Series acme/ABC (the series of tests.worker_support.sale)."""
+    async with engine.begin() as conn:
+        await add_series(conn, build_series_spec("acme", "ABC"))

@@ -9,9 +9,7 @@ operator command works in this mode.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from typing import Any
 
 import aio_pika
 import aiormq
@@ -22,29 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import dead_exchange_name, dead_queue_name, user_queue_name
 from gapless.errors import ConfigurationError
-from gapless.numbering import add_series, build_series_spec
 from gapless.publisher import Publisher, declare_topology, main_queue_arguments, queue_depths
 from gapless.settings import Settings
 from tests.conftest import ApiServers
-from tests.helpers import await_until, run_gapless, today
+from tests.helpers import await_until, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes
-from tests.worker_support import rows
+from tests.worker_support import publish_many, rows, sale
 
 QUORUM = {"GAPLESS_QUEUE_TYPE": "quorum"}
-
-
-def invoice(invoice_id: str, *, priority: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "invoice_id": invoice_id, "tenant": "acme", "series": "ABC",
-        "issue_date": today(), "currency": "TRY",
-        "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
-        "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
-                   "vat_rate": "20"}],
-    }
-    if priority is not None:
-        body["priority"] = priority
-    return body
 
 
 @pytest.fixture
@@ -52,26 +36,12 @@ def quorum(settings: Settings) -> Settings:
     return settings.with_overrides(queue_type="quorum")
 
 
-@pytest.fixture
-async def series(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-
-
-async def publish(settings: Settings, messages: list[dict[str, Any]], *,
-                  parallel: int = 50) -> None:
-    async with Publisher(settings) as publisher:
-        for start in range(0, len(messages), parallel):
-            await asyncio.gather(*(publisher.publish(m)
-                                   for m in messages[start:start + parallel]))
-
-
 async def test_quorum_topology_routes_user_work_to_its_own_queue(quorum: Settings) -> None:
     prefix = quorum.queue
     async with Publisher(quorum) as publisher:
-        await publisher.publish(invoice("b-1", priority="batch"))
-        await publisher.publish(invoice("b-2"))  # no priority: batch
-        await publisher.publish(invoice("u-1", priority="user"))
+        await publisher.publish(sale("b-1", priority="batch"))
+        await publisher.publish(sale("b-2"))  # no priority: batch
+        await publisher.publish(sale("u-1", priority="user"))
         await publisher.publish(b"raw bytes", priority=7)  # above 4 counts as user
     assert await queue_depths(quorum) == {user_queue_name(prefix): 2, prefix: 2,
                                           dead_queue_name(prefix): 0}
@@ -110,8 +80,8 @@ async def test_a_user_message_overtakes_a_batch_backlog_in_quorum_mode(
         engine: AsyncEngine, quorum: Settings, procs: Processes,
         mock_integrator: MockIntegratorClient) -> None:
     mock_integrator.set_faults(latency_ms=[20, 20])
-    await publish(quorum, [invoice(f"batch-{i:04d}", priority="batch") for i in range(1000)])
-    await publish(quorum, [invoice("urgent", priority="user")])  # after the whole backlog
+    await publish_many(quorum, [sale(f"batch-{i:04d}", priority="batch") for i in range(1000)])
+    await publish_many(quorum, [sale("urgent", priority="user")])  # after the whole backlog
     worker = procs.worker("worker", "--concurrency", "8", env=QUORUM)
 
     async def urgent_issued() -> bool:
@@ -136,9 +106,9 @@ async def test_a_user_message_overtakes_a_batch_backlog_in_quorum_mode(
 async def test_worker_issues_both_queues_and_dead_letters_bad_input_in_quorum_mode(
         engine: AsyncEngine, quorum: Settings, procs: Processes,
         mock_integrator: MockIntegratorClient, gapless_env: dict[str, str]) -> None:
-    batch = [invoice(f"b-{i}", priority="batch") for i in range(20)]
-    user = [invoice(f"u-{i}", priority="user") for i in range(5)]
-    await publish(quorum, batch + user)
+    batch = [sale(f"b-{i}", priority="batch") for i in range(20)]
+    user = [sale(f"u-{i}", priority="user") for i in range(5)]
+    await publish_many(quorum, batch + user)
     async with Publisher(quorum) as publisher:
         await publisher.publish(b'{"invoice_id": "broken"', priority="user")
     worker = procs.worker("worker", "--concurrency", "4", env=QUORUM)
@@ -178,7 +148,7 @@ async def test_a_message_redelivered_past_the_delivery_limit_is_dead_lettered(
     `gapless dead list` says why, and `gapless dead replay` puts it back on the user queue."""
     limited = quorum.with_overrides(delivery_limit=2)
     async with Publisher(limited) as publisher:
-        await publisher.publish(invoice("poison", priority="user"))
+        await publisher.publish(sale("poison", priority="user"))
     connection = await aio_pika.connect(limited.amqp_url)
     async with connection:
         channel = await connection.channel()
@@ -208,7 +178,7 @@ async def test_the_api_publishes_user_work_to_the_user_queue_in_quorum_mode(
     token = "quorum-api-token-" + "x" * 16
     url, _ = api_servers.start(f"*:{token}", env=QUORUM)
     async with httpx.AsyncClient(timeout=30) as http:
-        response = await http.post(f"{url}/v1/invoices", json=invoice("api-1"),
+        response = await http.post(f"{url}/v1/invoices", json=sale("api-1"),
                                    headers={"Authorization": f"Bearer {token}"})
         assert response.status_code == 202, response.text
         health = await http.get(f"{url}/healthz")

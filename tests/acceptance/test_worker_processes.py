@@ -7,7 +7,6 @@ and the workers' own metrics are the oracles.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,6 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import Publisher
 from gapless.settings import Settings
 from tests.conftest import create_database, database_url, drop_database
 from tests.faults import fault_env
@@ -28,44 +25,15 @@ from tests.helpers import (
     await_until,
     free_port,
     run_gapless,
-    today,
     wait_until,
 )
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes, log_events
-from tests.worker_support import rows
+from tests.worker_support import publish_many, rows, sale
 
 #: True once the invoice a killed worker held has a lease older than the test's 2 s lease.
 VICTIM_LEASE_STALE = ("SELECT sending_since < now() - interval '2 seconds' FROM invoices "
                       "WHERE invoice_id = 'victim'")
-
-
-def invoice(invoice_id: str, *, priority: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "invoice_id": invoice_id, "tenant": "acme", "series": "ABC",
-        "issue_date": today(), "currency": "TRY",
-        "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
-        "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
-                   "vat_rate": "20"}],
-    }
-    if priority is not None:
-        body["priority"] = priority
-    return body
-
-
-@pytest.fixture
-async def series(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-
-
-async def publish(settings: Settings, messages: list[dict[str, Any]], *,
-                  parallel: int = 50) -> None:
-    """Publish with confirms, ``parallel`` at a time (order within a batch is not kept)."""
-    async with Publisher(settings) as publisher:
-        for start in range(0, len(messages), parallel):
-            await asyncio.gather(*(publisher.publish(m)
-                                   for m in messages[start:start + parallel]))
 
 
 async def count_in(engine: AsyncEngine, status: str) -> int:
@@ -118,8 +86,8 @@ async def test_1000_invoices_through_3_workers_with_latency_and_transient_failur
     ports = [free_port() for _ in range(3)]
     procs = [procs.worker(f"worker-{i}", "--concurrency", "8", "--metrics-port", str(port),
                            env=knobs) for i, port in enumerate(ports)]
-    messages = [invoice(f"bulk-{i:04d}") for i in range(1000)]
-    await publish(settings, messages)
+    messages = [sale(f"bulk-{i:04d}") for i in range(1000)]
+    await publish_many(settings, messages)
 
     async def all_issued() -> bool:
         return await count_in(engine, "ISSUED") == 1000
@@ -147,7 +115,7 @@ async def test_kill_9_at_each_step_loses_no_number_and_the_redelivery_finishes_t
     lease = {"GAPLESS_LEASE_S": "2"}
     mock_integrator.set_faults(latency_ms=[300, 300])
     doomed = procs.worker("doomed", env={**lease, **fault_env(kill_at=step)})
-    await publish(settings, [invoice("victim")])
+    await publish_many(settings, [sale("victim")])
     wait_until(lambda: not doomed.alive(), 30, message="the worker to kill itself")
     assert doomed.proc.returncode == -9
     assert log_events(doomed, "fault_kill")[0]["step"] == step
@@ -165,7 +133,7 @@ async def test_kill_9_at_each_step_loses_no_number_and_the_redelivery_finishes_t
                         message="the dead worker's lease to go stale")
     mock_integrator.set_faults(latency_ms=[0, 0])
     survivor = procs.worker("survivor", env=lease)
-    await publish(settings, [invoice("next")])
+    await publish_many(settings, [sale("next")])
 
     async def both_issued() -> bool:
         current = await rows(engine)
@@ -192,7 +160,7 @@ async def test_external_kill_9_right_after_the_reservation_commits(
     # The pause makes the moment between the reservation's commit and the call reachable.
     doomed = procs.worker("doomed", env={**lease,
                                           **fault_env(pause_at="after_reserve_commit:60")})
-    await publish(settings, [invoice("victim")])
+    await publish_many(settings, [sale("victim")])
     wait_until(lambda: log_events(doomed, "fault_pause"), 30, message="the pause after the commit")
     doomed.kill9()
     after_kill = (await rows(engine))["victim"]
@@ -221,8 +189,8 @@ async def test_sigterm_during_load_drains_exits_0_and_a_restart_finishes_everyth
         mock_integrator: MockIntegratorClient) -> None:
     mock_integrator.set_faults(latency_ms=[100, 300])
     worker = procs.worker("first", "--concurrency", "8", "--shutdown-timeout", "10")
-    messages = [invoice(f"load-{i:03d}") for i in range(160)]
-    await publish(settings, messages)
+    messages = [sale(f"load-{i:03d}") for i in range(160)]
+    await publish_many(settings, messages)
 
     async def some_issued() -> bool:
         return await count_in(engine, "ISSUED") >= 30
@@ -256,8 +224,8 @@ async def test_shutdown_timeout_shorter_than_the_call_leaves_messages_for_redeli
     lease = {"GAPLESS_LEASE_S": "2"}
     mock_integrator.set_faults(latency_ms=[3000, 3000])
     worker = procs.worker("slow", "--concurrency", "4", "--shutdown-timeout", "0.5", env=lease)
-    messages = [invoice(f"slow-{i}") for i in range(6)]
-    await publish(settings, messages)
+    messages = [sale(f"slow-{i}") for i in range(6)]
+    await publish_many(settings, messages)
 
     async def four_sending() -> bool:
         return await count_in(engine, "SENDING") == 4
@@ -290,9 +258,9 @@ async def test_a_user_message_overtakes_a_2000_message_batch_backlog(
         engine: AsyncEngine, settings: Settings, procs: Processes,
         mock_integrator: MockIntegratorClient) -> None:
     mock_integrator.set_faults(latency_ms=[20, 20])
-    backlog = [invoice(f"batch-{i:04d}", priority="batch") for i in range(2000)]
-    await publish(settings, backlog)
-    await publish(settings, [invoice("urgent", priority="user")])  # after the whole backlog
+    backlog = [sale(f"batch-{i:04d}", priority="batch") for i in range(2000)]
+    await publish_many(settings, backlog)
+    await publish_many(settings, [sale("urgent", priority="user")])  # after the whole backlog
     worker = procs.worker("worker", "--concurrency", "8")
 
     async def urgent_issued() -> bool:
@@ -348,7 +316,6 @@ def test_a_malformed_fault_variable_is_refused(gapless_env: dict[str, str]) -> N
                          timeout=60)
     assert result.returncode == 1
     assert "GAPLESS_FAULT_KILL_AT" in result.stderr
-
 
 
 def test_sigterm_while_the_database_is_unreachable_at_start_up_is_a_clean_stop(

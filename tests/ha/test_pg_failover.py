@@ -67,6 +67,7 @@ from tests.ha.pg_pair import TEMPLATE, PrivatePostgresPair
 from tests.helpers import GaplessProcess, await_until, run_gapless, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import make_sending, message
+from tests.restart_support import DATABASE_TROUBLE, PROCESS_ENV, RECOVERY_ARGS
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ha-postgres")]
 
@@ -74,14 +75,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ha-postgres")]
 sync_pair = pg_pair.sync_pair
 async_pair = pg_pair.async_pair
 
-#: Short leases and a brisk recovery, so that what the failover interrupted settles in-run.
-PROCESS_ENV = {"GAPLESS_LEASE_S": "3", "GAPLESS_INTEGRATOR_TIMEOUT_S": "5",
-               "GAPLESS_LOG_LEVEL": "info"}
-RECOVERY_ARGS = ("--interval", "1", "--stuck-after", "3", "--backoff-base", "1",
-                 "--backoff-max", "3", "--max-attempts", "1000", "--drain-timeout", "10")
-#: Log events by which a process shows it met the database gone.
-DATABASE_TROUBLE = ("database_unavailable", "outcome_write_retry", "recovery_round_failed",
-                    "orphan_failed")
 #: The server log line of a commit whose wait for the synchronous standby was cancelled.
 CANCELLED_WAIT = "canceling wait for synchronous replication"
 SETTLE_S = 90.0
