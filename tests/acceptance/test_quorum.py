@@ -15,7 +15,6 @@ import aio_pika
 import aiormq
 import httpx
 import pytest
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import dead_exchange_name, dead_queue_name, user_queue_name
@@ -26,7 +25,7 @@ from tests.conftest import ApiServers
 from tests.helpers import await_until, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes
-from tests.worker_support import publish_many, rows, sale
+from tests.worker_support import issued_before, publish_many, rows, sale
 
 QUORUM = {"GAPLESS_QUEUE_TYPE": "quorum"}
 
@@ -90,13 +89,7 @@ async def test_a_user_message_overtakes_a_batch_backlog_in_quorum_mode(
 
     await await_until(urgent_issued, 60, message="the user invoice ISSUED")
     assert worker.terminate(timeout=30) == 0
-    async with engine.connect() as conn:
-        before_urgent = (await conn.execute(text("""
-            SELECT count(*) FROM invoice_events e
-             WHERE e.kind = 'issued' AND e.invoice_id <> 'urgent'
-               AND e.sequence_id < (SELECT sequence_id FROM invoice_events
-                                     WHERE invoice_id = 'urgent' AND kind = 'issued')
-        """))).scalar_one()
+    before_urgent = await issued_before(engine, "urgent")
     print(f"\nquorum mode: the user invoice was issued after {before_urgent} of 1000 batch "
           "invoices")
     assert before_urgent <= 100, before_urgent  # overtook at least 90 % of the backlog

@@ -29,7 +29,7 @@ from tests.helpers import (
 )
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes, log_events
-from tests.worker_support import publish_many, rows, sale
+from tests.worker_support import issued_before, publish_many, rows, sale
 
 #: True once the invoice a killed worker held has a lease older than the test's 2 s lease.
 VICTIM_LEASE_STALE = ("SELECT sending_since < now() - interval '2 seconds' FROM invoices "
@@ -269,13 +269,8 @@ async def test_a_user_message_overtakes_a_2000_message_batch_backlog(
 
     await await_until(urgent_issued, 60, message="the user invoice ISSUED")
     assert worker.terminate(timeout=30) == 0
+    before_urgent = await issued_before(engine, "urgent")
     async with engine.connect() as conn:
-        before_urgent = (await conn.execute(text("""
-            SELECT count(*) FROM invoice_events e
-             WHERE e.kind = 'issued' AND e.invoice_id <> 'urgent'
-               AND e.sequence_id < (SELECT sequence_id FROM invoice_events
-                                     WHERE invoice_id = 'urgent' AND kind = 'issued')
-        """))).scalar_one()
         priority = (await conn.execute(text(
             "SELECT priority FROM invoices WHERE invoice_id = 'urgent'"))).scalar_one()
     assert before_urgent <= 200, before_urgent  # issued before at least 90 % of the backlog
