@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -84,10 +85,38 @@ async def await_sql(engine: AsyncEngine, query: str, timeout: float, *, message:
     await await_until(answered, timeout, interval=interval, message=message)
 
 
+#: Ports for servers the tests start, below Linux's ephemeral range (32768–60999), so that no
+#: outgoing connection of the run (thousands: PostgreSQL, RabbitMQ, the mock) can take a port
+#: between the moment it is chosen and the moment the server binds it. Each pytest-xdist process
+#: draws from its own slice, so two processes never choose the same port.
+_PORTS_FIRST, _PORTS_END = 20000, 32768
+_given: set[int] = set()
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
+    size = (_PORTS_END - _PORTS_FIRST) // max(count, 1)
+    first = _PORTS_FIRST + (index % max(count, 1)) * size
+    return range(first, first + size)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on, never given before in this process (see above)."""
+    ports = _port_slice()
+    for _ in range(200):
+        port = random.choice(ports)
+        if port in _given:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    raise RuntimeError(f"no free port in {ports.start}..{ports.stop - 1}")
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:
