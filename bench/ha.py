@@ -40,7 +40,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
-from psycopg import sql
 from sqlalchemy import text
 
 from bench.common import machine, median, print_table
@@ -80,7 +79,7 @@ def private_cluster() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def private_pair(*, synchronous: bool) -> Iterator[object]:
+def private_pair(*, synchronous: bool) -> Iterator[Any]:
     from tests.ha.pg_pair import PrivatePostgresPair
 
     pair = PrivatePostgresPair(synchronous=synchronous)
@@ -91,25 +90,18 @@ def private_pair(*, synchronous: bool) -> Iterator[object]:
         pair.close()
 
 
-def pair_database(pair: object) -> object:
+def pair_database(pair: Any) -> Any:
     """``database(label)`` for :func:`bench.issue.environment`: a fresh database on the pair,
     cloned from its migrated template, as the multi-host URL."""
-    from tests.ha.pg_pair import TEMPLATE, PrivatePostgresPair
-
-    assert isinstance(pair, PrivatePostgresPair)
 
     @contextlib.contextmanager
     def database(label: str) -> Iterator[str]:
         name = f"gapless_bench_{label}_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(pair.primary_url("postgres"), autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(TEMPLATE)))
+        url = pair.clone_template(name)
         try:
-            yield pair.url(name)
+            yield url
         finally:
-            with psycopg.connect(pair.primary_url("postgres"), autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(name)))
+            pair.drop_database(name)
 
     return database
 
@@ -265,7 +257,7 @@ def standby(mock_url: str, args: argparse.Namespace, shape: str) -> None:
             for connections, series in ((1, 1), (16, 1), (16, 8)):
                 label = (f"claims/s, {connections} conn. on one series" if series == 1
                          else f"claims/s, {connections} conn. × {series} series")
-                with database(f"claims{connections}x{series}") as url:  # type: ignore[operator]
+                with database(f"claims{connections}x{series}") as url:
                     measured[label] = asyncio.run(claims_per_s(
                         url, connections, series, args.claim_seconds, args.claim_repeat))
             measured[f"issued/s, {shape}"] = issued_per_s(

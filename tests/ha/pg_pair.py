@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from gapless.migrations import migrate
 from tests.helpers import wait_until
@@ -158,6 +159,19 @@ unix_socket_directories = '{standby.root}'
 
     def primary_url(self, database: str = "postgres") -> str:
         return self.primary.url(database)
+
+    def clone_template(self, name: str) -> str:
+        """Database ``name``, cloned on the primary from the migrated template; its multi-host
+        URL (every process of a test is given this)."""
+        with psycopg.connect(self.primary_url(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(TEMPLATE)))
+        return self.url(name)
+
+    def drop_database(self, name: str) -> None:
+        with psycopg.connect(self.primary_url(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
 
     def standby_url(self, database: str = "postgres") -> str:
         return self._standby.url(database)

@@ -25,13 +25,11 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from gapless.settings import Settings, process_environment
 from tests.chaos.checker import Expectations, check
-from tests.ha.pg_pair import TEMPLATE, PrivatePostgresPair, sync_pair
+from tests.ha.pg_pair import PrivatePostgresPair, sync_pair
 from tests.ha.rabbit_cluster import (
     XDIST_GROUP,
     PrivateRabbitCluster,
@@ -64,12 +62,9 @@ SETTLE_S = 150.0
 def _fresh_database(pair: PrivatePostgresPair) -> str:
     """A database of this test on the pair, cloned from the pair's migrated template; the
     multi-host URL every process gets."""
-    name = f"gapless_ha_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pair.primary_url("postgres"), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(name), sql.Identifier(TEMPLATE)))
+    url = pair.clone_template(f"gapless_ha_{uuid.uuid4().hex[:10]}")
     pair.wait_caught_up()
-    return pair.url(name)
+    return url
 
 
 def _node_in_use(cluster: PrivateRabbitCluster, log: str) -> int:

@@ -63,7 +63,7 @@ from tests.chaos.checker import Expectations, History, check
 from tests.chaos.scenario import Poller, read_dead_letters
 from tests.conftest import ApiServers
 from tests.ha import pg_pair
-from tests.ha.pg_pair import TEMPLATE, PrivatePostgresPair
+from tests.ha.pg_pair import PrivatePostgresPair
 from tests.helpers import GaplessProcess, await_until, run_gapless, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import make_sending, message
@@ -103,10 +103,7 @@ class Scene:
                  log_dir: Path) -> None:
         self.pair = pair
         self.name = f"ha_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(pair.primary_url(), autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(self.name), sql.Identifier(TEMPLATE)))
-        self.url = pair.url(self.name)
+        self.url = pair.clone_template(self.name)
         self.settings = Settings(database_url=self.url, queue=queue)
         self.mock = mock
         self.log_dir = log_dir
