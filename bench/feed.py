@@ -561,8 +561,10 @@ def main() -> None:
     with ExitStack() as stack:
         urls = {v: stack.enter_context(bench_database(f"feed_{v}")) for v in VARIANTS}
         for variant, url in urls.items():
-            prepare(url, variant)
+            # Series first: add_series writes today's columns, which the downgraded schema of
+            # the "lock" variant lacks (its downgrade keeps the rows).
             asyncio.run(_define_series(url))
+            prepare(url, variant)
         with feed_clients(urls):
             reservation_rows = asyncio.run(reservation_bench(
                 urls, levels, series_levels, args.seconds, args.slice, args.estimate))
