@@ -47,7 +47,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -214,6 +214,58 @@ async def claims(engine: AsyncEngine, url: str, drafts: Drafts, connections: int
     return time.perf_counter() - began, latencies
 
 
+async def interleaved(engines: dict[str, AsyncEngine], urls: dict[str, str], drafts: Drafts,
+                      order: Callable[[int], Sequence[str]], connections: int,
+                      series_count: int, seconds: float, slice_s: float, estimate: int
+                      ) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """One (connections, series) cell: the variants take turns in slices of ``slice_s``, in
+    ``order(turn)``, until each has had ``seconds``; (claims/s, latencies ms) per variant."""
+    variants = order(0)
+    per_series = int(estimate * seconds * 1.5 / series_count) + 100
+    for v in variants:
+        for code in SERIES[:series_count]:
+            drafts.ensure(urls[v], code, per_series)
+    done: dict[str, float] = defaultdict(float)
+    spent: dict[str, float] = defaultdict(float)
+    lats: dict[str, list[float]] = defaultdict(list)
+    turn = 0
+    while min(spent[v] for v in variants) < seconds:
+        for v in order(turn):
+            elapsed, latency = await claims(engines[v], urls[v], drafts, connections,
+                                            series_count, slice_s)
+            done[v] += len(latency)
+            spent[v] += elapsed
+            lats[v].extend(latency)
+        turn += 1
+    return {v: done[v] / spent[v] for v in variants}, lats
+
+
+async def warm(engines: dict[str, AsyncEngine], urls: dict[str, str], drafts: Drafts,
+               connections: int, estimate: int) -> None:
+    """Warm every pooled connection's plans (plpgsql caches them per session)."""
+    for v, engine in engines.items():
+        for code in SERIES:
+            drafts.ensure(urls[v], code, int(estimate / len(SERIES)) + 100)
+        await claims(engine, urls[v], drafts, connections, len(SERIES), 1.0)
+
+
+def rotating(variants: Sequence[str]) -> Callable[[int], Sequence[str]]:
+    """Turn by turn: rotated one step, and reversed every other turn (on, events, lock, off;
+    off, on, events, lock reversed; …)."""
+    def order(turn: int) -> Sequence[str]:
+        rotated = tuple(variants[turn % len(variants):]) + tuple(variants[:turn % len(variants)])
+        return tuple(reversed(rotated)) if turn % 2 else rotated
+    return order
+
+
+def alternating(variants: Sequence[str]) -> Callable[[int], Sequence[str]]:
+    """Turn by turn: as given, then reversed (for two variants, which rotating would not
+    alternate)."""
+    def order(turn: int) -> Sequence[str]:
+        return tuple(reversed(variants)) if turn % 2 else tuple(variants)
+    return order
+
+
 async def reservation_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
                             seconds: float, slice_s: float, estimate: int
                             ) -> list[list[object]]:
@@ -225,32 +277,11 @@ async def reservation_bench(urls: dict[str, str], levels: list[int], series_leve
     drafts = Drafts()
     rows: list[list[object]] = []
     try:
-        for v in VARIANTS:  # warm every pooled connection's plans (plpgsql caches per session)
-            for code in SERIES:
-                drafts.ensure(urls[v], code, int(estimate / len(SERIES)) + 100)
-            await claims(engines[v], urls[v], drafts, max(levels), len(SERIES), 1.0)
+        await warm(engines, urls, drafts, max(levels), estimate)
         for n in levels:
             for s in series_levels:
-                per_series = int(estimate * seconds * 1.5 / s) + 100
-                for v in VARIANTS:
-                    for code in SERIES[:s]:
-                        drafts.ensure(urls[v], code, per_series)
-                done: dict[str, float] = defaultdict(float)
-                spent: dict[str, float] = defaultdict(float)
-                lats: dict[str, list[float]] = defaultdict(list)
-                turn = 0
-                while min(spent[v] for v in VARIANTS) < seconds:
-                    order = VARIANTS[turn % len(VARIANTS):] + VARIANTS[:turn % len(VARIANTS)]
-                    if turn % 2:
-                        order = tuple(reversed(order))
-                    for v in order:
-                        elapsed, latency = await claims(engines[v], urls[v], drafts, n, s,
-                                                        slice_s)
-                        done[v] += len(latency)
-                        spent[v] += elapsed
-                        lats[v].extend(latency)
-                    turn += 1
-                rate = {v: done[v] / spent[v] for v in VARIANTS}
+                rate, lats = await interleaved(engines, urls, drafts, rotating(VARIANTS), n, s,
+                                               seconds, slice_s, estimate)
                 print(f"  connections {n} series {s}: " + ", ".join(
                     f"{v} {rate[v]:,.0f}/s" for v in VARIANTS), file=sys.stderr)
                 rows.append([
@@ -276,28 +307,10 @@ async def chain_bench(urls: dict[str, str], levels: list[int], series_levels: li
     drafts = Drafts()
     rows: list[list[object]] = []
     try:
-        for v in CHAIN_VARIANTS:
-            for code in SERIES:
-                drafts.ensure(urls[v], code, int(estimate / len(SERIES)) + 100)
-            await claims(engines[v], urls[v], drafts, max(levels), len(SERIES), 1.0)
+        await warm(engines, urls, drafts, max(levels), estimate)
         for n, s in zip(levels, series_levels, strict=True):
-            per_series = int(estimate * seconds * 1.5 / s) + 100
-            for v in CHAIN_VARIANTS:
-                for code in SERIES[:s]:
-                    drafts.ensure(urls[v], code, per_series)
-            done: dict[str, float] = defaultdict(float)
-            spent: dict[str, float] = defaultdict(float)
-            lats: dict[str, list[float]] = defaultdict(list)
-            turn = 0
-            while min(spent[v] for v in CHAIN_VARIANTS) < seconds:
-                order = CHAIN_VARIANTS if turn % 2 == 0 else tuple(reversed(CHAIN_VARIANTS))
-                for v in order:
-                    elapsed, latency = await claims(engines[v], urls[v], drafts, n, s, slice_s)
-                    done[v] += len(latency)
-                    spent[v] += elapsed
-                    lats[v].extend(latency)
-                turn += 1
-            rate = {v: done[v] / spent[v] for v in CHAIN_VARIANTS}
+            rate, lats = await interleaved(engines, urls, drafts, alternating(CHAIN_VARIANTS),
+                                           n, s, seconds, slice_s, estimate)
             print(f"  connections {n} series {s}: " + ", ".join(
                 f"{v} {rate[v]:,.0f}/s" for v in CHAIN_VARIANTS), file=sys.stderr)
             rows.append([
