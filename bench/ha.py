@@ -40,7 +40,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
-from sqlalchemy import text
 
 from bench.common import machine, median, print_table
 from bench.issue import (
@@ -146,15 +145,11 @@ async def _publish_probe(env: dict[str, str]) -> float:
 
 
 async def _issued_before_probe(env: dict[str, str]) -> int:
+    from tests.worker_support import issued_before
+
     engine = make_engine(env["GAPLESS_DATABASE_URL"], actor="bench", pool_size=1)
     try:
-        async with engine.connect() as conn:
-            return int((await conn.execute(text("""
-                SELECT count(*) FROM invoice_events
-                 WHERE kind = 'issued' AND invoice_id <> 'probe'
-                   AND sequence_id < (SELECT sequence_id FROM invoice_events
-                                       WHERE invoice_id = 'probe' AND kind = 'issued')
-            """))).scalar_one())
+        return await issued_before(engine, "probe")
     finally:
         await engine.dispose()
 
