@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg import sql
 
-from gapless.db import driver_conninfo, with_database
-from gapless.migrations import migrate
+from gapless.ledger.conninfo import driver_conninfo, with_database
+from gapless.ledger.migrations import migrate
 from gapless.settings import Settings
 
 BASE_URL = os.environ.get("GAPLESS_DATABASE_URL", Settings().database_url)

@@ -62,11 +62,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.common import bench_database, conninfo, machine, median, percentile, print_table
 from gapless.constants import dead_exchange_name, dead_queue_name
-from gapless.db import make_engine
-from gapless.feed import events_after
-from gapless.invoices import claim_for_sending
-from gapless.migrations import downgrade
-from gapless.numbering import add_series, build_series_spec
+from gapless.ledger.database import make_engine
+from gapless.ledger.feed import events_after
+from gapless.ledger.invoices import claim_for_sending
+from gapless.ledger.migrations import downgrade
+from gapless.ledger.series import add_series, build_series_spec
 from gapless.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -53,10 +53,10 @@ from bench.issue import (
     throughput_run,
 )
 from bench.reserve import run_path
-from gapless.db import make_engine
+from gapless.amqp.publisher import Publisher
+from gapless.ledger.database import make_engine
+from gapless.ledger.series import add_series, build_series_spec
 from gapless.logging import configure_logging
-from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import Publisher
 
 QUORUM = {"GAPLESS_QUEUE_TYPE": "quorum"}
 

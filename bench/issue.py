@@ -13,12 +13,12 @@ before the workers start, and is measured over a window after a warm-up.
   claim, committed before the call), the document, the guarded call, the outcome, the ack. The
   tenant has no issuer profile: its document is the canonical JSON of the message.
 * **gapless UBL-TR** — the same with an issuer profile for the tenant and realistic messages
-  (1–5 lines, company and person customers with addresses; ``gapless.samples`` with
+  (1–5 lines, company and person customers with addresses; ``gapless.demo.samples`` with
   ``kinds=False``: plain sales only, as in the runs before document kinds existed; the same
   distribution, not the same messages for a seed): every
   invoice's UBL-TR 2.1 document is rendered, stored and sent.
 * **gapless UBL-TR, mixed kinds** — the same, the messages a business's mix of document kinds
-  (``gapless.samples`` with ``kinds=True``, the weights of ``KIND_WEIGHTS``: sales with discounts,
+  (``gapless.demo.samples`` with ``kinds=True``, the weights of ``KIND_WEIGHTS``: sales with discounts,
   returns, withholding, exempt, export-registered, special-base, exports, public sector). Every
   message of the backlog is checked (``check_ubl_inputs``) before it is published, so none is
   dead-lettered during the run. ``--no-mixed`` skips it. Goal at 2 processes × 32 in flight:
@@ -70,13 +70,15 @@ import httpx
 from sqlalchemy import text
 
 from bench.common import bench_database, machine, median, print_table
+from gapless.amqp.connection import connect_once
+from gapless.amqp.publisher import Publisher
+from gapless.amqp.topology import work_queues
 from gapless.constants import dead_exchange_name, dead_queue_name
-from gapless.db import make_engine
+from gapless.demo.samples import KIND_WEIGHTS, sample_messages
 from gapless.documents import build_issuer, check_ubl_inputs
+from gapless.ledger.database import make_engine
 from gapless.logging import configure_logging
 from gapless.message import validate_message
-from gapless.publisher import Publisher, connect_once, work_queues
-from gapless.samples import KIND_WEIGHTS, sample_messages
 from gapless.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,11 +182,11 @@ async def baseline_worker(design: str, concurrency: int) -> None:
     from psycopg.rows import namedtuple_row
     from psycopg_pool import AsyncConnectionPool
 
-    from gapless.db import driver_conninfo
+    from gapless.amqp.topology import declare_topology
     from gapless.integrator.base import MEDIA_JSON
-    from gapless.publisher import declare_topology
-    from gapless.queries import invoices as q
-    from gapless.render import JSON_FORMAT, canonical_json
+    from gapless.issuing.render import JSON_FORMAT, canonical_json
+    from gapless.ledger.conninfo import driver_conninfo
+    from gapless.ledger.queries import invoices as q
 
     settings = Settings()
     # The naive design parks a connection per waiter; PostgreSQL allows only ~100 in all.
@@ -628,7 +630,7 @@ def main() -> None:
                      "plain÷ideal", "plain CPU ms/invoice", "plain CPU range", "mixed kinds/s",
                      "mixed÷ideal", "mixed CPU ms/invoice", "mixed CPU range", "mixed runs/s"],
                     mixed_rows)
-        print(f"mixed kinds: gapless.samples with kinds=True, weights {mix} (of 100; IHRACAT "
+        print(f"mixed kinds: gapless.demo.samples with kinds=True, weights {mix} (of 100; IHRACAT "
               "is the export profile, KAMU the public-sector one); every message checked with "
               "check_ubl_inputs before it is published")
         if mixed_goal:

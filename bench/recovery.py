@@ -36,10 +36,10 @@ import httpx
 import psycopg
 
 from bench.common import bench_database, conninfo, machine, median, percentile, print_table
-from gapless.audit import check_database
-from gapless.db import make_engine
-from gapless.invoices import claim_orphans
-from gapless.queries import invoices as q
+from gapless.ledger.database import make_engine
+from gapless.ledger.invoices import claim_orphans
+from gapless.ledger.queries import invoices as q
+from gapless.ops.audit import check_database
 from tests.helpers import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent

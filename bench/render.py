@@ -50,8 +50,8 @@ from gapless.documents import (
     check_ubl_inputs,
     render_ubl_tr,
 )
+from gapless.issuing.render import canonical_json
 from gapless.message import InvoiceMessage, validate_message
-from gapless.render import canonical_json
 
 GOAL_MS = 1.0
 BATCH = 20

@@ -29,9 +29,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.common import bench_database, conninfo, machine, median, percentile, print_table
-from gapless.db import make_engine
-from gapless.invoices import claim_for_sending
-from gapless.numbering import add_series, build_series_spec, reserve_number
+from gapless.ledger.counters import reserve_number
+from gapless.ledger.database import make_engine
+from gapless.ledger.invoices import claim_for_sending
+from gapless.ledger.series import add_series, build_series_spec
 
 RAW_UPSERT = text("""
     INSERT INTO number_counters AS c (tenant, series, period_key, last_no)

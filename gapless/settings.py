@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     recipient_ttl_s: float = Field(3600.0, gt=0, description="How long an answer of the "
                                    "integrator's recipient check (e-Fatura user? aliases?) is "
                                    "reused, by every worker")
-    # GİB's verdict after acceptance, followed by recovery (gapless.gib.GibPolicy).
+    # GİB's verdict after acceptance, followed by recovery (gapless.ledger.verdicts.GibPolicy).
     gib_poll_first_s: float = Field(60.0, gt=0, description="First question about GİB's "
                                     "verdict this long after acceptance; then as long again as "
                                     "the document's age (exponential)")
@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     @field_validator("amqp_url")
     @classmethod
     def _amqp_nodes(cls, value: str) -> str:
-        from gapless.broker import node_urls
+        from gapless.urls import node_urls
 
         node_urls(value)  # ValueError names the URL that is not an AMQP one
         return value

@@ -26,7 +26,7 @@ Each round:
 5. **GİB's verdict.** Then, if the adapter answers GİB's status and the round was not skipped,
    one bounded batch of questions about ISSUED documents (:mod:`recovery.verdicts`: claimed
    with ``FOR UPDATE SKIP LOCKED``, asked outside any transaction, each answer one statement),
-   with the backoff of ``options.gib`` (:class:`gapless.gib.GibPolicy`; None: not followed).
+   with the backoff of ``options.gib`` (:class:`gapless.ledger.verdicts.GibPolicy`; None: not followed).
 
 A round whose last claim (of orphans or of questions) was full is followed at once by the next;
 otherwise the loop waits ``interval_s``. SIGTERM/SIGINT: no new round starts, orphans not yet
@@ -46,21 +46,21 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.catalog import Catalog
-from gapless.correction import ChannelCorrector, NothingToCorrect
-from gapless.db import Database, as_database
 from gapless.errors import ReservationLockTimeout
-from gapless.gib import GibPolicy
 from gapless.integrator.base import DUPLICATE_HINT
-from gapless.invoices import Orphan, claim_orphans, release_orphan
+from gapless.issuing.correction import ChannelCorrector, NothingToCorrect
+from gapless.issuing.render import Renderer
+from gapless.issuing.routing import RecipientUnavailable, Router
+from gapless.ledger.catalog import Catalog
+from gapless.ledger.database import Database, as_database
+from gapless.ledger.invoices import Orphan, claim_orphans, release_orphan
+from gapless.ledger.verdicts import GibPolicy
 from gapless.logging import get_logger
-from gapless.render import Renderer
-from gapless.routing import RecipientUnavailable, Router
+from gapless.recovery import metrics
+from gapless.recovery.outcomes import IssuedWriter
+from gapless.recovery.reconcile import Backoff, Guard, Outcome, reconcile
+from gapless.recovery.verdicts import VerdictGuard, VerdictSummary, follow_verdicts
 from gapless.settings import Settings
-from recovery import metrics
-from recovery.outcomes import IssuedWriter
-from recovery.reconcile import Backoff, Guard, Outcome, reconcile
-from recovery.verdicts import VerdictGuard, VerdictSummary, follow_verdicts
 
 log = get_logger("gapless.recovery")
 
@@ -257,7 +257,7 @@ class RecoveryLoop:
     async def _correct_channels(self) -> int:
         """Correct invoices refused for their channel that no worker corrected (recovery's own
         resends, or a worker that gave the delivery up): each successor sealed, the refused
-        number voided naming it, the successor sent like an orphan (gapless.correction)."""
+        number voided naming it, the successor sent like an orphan (gapless.issuing.correction)."""
         corrected = 0
         for invoice_id in await self.corrector.waiting(self.options.batch):
             if self.stopping or not self.guard.accepting():

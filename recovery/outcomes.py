@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 
 from gapless.integrator.base import Document, Receipt
-from gapless.invoices import DatabaseLike, Sending, mark_issued, mark_issued_many
+from gapless.ledger.invoices import DatabaseLike, Sending, mark_issued, mark_issued_many
 from gapless.logging import get_logger
 
 log = get_logger("gapless.recovery")

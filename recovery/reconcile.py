@@ -12,11 +12,11 @@ sealed before any call, "did it arrive?" is a deterministic question:
 
 The document resent is the one the invoice sent before (stored with an earlier outcome), or —
 when a first send died before its outcome was recorded — the same bytes rendered again from what
-the seal fixed (:mod:`gapless.render`); either way same number, same UUID. A repair stores the
+the seal fixed (:mod:`gapless.issuing.render`); either way same number, same UUID. A repair stores the
 document it stands for with the ISSUED outcome.
 
 No transaction is open during the integrator calls (I5): each outcome is one fenced domain
-operation of :mod:`gapless.invoices`. Used by the recovery loop and by ``gapless invoice retry``.
+operation of :mod:`gapless.ledger.invoices`. Used by the recovery loop and by ``gapless invoice retry``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from typing import Protocol
 
 from structlog.stdlib import BoundLogger
 
-from gapless.correction import WRONG_CHANNEL_PREFIX
 from gapless.integrator.base import (
     DUPLICATE_HINT,
     UNKNOWN,
@@ -44,7 +43,9 @@ from gapless.integrator.base import (
     WrongChannel,
 )
 from gapless.integrator.guard import IntegratorUnavailable
-from gapless.invoices import (
+from gapless.issuing.correction import WRONG_CHANNEL_PREFIX
+from gapless.issuing.render import Renderer, RenderError
+from gapless.ledger.invoices import (
     DatabaseLike,
     Sending,
     mark_alarm,
@@ -54,7 +55,6 @@ from gapless.invoices import (
     mark_unrenderable,
 )
 from gapless.logging import get_logger
-from gapless.render import Renderer, RenderError
 
 log = get_logger("gapless.recovery")
 
@@ -168,7 +168,7 @@ async def _ask_then_send(guard: Guard, sending: Sending, document: Document) -> 
     except DuplicateOfAnother as exc:
         return _Answer(Outcome.ALARM, duplicate=exc)
     except WrongChannel as exc:
-        # Marked for the channel correction (gapless.correction), which recovery runs next.
+        # Marked for the channel correction (gapless.issuing.correction), which recovery runs next.
         return _Answer(Outcome.REJECTED, reason=WRONG_CHANNEL_PREFIX + exc.reason)
     except PermanentRejection as exc:
         return _Answer(Outcome.REJECTED, reason=exc.reason)

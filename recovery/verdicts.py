@@ -3,11 +3,11 @@
 Per round (:func:`follow_verdicts`), when the adapter answers GİB's status and the breaker lets
 calls through:
 
-1. **Claim** (:func:`gapless.gib.claim_gib_checks`): due questions and documents never asked,
+1. **Claim** (:func:`gapless.ledger.verdicts.claim_gib_checks`): due questions and documents never asked,
    ``FOR UPDATE SKIP LOCKED``, each held for the policy's lease; the statement commits at once.
 2. **Ask** each outside any transaction (I5), at most ``concurrency`` at a time, through the
    guard (breaker and retries, like every integrator call).
-3. **Record** each answer in one short statement (:func:`gapless.gib.record_gib_status`):
+3. **Record** each answer in one short statement (:func:`gapless.ledger.verdicts.record_gib_status`):
    accepted or refused is final (the history gets ``gib_accepted`` / ``gib_refused``); pending
    is asked again after the policy's backoff, or given up once the document is
    ``give_up_s`` old (``gib_unresolved``). An integrator that does not know the UUID is
@@ -27,8 +27,10 @@ from typing import Protocol, runtime_checkable
 
 from prometheus_client import Counter as Metric
 
-from gapless.db import Database
-from gapless.gib import (
+from gapless.integrator.base import GibState, GibStatus, IntegratorError
+from gapless.integrator.guard import IntegratorUnavailable
+from gapless.ledger.database import Database
+from gapless.ledger.verdicts import (
     UNKNOWN_UUID,
     GibCheck,
     GibPolicy,
@@ -36,8 +38,6 @@ from gapless.gib import (
     record_gib_status,
     release_gib_check,
 )
-from gapless.integrator.base import GibState, GibStatus, IntegratorError
-from gapless.integrator.guard import IntegratorUnavailable
 from gapless.logging import get_logger
 
 log = get_logger("gapless.recovery")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from gapless.db import make_sync_engine
+from gapless.ledger.database import make_sync_engine
 
 config = context.config
 url = config.attributes.get("database_url") or config.get_main_option("sqlalchemy.url")

@@ -3,7 +3,7 @@
 Created ${create_date}; the SQL is schema/sql/<this file's name>.up.sql (and .down.sql).
 """
 
-from gapless.migrations import sql_revision
+from gapless.ledger.migrations import sql_revision
 
 revision, down_revision = ${repr(up_revision)}, ${repr(down_revision)}
 branch_labels = depends_on = None

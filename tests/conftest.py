@@ -19,7 +19,8 @@ import pytest
 from psycopg import sql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.db import make_engine, with_database
+from gapless.ledger.conninfo import with_database
+from gapless.ledger.database import make_engine
 from gapless.settings import Settings, process_environment
 from tests.helpers import GaplessProcess, free_port
 from tests.mock_client import MockIntegratorClient, running_mock
@@ -55,7 +56,7 @@ def drop_database(name: str) -> None:
 @pytest.fixture(scope="session")
 def template_db() -> Iterator[str]:
     """A database migrated from schema/ once per test session; every test clones it."""
-    from gapless.migrations import migrate
+    from gapless.ledger.migrations import migrate
 
     name = f"gapless_tpl_{RUN_ID}"
     migrate(database_url(name), 0)

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from gapless.errors import ConfigurationError
 from gapless.logging import get_logger
-from worker.hooks import HOOKS_ENV, STEPS
+from gapless.worker.hooks import HOOKS_ENV, STEPS
 
 T = TypeVar("T")
 

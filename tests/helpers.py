@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.integrator.base import Document
-from gapless.render import JSON_FORMAT, canonical_json
+from gapless.issuing.render import JSON_FORMAT, canonical_json
 
 GAPLESS = [sys.executable, "-m", "gapless"]
 ROOT = Path(__file__).resolve().parent.parent

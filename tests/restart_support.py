@@ -20,15 +20,11 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.db import make_engine
-from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import (
-    Publisher,
-    PublishNacked,
-    PublishUnconfirmed,
-    queue_depths,
-    work_queues,
-)
+from gapless.amqp.management import queue_depths
+from gapless.amqp.publisher import Publisher, PublishNacked, PublishUnconfirmed
+from gapless.amqp.topology import work_queues
+from gapless.ledger.database import make_engine
+from gapless.ledger.series import add_series, build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import History
 from tests.chaos.scenario import Poller, read_dead_letters

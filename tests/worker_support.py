@@ -12,14 +12,14 @@ import aio_pika
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.amqp.publisher import Publisher
 from gapless.constants import dead_queue_name
-from gapless.publisher import Publisher
 from gapless.settings import Settings
+from gapless.worker.consumer import Worker
+from gapless.worker.flow import Clock
+from gapless.worker.hooks import NO_HOOKS
 from tests.helpers import await_until, today
 from tests.mock_client import MockIntegratorClient
-from worker.consumer import Worker
-from worker.flow import Clock
-from worker.hooks import NO_HOOKS
 
 
 @asynccontextmanager

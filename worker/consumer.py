@@ -16,7 +16,7 @@ Guarantees and why:
   is delivered at once however long the batch backlog; at most ``--concurrency`` deliveries are
   worked on at a time, and a free slot goes to a waiting user delivery first.
 * **Several nodes.** The connection moves to the next node of ``GAPLESS_AMQP_URL`` when its node
-  goes (gapless.broker); unacked deliveries are redelivered by the broker, which the database
+  goes (gapless.amqp.nodes); unacked deliveries are redelivered by the broker, which the database
   makes harmless. Dead-letter copies go through a publisher of their own, which bounds its wait
   for a confirm and tries again on a fresh connection.
 * **No numbers during an outage.** Before claiming, the flow asks the circuit breaker; while it
@@ -31,7 +31,7 @@ Guarantees and why:
 * **Graceful stop.** SIGTERM/SIGINT: stop consuming, let in-flight deliveries finish up to the
   shutdown timeout, cancel the rest (left unacked, so they are redelivered), close, return. A
   cancelled delivery whose statement is already sent waits for that statement's end first
-  (:func:`gapless.db.to_completion`): a commit is never cancelled, so the stop waits for one
+  (:func:`gapless.ledger.database.to_completion`): a commit is never cancelled, so the stop waits for one
   that waits for a synchronous standby.
 """
 
@@ -48,8 +48,10 @@ from typing import Any
 import structlog
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
+from gapless.amqp.connection import connect
+from gapless.amqp.publisher import Publisher
+from gapless.amqp.topology import declare_topology
 from gapless.constants import PRIORITY_USER
-from gapless.db import Database, check_cluster
 from gapless.integrator.base import (
     Integrator,
     IntegratorAuthError,
@@ -57,14 +59,14 @@ from gapless.integrator.base import (
     load_integrator,
 )
 from gapless.integrator.guard import GuardedIntegrator
+from gapless.ledger.database import Database, check_cluster
+from gapless.ledger.queries import config as config_queries
 from gapless.logging import get_logger
-from gapless.publisher import Publisher, connect, declare_topology
-from gapless.queries import config as config_queries
 from gapless.settings import Settings
-from worker import metrics
-from worker.errors import is_database_unavailable
-from worker.flow import Action, Clock, Delivery, IssuingFlow, Verdict
-from worker.hooks import NO_HOOKS, FlowHooks, load_hooks
+from gapless.worker import metrics
+from gapless.worker.errors import is_database_unavailable
+from gapless.worker.flow import Action, Clock, Delivery, IssuingFlow, Verdict
+from gapless.worker.hooks import NO_HOOKS, FlowHooks, load_hooks
 
 log = get_logger("gapless.worker")
 #: How long a starting worker keeps retrying a database that is briefly unreachable.

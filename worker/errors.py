@@ -6,7 +6,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 from sqlalchemy import exc as sa_exc
 
-from gapless.db import is_lock_timeout, must_discard
+from gapless.ledger.sqlstates import is_lock_timeout, must_discard
 
 
 def is_database_unavailable(exc: BaseException) -> bool:

@@ -38,10 +38,7 @@ from zoneinfo import ZoneInfo
 
 from structlog.stdlib import BoundLogger
 
-from gapless.catalog import Catalog
 from gapless.constants import TERMINAL_STATUSES, Status
-from gapless.correction import WRONG_CHANNEL_PREFIX, ChannelCorrector, NothingToCorrect
-from gapless.db import Database
 from gapless.documents import check_ubl_inputs
 from gapless.errors import InvalidTransition, ReservationLockTimeout, UnknownSeriesError
 from gapless.integrator.base import (
@@ -56,7 +53,12 @@ from gapless.integrator.base import (
     TransientIntegratorError,
     WrongChannel,
 )
-from gapless.invoices import (
+from gapless.issuing.correction import WRONG_CHANNEL_PREFIX, ChannelCorrector, NothingToCorrect
+from gapless.issuing.render import Renderer, RenderError
+from gapless.issuing.routing import ROUTED, RecipientUnavailable, Route, Router, RoutingRefused
+from gapless.ledger.catalog import Catalog
+from gapless.ledger.database import Database
+from gapless.ledger.invoices import (
     Claim,
     ClaimKind,
     Draft,
@@ -70,16 +72,14 @@ from gapless.invoices import (
     mark_rejected,
     mark_unrenderable,
 )
+from gapless.ledger.series import SeriesSpec, gib_layout_problem
+from gapless.ledger.tenants import Profile
 from gapless.logging import get_logger
 from gapless.message import InvalidMessage, InvoiceMessage, parse_message, priority_of
-from gapless.numbering import SeriesSpec, gib_layout_problem
-from gapless.render import Renderer, RenderError
-from gapless.routing import ROUTED, RecipientUnavailable, Route, Router, RoutingRefused
 from gapless.settings import Settings
-from gapless.tenants import Profile
-from worker import metrics
-from worker.errors import is_database_unavailable
-from worker.hooks import NO_HOOKS, FlowHooks
+from gapless.worker import metrics
+from gapless.worker.errors import is_database_unavailable
+from gapless.worker.hooks import NO_HOOKS, FlowHooks
 
 log = get_logger("gapless.worker")
 
@@ -239,7 +239,7 @@ class IssuingFlow:
     async def _route(self, message: InvoiceMessage, profile: Profile | None,
                      bound: BoundLogger) -> Route | Verdict:
         """The message's series, and for a routed tenant its channel, profile and alias (see
-        :mod:`gapless.routing`). A message that contradicts the routing, or names a series that
+        :mod:`gapless.issuing.routing`). A message that contradicts the routing, or names a series that
         does not exist, is dead-lettered — unless its invoice is numbered already (a redelivery
         goes on as sealed); when the integrator cannot answer the recipient check, it waits."""
         if profile is not None and await self._may_route(message):

@@ -2,7 +2,7 @@
 
 ``create_app(settings)`` builds the FastAPI application (:mod:`gapless.api.app`); its lifespan
 opens the database engine (actor ``api``: events it causes say so) and a confirmed
-:class:`~gapless.publisher.Publisher`. One router per resource: :mod:`gapless.api.invoices`,
+:class:`~gapless.amqp.publisher.Publisher`. One router per resource: :mod:`gapless.api.invoices`,
 :mod:`gapless.api.events`, :mod:`gapless.api.health`; authentication in :mod:`gapless.api.auth`.
 
 Endpoints (OpenAPI at ``/docs``):
@@ -13,7 +13,7 @@ Endpoints (OpenAPI at ``/docs``):
   same invoice, and an invoice the database already knows is not published again unless it is
   still RECEIVED.
 * ``GET /v1/invoices/{invoice_id}`` — status, number, UUID, attempts, last error, events.
-* ``GET /v1/events?cursor=N&limit=L[&tenant=T]`` — the feed (:mod:`gapless.feed`): follow
+* ``GET /v1/events?cursor=N&limit=L[&tenant=T]`` — the feed (:mod:`gapless.ledger.feed`): follow
   ``next`` while it is not null, then poll ``poll_more``; nothing is missed or repeated (I6).
 * ``GET /healthz``, ``GET /metrics`` — unauthenticated.
 

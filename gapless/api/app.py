@@ -12,13 +12,14 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 
-from gapless import feed
+from gapless.amqp.publisher import Publisher
 from gapless.api import events, health, invoices
 from gapless.api.auth import Authenticator
 from gapless.api.observe import ApiMetrics, RequestObserver
-from gapless.db import check_cluster, is_read_only, make_engine
+from gapless.ledger import feed
+from gapless.ledger.database import check_cluster, make_engine
+from gapless.ledger.sqlstates import is_read_only
 from gapless.logging import get_logger
-from gapless.publisher import Publisher
 from gapless.settings import Settings
 
 log = get_logger("gapless.api")
@@ -28,7 +29,7 @@ def lifespan(settings: Settings, auth: Authenticator
              ) -> Callable[[FastAPI], Any]:
     """Open the engine (checking the cluster id, so an unmigrated or foreign database stops the
     API at start-up) and a Publisher (which declares the queue topology); position the feed's
-    waiting events in the background (:func:`gapless.feed.keep_positioning`); close all after."""
+    waiting events in the background (:func:`gapless.ledger.feed.keep_positioning`); close all after."""
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[None]:

@@ -8,9 +8,9 @@ from urllib.parse import quote
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless import feed
+from gapless.amqp.publisher import Publisher
 from gapless.api.observe import ApiMetrics
-from gapless.publisher import Publisher
+from gapless.ledger import feed
 
 
 def engine(request: Request) -> AsyncEngine:

@@ -1,4 +1,4 @@
-"""``GET /v1/events``: the commit-ordered event feed (:mod:`gapless.feed`)."""
+"""``GET /v1/events``: the commit-ordered event feed (:mod:`gapless.ledger.feed`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless import feed
 from gapless.api import deps
 from gapless.api.auth import Principal, principal
 from gapless.api.models import FeedPage
 from gapless.api.observe import ApiMetrics
 from gapless.errors import InvalidFeedRequest
-from gapless.numbering import TENANT_RE
+from gapless.ledger import feed
+from gapless.ledger.series import TENANT_RE
 
 router = APIRouter()
 

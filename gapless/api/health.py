@@ -10,12 +10,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.amqp.publisher import Publisher
 from gapless.api import deps
 from gapless.api.models import Health
 from gapless.api.observe import ApiMetrics
+from gapless.ledger.queries import api as q
 from gapless.logging import get_logger
-from gapless.publisher import Publisher
-from gapless.queries import api as q
 from gapless.settings import Settings
 
 log = get_logger("gapless.api")

@@ -8,14 +8,15 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Security
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless import feed
+from gapless.amqp.publisher import Publisher, PublishRefused, PublishUnconfirmed
 from gapless.api import deps
 from gapless.api.auth import Principal, principal
 from gapless.api.models import Accepted, EventOut, InvoiceOut
 from gapless.api.observe import ApiMetrics
 from gapless.constants import Status
 from gapless.errors import InvoiceNotFound
-from gapless.invoices import get_invoice, invoice_events
+from gapless.ledger import feed
+from gapless.ledger.invoices import get_invoice, invoice_events
 from gapless.logging import get_logger
 from gapless.message import (
     MAX_BODY_BYTES,
@@ -25,7 +26,6 @@ from gapless.message import (
     decode_json,
     parse_message,
 )
-from gapless.publisher import Publisher, PublishRefused, PublishUnconfirmed
 
 log = get_logger("gapless.api")
 router = APIRouter()

@@ -1,5 +1,5 @@
 """The API's response models (the OpenAPI schema); the feed's events are
-:class:`gapless.feed.FeedEvent` itself."""
+:class:`gapless.ledger.feed.FeedEvent` itself."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, Field, create_model
 
-from gapless.feed import FeedEvent
+from gapless.ledger.feed import FeedEvent
 
 
 class Accepted(BaseModel):
@@ -19,7 +19,7 @@ class Accepted(BaseModel):
 
 
 def _history_event_model() -> type[BaseModel]:
-    """One entry of an invoice's history: a feed event (:class:`gapless.feed.FeedEvent`, one
+    """One entry of an invoice's history: a feed event (:class:`gapless.ledger.feed.FeedEvent`, one
     definition of its fields) without the invoice's own fields, with the document in force.
     ``sequence_id`` is null while the event waits for its feed position."""
     hints = get_type_hints(FeedEvent)

@@ -52,8 +52,8 @@ def api(
 async def _preflight(settings: Settings) -> None:
     """Reach the database and the broker once, so an outage is one line and exit 1 rather
     than a traceback from inside the server's start-up."""
-    from gapless.db import check_cluster, make_engine
-    from gapless.publisher import connect
+    from gapless.amqp.connection import connect
+    from gapless.ledger.database import check_cluster, make_engine
 
     engine = make_engine(settings.database_url, actor="api", pool_size=1)
     try:

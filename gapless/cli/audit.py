@@ -19,8 +19,8 @@ from gapless.cli.common import DatabaseUrlOption, IntegratorUrlOption, run, sett
 from gapless.settings import Settings
 
 if TYPE_CHECKING:
-    from gapless.audit import AuditReport
-    from gapless.checkpoints import Checkpoints
+    from gapless.ops.audit import AuditReport
+    from gapless.ops.checkpoints import Checkpoints
 
 
 def audit(
@@ -67,10 +67,10 @@ def audit(
 async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
                  integrator: bool, horizon_s: float, deep: bool, chain: bool,
                  checkpoints: Checkpoints | None) -> AuditReport:
-    from gapless.audit import check_chains, check_database, check_integrator
-    from gapless.db import make_engine
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
+    from gapless.ledger.database import make_engine
+    from gapless.ops.audit import check_chains, check_database, check_integrator
 
     engine = make_engine(settings.database_url, actor="audit", pool_size=2)
     try:
@@ -178,7 +178,7 @@ def _print_not_issued(console: Console, report: AuditReport, limit: int) -> None
 
 def _print_findings(console: Console, report: AuditReport, limit: int) -> None:
     """Documents GİB refused (or never decided on): still ISSUED, numbers accounted for."""
-    from gapless.audit import FINDING_KINDS
+    from gapless.ops.audit import FINDING_KINDS
 
     shown = report.findings[:limit] if limit else []
     table = Table(title=f"findings, not violations ({len(report.findings)}): ISSUED, numbers "

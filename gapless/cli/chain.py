@@ -27,8 +27,8 @@ from gapless.cli.common import DatabaseUrlOption, run, settings_from
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from gapless.chain import ChainReport
-    from gapless.checkpoints import Checkpoints
+    from gapless.ops.chain import ChainReport
+    from gapless.ops.checkpoints import Checkpoints
 
 chain_app = typer.Typer(help="The tamper-evident chain of every series (docs/chain.md).",
                         no_args_is_help=True)
@@ -57,7 +57,7 @@ def verify(
     """Recompute every chain (in the database, or in an export), and check it against signed
     checkpoints when given; exit 1 naming the first broken number."""
     if directory is not None:
-        from gapless.chain import verify_export
+        from gapless.ops.chain import verify_export
 
         if not (directory / "manifest.json").is_file():
             raise typer.BadParameter(f"{directory} holds no manifest.json", param_hint="DIR")
@@ -82,7 +82,7 @@ def load_checkpoints(public_keys: list[Path] | None, directory: Path | None, *,
     read against ``public_keys``; None when neither a key nor a directory is given. A key or a
     directory without the other, a key file that is not an Ed25519 public key, or a directory
     with no checkpoint is a usage error (exit 2)."""
-    from gapless.checkpoints import (
+    from gapless.ops.checkpoints import (
         CheckpointDirectoryError,
         CheckpointKeyError,
         load_public_key,
@@ -122,7 +122,7 @@ def export(
 ) -> None:
     """Write every chain with its invoices' messages and documents to DIR (one snapshot), and
     the signed checkpoints, so that the export and the public key are all an auditor needs."""
-    from gapless.checkpoints import CheckpointDirectoryError, checkpoint_files
+    from gapless.ops.checkpoints import CheckpointDirectoryError, checkpoint_files
 
     settings = settings_from(database_url=database_url)
     source = checkpoints or (Path(settings.chain_checkpoints) if settings.chain_checkpoints
@@ -149,7 +149,7 @@ def keygen(
 ) -> None:
     """Make the Ed25519 key pair that signs checkpoints. Keep FILE on the machine that runs
     the checkpoint job, off the database host and its backups; give FILE.pub to auditors."""
-    from gapless.checkpoints import CheckpointKeyError, generate_key_pair, public_key_path
+    from gapless.ops.checkpoints import CheckpointKeyError, generate_key_pair, public_key_path
 
     try:
         name = generate_key_pair(out)
@@ -171,7 +171,7 @@ def checkpoint(
     """Sign the head of every chain (every tenant, series and period) and write the
     checkpoint to DIR; run it on a schedule, from a machine that is not the database's. Exit 1,
     signing nothing, when a chain no longer holds a head DIR's latest checkpoint signed."""
-    from gapless.checkpoints import (
+    from gapless.ops.checkpoints import (
         CheckpointKeyError,
         fingerprint,
         load_private_key,
@@ -197,8 +197,8 @@ def checkpoint(
 
 async def _checkpoint(url: str, private_key: Ed25519PrivateKey,
                       directory: Path) -> tuple[Path, dict[str, Any]]:
-    from gapless.checkpoints import take_checkpoint
-    from gapless.db import make_engine
+    from gapless.ledger.database import make_engine
+    from gapless.ops.checkpoints import take_checkpoint
 
     engine = make_engine(url, actor="chain", pool_size=1)
     try:
@@ -209,8 +209,8 @@ async def _checkpoint(url: str, private_key: Ed25519PrivateKey,
 
 async def _export(url: str, out: Path, tenant: str | None,
                   series: str | None) -> dict[str, Any]:
-    from gapless.chain import export as export_chains
-    from gapless.db import make_engine
+    from gapless.ledger.database import make_engine
+    from gapless.ops.chain import export as export_chains
 
     engine = make_engine(url, actor="chain", pool_size=1)
     try:
@@ -221,8 +221,8 @@ async def _export(url: str, out: Path, tenant: str | None,
 
 async def _verify(url: str, tenant: str | None, series: str | None,
                   signed: Checkpoints | None) -> list[ChainReport]:
-    from gapless.chain import verify as verify_chains
-    from gapless.db import make_engine
+    from gapless.ledger.database import make_engine
+    from gapless.ops.chain import verify as verify_chains
 
     engine = make_engine(url, actor="chain", pool_size=1)
     try:

@@ -95,7 +95,7 @@ async def probe_integrator(settings: Settings) -> Any:
     a lookup consumes no number and changes nothing. Returns the answer (None, "not found", is
     the expected one); raises TransientIntegratorError when the integrator cannot answer."""
     from gapless.integrator.base import load_integrator
-    from worker.consumer import PROBE_TENANT, PROBE_UUID
+    from gapless.worker.consumer import PROBE_TENANT, PROBE_UUID
 
     integrator = load_integrator(settings)
     try:
@@ -183,7 +183,7 @@ def _postgres(link: BaseException, settings: Settings | None) -> ServiceFailure 
     if not invalidated and not (isinstance(error, psycopg.OperationalError) and (
             state is None or state.startswith(_CONNECTION_SQLSTATES))):
         return None  # a statement's error (lock timeout, cancelled query…), not the connection
-    from gapless.publisher import redact_url
+    from gapless.urls import redact_url
 
     url = redact_url(settings.database_url) if settings else "GAPLESS_DATABASE_URL"
     detail = first_line(str(error)) or type(error).__name__
@@ -211,16 +211,12 @@ def _postgres(link: BaseException, settings: Settings | None) -> ServiceFailure 
 
 def _rabbitmq(link: BaseException, settings: Settings | None) -> ServiceFailure | None:
     module = type(link).__module__
-    if not module.startswith(("aiormq", "aio_pika", "gapless.publisher")):
+    if not module.startswith(("aiormq", "aio_pika", "gapless.amqp.publisher")):
         return None
     import aiormq
 
-    from gapless.publisher import (
-        BROKER_HINT,
-        BrokerUnavailable,
-        broker_unavailable,
-        redact_url,
-    )
+    from gapless.amqp.connection import BROKER_HINT, BrokerUnavailable, broker_unavailable
+    from gapless.urls import redact_url
 
     if isinstance(link, BrokerUnavailable):
         unavailable = link
@@ -246,7 +242,7 @@ def _integrator(link: BaseException, chain: list[BaseException],
     import httpx
 
     from gapless.integrator.base import TransientIntegratorError
-    from gapless.publisher import redact_url
+    from gapless.urls import redact_url
 
     if not isinstance(link, httpx.TransportError | TransientIntegratorError):
         return None

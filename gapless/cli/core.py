@@ -20,7 +20,7 @@ id_app = typer.Typer(help="Cluster-encoded ids: cluster_id << 48 | local.", no_a
 def migrate(database_url: str | None = DatabaseUrlOption,
             cluster_id: int | None = ClusterIdOption) -> None:
     """Create the database if missing and bring the schema up to date (idempotent)."""
-    from gapless.migrations import migrate as do_migrate
+    from gapless.ledger.migrations import migrate as do_migrate
 
     settings = settings_from(database_url=database_url, cluster_id=cluster_id)
     result = do_migrate(settings.database_url, settings.cluster_id)
@@ -58,7 +58,7 @@ def series_add(
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
     """Define a series (idempotent when the definition is identical)."""
-    from gapless.numbering import build_series_spec
+    from gapless.ledger.series import build_series_spec
 
     try:
         spec = build_series_spec(tenant, code, prefix=prefix, reset=reset, tz=tz, width=width,
@@ -74,8 +74,8 @@ def series_add(
 
 
 async def _add_series(database_url: str, spec: object) -> bool:
-    from gapless.db import make_engine
-    from gapless.numbering import SeriesSpec, add_series
+    from gapless.ledger.database import make_engine
+    from gapless.ledger.series import SeriesSpec, add_series
 
     assert isinstance(spec, SeriesSpec)
     engine = make_engine(database_url, actor="operator", pool_size=1)
@@ -108,8 +108,8 @@ def series_list(
 
 
 async def _list_series(database_url: str, tenant: str | None, code: str | None) -> list[Any]:
-    from gapless.db import make_engine
-    from gapless.queries import numbering as q
+    from gapless.ledger.database import make_engine
+    from gapless.ledger.queries import numbering as q
 
     engine = make_engine(database_url, actor="operator", pool_size=1)
     try:
@@ -142,8 +142,8 @@ def series_bump(
 
 
 async def _bump(database_url: str, tenant: str, code: str, past: str) -> Any:
-    from gapless.db import make_engine
-    from gapless.numbering import bump_counter
+    from gapless.ledger.counters import bump_counter
+    from gapless.ledger.database import make_engine
 
     engine = make_engine(database_url, actor="operator", pool_size=1)
     try:
@@ -167,8 +167,8 @@ def series_next(
 
 
 async def _preview(database_url: str, tenant: str, code: str, at: datetime | None) -> Any:
-    from gapless.db import make_engine
-    from gapless.numbering import preview_next
+    from gapless.ledger.database import make_engine
+    from gapless.ledger.series import preview_next
 
     engine = make_engine(database_url, actor="operator", pool_size=1)
     try:

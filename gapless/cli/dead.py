@@ -127,7 +127,7 @@ async def list_dead(settings: Settings, limit: int) -> tuple[int, list[DeadLette
     """(messages in the dead queue, the first ``limit`` of them); every one stays queued."""
     import aiormq
 
-    from gapless.publisher import connect_once
+    from gapless.amqp.connection import connect_once
 
     connection = await connect_once(settings)
     held: list[Any] = []
@@ -191,7 +191,8 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
     Selected: every message with ``replay_all``, else those whose invoice_id is in
     ``invoice_ids``. A message with a fix in ``fixes`` is published with the fixed body.
     """
-    from gapless.publisher import Publisher, connect_once
+    from gapless.amqp.connection import connect_once
+    from gapless.amqp.publisher import Publisher
 
     result = ReplayResult()
     found: set[str] = set()
@@ -230,7 +231,7 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
 async def _republish(publisher: Any, message: Any, fix: tuple[bytes, str | None] | None) -> None:
     """Publish one dead message (its fixed body, if any) on the main queue, confirmed, then ack
     the dead copy. The gapless and dead-lettering headers go; a replay stamp is added."""
-    from gapless.publisher import amqp_priority
+    from gapless.amqp.topology import amqp_priority
 
     body, priority = message.body, message.priority
     if fix is not None:

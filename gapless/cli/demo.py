@@ -47,7 +47,7 @@ def demo(
     """
     from rich.console import Console
 
-    from gapless.demo import DemoConfig, run_demo
+    from gapless.demo.runner import DemoConfig, run_demo
 
     if not database.startswith(DEMO_DATABASE_PREFIX):
         raise typer.BadParameter(
@@ -73,8 +73,9 @@ def _reach_services(settings: Settings) -> None:
     outage is the CLI's one line (exit 1) and not a half-started demo."""
     import psycopg
 
-    from gapless.db import CONNECT_TIMEOUT_S, driver_conninfo
-    from gapless.publisher import connect_once
+    from gapless.amqp.connection import connect_once
+    from gapless.ledger.conninfo import driver_conninfo
+    from gapless.ledger.database import CONNECT_TIMEOUT_S
 
     # The server's maintenance database: the demo database itself is about to be re-created.
     with psycopg.connect(driver_conninfo(settings.database_url, dbname="postgres"),

@@ -181,7 +181,7 @@ def check_replication(facts: DatabaseFacts | None) -> Check:
 
 
 async def _read_replication(conn: Any) -> tuple[ReplicationFacts | None, str | None]:
-    from gapless.queries import config as q
+    from gapless.ledger.queries import config as q
 
     try:
         row = (await conn.exec_driver_sql(q.REPLICATION)).one()
@@ -212,10 +212,10 @@ async def bounded(name: str, timeout_s: float, hint: str,
 
 
 async def check_postgres(settings: Settings, facts: list[DatabaseFacts]) -> Check:
-    from gapless.db import make_engine, stored_cluster_id
     from gapless.errors import NotMigratedError
-    from gapless.migrations import current_revision
-    from gapless.publisher import redact_url
+    from gapless.ledger.database import make_engine, stored_cluster_id
+    from gapless.ledger.migrations import current_revision
+    from gapless.urls import redact_url
 
     engine = make_engine(settings.database_url, actor="operator", pool_size=1, pre_ping=False)
     try:
@@ -237,8 +237,8 @@ async def check_postgres(settings: Settings, facts: list[DatabaseFacts]) -> Chec
 
 
 async def check_rabbitmq(settings: Settings) -> Check:
-    from gapless.broker import node_label, node_urls
-    from gapless.publisher import connect_once, redact_url
+    from gapless.amqp.connection import connect_once
+    from gapless.urls import node_label, node_urls, redact_url
 
     connection = await connect_once(settings)
     try:
@@ -257,7 +257,7 @@ async def check_rabbitmq(settings: Settings) -> Check:
 
 
 async def check_integrator(settings: Settings) -> Check:
-    from gapless.publisher import redact_url
+    from gapless.urls import redact_url
 
     answer = await probe_integrator(settings)
     said = "not found (as expected)" if answer is None else "found"
@@ -270,7 +270,7 @@ def check_schema(settings: Settings, facts: DatabaseFacts | None) -> Check:
     from alembic.util import CommandError
 
     from gapless.errors import ConfigurationError
-    from gapless.migrations import alembic_config
+    from gapless.ledger.migrations import alembic_config
 
     if facts is None:
         return Check("schema", SKIP, "needs the database")
@@ -312,7 +312,7 @@ def check_cluster(settings: Settings, facts: DatabaseFacts | None) -> Check:
 
 async def diagnose(settings: Settings, *, timeout_s: float) -> list[Check]:
     """Every check, the three services at once; schema and cluster from what postgres read."""
-    from gapless.publisher import BROKER_HINT
+    from gapless.amqp.connection import BROKER_HINT
 
     facts: list[DatabaseFacts] = []
     postgres, rabbitmq, integrator = await asyncio.gather(

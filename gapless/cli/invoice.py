@@ -29,7 +29,7 @@ InvoiceIdArgument = typer.Argument(..., metavar="ID", help="The invoice's invoic
 
 
 def _engine(settings: Settings) -> Any:
-    from gapless.db import make_engine
+    from gapless.ledger.database import make_engine
 
     return make_engine(settings.database_url, actor="operator", pool_size=2)
 
@@ -72,10 +72,10 @@ def show(
 async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | None]:
     """The document in force: the stored bytes, or — sealed, not sent yet — what the next send
     will send (rendered now, said on stderr). Exit 1 when the invoice has no number yet."""
-    from gapless.catalog import Catalog
-    from gapless.db import as_database
-    from gapless.invoices import invoice_as_sent
-    from gapless.render import Renderer, RenderError
+    from gapless.issuing.render import Renderer, RenderError
+    from gapless.ledger.catalog import Catalog
+    from gapless.ledger.database import as_database
+    from gapless.ledger.invoices import invoice_as_sent
 
     engine = _engine(settings)
     try:
@@ -101,8 +101,8 @@ async def _load(settings: Settings, invoice_id: str) -> tuple[Any, list[Any], by
     """The invoice row, its history, and the UBL-TR document in force (None: it sent none yet,
     or its documents are JSON)."""
     from gapless.integrator.base import MEDIA_XML
-    from gapless.invoices import get_invoice, invoice_events
-    from gapless.queries import invoices as q
+    from gapless.ledger.invoices import get_invoice, invoice_events
+    from gapless.ledger.queries import invoices as q
 
     engine = _engine(settings)
     try:
@@ -334,14 +334,14 @@ async def _retry(settings: Settings, invoice_id: str,
                  corrected: dict[str, Any] | None) -> tuple[int, str]:
     from datetime import UTC, timedelta
 
-    from gapless.catalog import Catalog
     from gapless.cli.common import probe_integrator
-    from gapless.db import as_database
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
-    from gapless.invoices import get_invoice, mark_error, start_retry
-    from gapless.render import Renderer
-    from recovery.reconcile import Backoff, Outcome, reconcile
+    from gapless.issuing.render import Renderer
+    from gapless.ledger.catalog import Catalog
+    from gapless.ledger.database import as_database
+    from gapless.ledger.invoices import get_invoice, mark_error, start_retry
+    from gapless.recovery.reconcile import Backoff, Outcome, reconcile
 
     # An integrator that cannot answer fails the command before the invoice is touched (and
     # the report is the CLI's one line), rather than after it was moved to SENDING and back.
@@ -372,7 +372,7 @@ async def _retry(settings: Settings, invoice_id: str,
 
 def _retry_answer(where: str, result: Any) -> tuple[int, str]:
     """Exit code and the one line of ``gapless invoice retry`` for a reconcile result."""
-    from recovery.reconcile import Outcome
+    from gapless.recovery.reconcile import Outcome
 
     if result.outcome is Outcome.REPAIRED:
         return 0, f"{where}: ISSUED, the integrator already had it (ref {result.detail})"
@@ -407,8 +407,8 @@ def void(
 
 
 async def _void(settings: Settings, invoice_id: str, reason: str) -> str:
-    from gapless.invoices import get_invoice
-    from gapless.invoices import void as void_invoice
+    from gapless.ledger.invoices import get_invoice
+    from gapless.ledger.invoices import void as void_invoice
 
     engine = _engine(settings)
     try:
@@ -435,7 +435,7 @@ def cancel(
 
 
 async def _cancel(settings: Settings, invoice_id: str, reason: str) -> None:
-    from gapless.invoices import cancel as cancel_invoice
+    from gapless.ledger.invoices import cancel as cancel_invoice
 
     engine = _engine(settings)
     try:

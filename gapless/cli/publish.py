@@ -21,7 +21,7 @@ import typer
 
 from gapless.cli.common import AmqpUrlOption, QueueOption, run, settings_from
 from gapless.constants import PRIORITIES
-from gapless.samples import REJECTED_TAX_ID, sample_messages
+from gapless.demo.samples import REJECTED_TAX_ID, sample_messages
 from gapless.settings import Settings
 
 MAX_REFUSALS_SHOWN = 100
@@ -111,7 +111,7 @@ async def publish_all(settings: Settings, items: Iterator[tuple[str, Any]], *,
                       in_flight: int, show_progress: bool) -> Summary:
     """Validate and publish ``items`` (``(where, dict | bytes)``) with pipelined confirms: up
     to ``in_flight`` messages await their confirm at once. Invalid ones are refused unsent."""
-    from gapless.publisher import Publisher, PublishRefused, PublishUnconfirmed
+    from gapless.amqp.publisher import Publisher, PublishRefused, PublishUnconfirmed
 
     summary = Summary()
     slots = asyncio.Semaphore(in_flight)

@@ -47,9 +47,9 @@ def recovery(
 ) -> None:
     """Run the orphan-recovery loop (ask the integrator first; resend with the same number), and
     follow GİB's verdict on issued documents."""
-    from gapless.gib import GibPolicy
-    from recovery.loop import RecoveryOptions
-    from recovery.reconcile import Backoff
+    from gapless.ledger.verdicts import GibPolicy
+    from gapless.recovery.loop import RecoveryOptions
+    from gapless.recovery.reconcile import Backoff
 
     settings = settings_from(database_url=database_url, integrator_url=integrator_url,
                              cluster_id=cluster_id)
@@ -69,11 +69,11 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
                     metrics_port: int | None) -> str | None:
     from dataclasses import replace
 
-    from gapless.db import Database, check_cluster
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
-    from recovery import metrics
-    from recovery.loop import RecoveryLoop, RecoveryOptions, serve
+    from gapless.ledger.database import Database, check_cluster
+    from gapless.recovery import metrics
+    from gapless.recovery.loop import RecoveryLoop, RecoveryOptions, serve
 
     assert isinstance(options, RecoveryOptions)
     db = await Database.open(settings.database_url, actor="recovery",

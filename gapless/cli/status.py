@@ -27,10 +27,10 @@ from typing import Any
 
 import typer
 
-from gapless.broker import split_urls
 from gapless.cli.common import AmqpUrlOption, DatabaseUrlOption, QueueOption, run, settings_from
 from gapless.constants import PRIORITY_USER, dead_queue_name, user_queue_name
 from gapless.settings import Settings
+from gapless.urls import split_urls
 
 MANAGEMENT_PORT = 15672
 HTTP_TIMEOUT_S = 2.0
@@ -163,11 +163,11 @@ async def read_database(engine: Any, *, tenant: str | None, series: str | None
                         ) -> DatabaseSide:
     """Every series (optionally one tenant / one code) with its counts, the issuer profiles in
     force, the feed's backlog and the documents GİB refused; read-only statements, no locks."""
-    from gapless.gib import REFUSED_TODO
-    from gapless.invoices import ALARM_PREFIX
-    from gapless.queries import feed as qf
-    from gapless.queries import status as q
-    from gapless.tenants import profiles_in_force
+    from gapless.ledger.invoices import ALARM_PREFIX
+    from gapless.ledger.queries import feed as qf
+    from gapless.ledger.queries import status as q
+    from gapless.ledger.tenants import profiles_in_force
+    from gapless.ledger.verdicts import REFUSED_TODO
 
     async with engine.connect() as conn:
         rows = (await conn.execute(q.SERIES_STATUS, {
@@ -307,7 +307,8 @@ async def read_queue(settings: Settings, management_url: str | None
     """Depth of ``<prefix>`` and ``<prefix>.dead`` (AMQP, current), per priority when the
     management API answers; and the error when RabbitMQ could not be reached (the database
     side is still worth showing)."""
-    from gapless.publisher import BrokerUnavailable, queue_depths
+    from gapless.amqp.connection import BrokerUnavailable
+    from gapless.amqp.management import queue_depths
 
     dead = dead_queue_name(settings.queue)
     try:
@@ -521,7 +522,7 @@ def _feed_lines(lines: Any, feed: FeedStatus) -> None:
 def _gib_lines(lines: Any, status: Status) -> None:
     """GİB's verdicts after acceptance: the refused documents (each with what to do), and the
     counts still pending and given up."""
-    from gapless.gib import REFUSED_TODO, UNRESOLVED_TODO
+    from gapless.ledger.verdicts import REFUSED_TODO, UNRESOLVED_TODO
 
     refused = sum(row.gib_refused for row in status.series)
     pending = sum(row.gib_pending for row in status.series)
@@ -552,7 +553,7 @@ async def _status(settings: Settings, *, watch: bool, interval: float, as_json: 
     from rich.console import Console
     from rich.live import Live
 
-    from gapless.db import make_engine
+    from gapless.ledger.database import make_engine
 
     engine = make_engine(settings.database_url, actor="operator", pool_size=1)
     console = Console()

@@ -40,7 +40,7 @@ def tenant_set(
     """Set the tenant's issuer profile: its documents become UBL-TR 2.1."""
     from gapless.documents import IssuerError, build_issuer
     from gapless.errors import SeriesError
-    from gapless.numbering import check_tenant
+    from gapless.ledger.series import check_tenant
 
     try:
         check_tenant(tenant)
@@ -63,10 +63,10 @@ def tenant_set(
 
 async def _set(settings: Settings, tenant: str, issuer: Any) -> tuple[int | None, list[str]]:
     """Write the profile; also say which of the tenant's series cannot print GİB numbers."""
-    from gapless.db import make_engine
-    from gapless.numbering import gib_layout_problem, series_spec
-    from gapless.queries import numbering as nq
-    from gapless.tenants import set_profile
+    from gapless.ledger.database import make_engine
+    from gapless.ledger.queries import numbering as nq
+    from gapless.ledger.series import gib_layout_problem, series_spec
+    from gapless.ledger.tenants import set_profile
 
     engine = make_engine(settings.database_url, actor="operator", pool_size=1)
     try:
@@ -116,8 +116,8 @@ def _as_dict(profile: Any) -> dict[str, Any]:
 
 
 async def _profiles(settings: Settings, tenant: str | None) -> list[Any]:
-    from gapless.db import make_engine
-    from gapless.tenants import profiles_in_force
+    from gapless.ledger.database import make_engine
+    from gapless.ledger.tenants import profiles_in_force
 
     engine = make_engine(settings.database_url, actor="operator", pool_size=1)
     try:

@@ -33,7 +33,7 @@ def worker(
     """Run a consumer; SIGTERM drains in-flight work, then exits 0."""
     settings = settings_from(database_url=database_url, amqp_url=amqp_url, queue=queue,
                              integrator_url=integrator_url, cluster_id=cluster_id)
-    from worker.consumer import Worker
+    from gapless.worker.consumer import Worker
 
     # The Worker loads GAPLESS_WORKER_HOOKS (tests) as it is made: a bad setting stops us here.
     run(Worker(settings, concurrency=concurrency, shutdown_timeout=shutdown_timeout,

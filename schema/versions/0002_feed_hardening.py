@@ -4,7 +4,7 @@ can never re-issue a sequence_id a poller has passed); TRUNCATE of invoice_event
 Created 2026-11-22; the SQL is schema/sql/0002_feed_hardening.up.sql (and .down.sql).
 """
 
-from gapless.migrations import sql_revision
+from gapless.ledger.migrations import sql_revision
 
 revision, down_revision = "0002", "0001"
 branch_labels = depends_on = None

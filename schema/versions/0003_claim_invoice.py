@@ -4,7 +4,7 @@ statement, so the counter row is never locked across a client round trip.
 Created 2026-11-22; the SQL is schema/sql/0003_claim_invoice.up.sql (and .down.sql).
 """
 
-from gapless.migrations import sql_revision
+from gapless.ledger.migrations import sql_revision
 
 revision, down_revision = "0003", "0002"
 branch_labels = depends_on = None

@@ -4,7 +4,7 @@ an update's event written BEFORE UPDATE, the append-only guard asked only in a W
 Created 2026-11-23; the SQL is schema/sql/0006_lean_history.up.sql (and .down.sql).
 """
 
-from gapless.migrations import sql_revision
+from gapless.ledger.migrations import sql_revision
 
 revision, down_revision = "0006", "0005"
 branch_labels = depends_on = None

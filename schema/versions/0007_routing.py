@@ -4,7 +4,7 @@ the recipient answers of the integrator, cached for every worker.
 Created 2026-11-25; the SQL is schema/sql/0007_routing.up.sql (and .down.sql).
 """
 
-from gapless.migrations import sql_revision
+from gapless.ledger.migrations import sql_revision
 
 revision, down_revision = "0007", "0006"
 branch_labels = depends_on = None

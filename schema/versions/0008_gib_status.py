@@ -5,7 +5,7 @@ verdict (gib_accepted, gib_refused, gib_unresolved) as an invoice event.
 Created 2026-11-25; the SQL is schema/sql/0008_gib_status.up.sql (and .down.sql).
 """
 
-from gapless.migrations import sql_revision
+from gapless.ledger.migrations import sql_revision
 
 revision, down_revision = "0008", "0007"
 branch_labels = depends_on = None

@@ -5,7 +5,7 @@ trigger, and chains built for the rows of an existing database (marked migrated)
 Created 2026-11-25; the SQL is schema/sql/0009_chain.up.sql (and .down.sql).
 """
 
-from gapless.migrations import sql_revision
+from gapless.ledger.migrations import sql_revision
 
 revision, down_revision = "0009", "0008"
 branch_labels = depends_on = None

@@ -10,7 +10,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from gapless.demo import REJECT_EVERY, DemoConfig, demo_load
+from gapless.demo.runner import REJECT_EVERY, DemoConfig, demo_load
 from tests.conftest import admin_conninfo
 from tests.helpers import run_gapless
 

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.demo.samples import sample_messages
 from gapless.documents import build_issuer
-from gapless.samples import sample_messages
-from gapless.tenants import set_profile
+from gapless.ledger.tenants import set_profile
 from tests.faults import fault_env
 from tests.helpers import await_until, run_gapless, wait_until
 from tests.mock_client import MockIntegratorClient

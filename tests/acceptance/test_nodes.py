@@ -14,16 +14,12 @@ import pytest
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.broker import node_urls
-from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import (
-    BrokerUnavailable,
-    Publisher,
-    connect_once,
-    queue_depths,
-    redact_url,
-)
+from gapless.amqp.connection import BrokerUnavailable, connect_once
+from gapless.amqp.management import queue_depths
+from gapless.amqp.publisher import Publisher
+from gapless.ledger.series import add_series, build_series_spec
 from gapless.settings import Settings
+from gapless.urls import node_urls, redact_url
 from tests.helpers import TcpProxy, await_until, free_port, today
 from tests.recovery_support import Processes, log_events
 from tests.worker_support import rows

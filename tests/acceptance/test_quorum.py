@@ -17,9 +17,11 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.amqp.management import queue_depths
+from gapless.amqp.publisher import Publisher
+from gapless.amqp.topology import declare_topology, main_queue_arguments
 from gapless.constants import dead_exchange_name, dead_queue_name, user_queue_name
 from gapless.errors import ConfigurationError
-from gapless.publisher import Publisher, declare_topology, main_queue_arguments, queue_depths
 from gapless.settings import Settings
 from tests.conftest import ApiServers
 from tests.helpers import await_until, run_gapless

@@ -42,7 +42,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from gapless.migrations import migrate
+from gapless.ledger.migrations import migrate
 from gapless.settings import Settings
 from tests.chaos.checker import Expectations, check
 from tests.helpers import await_until, wait_until

@@ -25,7 +25,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gapless.migrations import head_revision
+from gapless.ledger.migrations import head_revision
 from tests.conftest import database_url, drop_database
 from tests.helpers import ROOT, run_ok
 
@@ -63,15 +63,15 @@ def test_the_wheel_carries_every_module_and_the_migrations(wheel: Path) -> None:
             relative = path.relative_to(ROOT / "schema").as_posix()
             assert f"gapless/_schema/{relative}" in names, relative
     assert not any(name.startswith("schema/") for name in names), "schema/ at the top level"
-    for top in ("gapless", "worker", "recovery"):
+    for top in ("gapless", "gapless/worker", "gapless/recovery"):
         for path in ROOT.joinpath(top).rglob("*"):  # modules and data (py.typed, code lists)
             if path.is_file() and "__pycache__" not in path.parts:
-                assert path.relative_to(ROOT).as_posix() in names, path
+                assert f"{top}/{path.relative_to(ROOT / top).as_posix()}" in names, path
+    assert not any(name.startswith(("worker/", "recovery/")) for name in names), names
     assert "gapless/py.typed" in names
     assert "gapless/documents/unit_codes.txt" in names
     metadata = next(name for name in names if name.endswith(".dist-info/top_level.txt"))
-    assert set(zipfile.ZipFile(wheel).read(metadata).decode().split()) == {
-        "gapless", "worker", "recovery"}
+    assert set(zipfile.ZipFile(wheel).read(metadata).decode().split()) == {"gapless"}
 
 
 def test_the_installed_wheel_migrates_a_fresh_database_from_anywhere(
@@ -96,11 +96,18 @@ def test_the_installed_wheel_migrates_a_fresh_database_from_anywhere(
     version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
         "project"]["version"]
     assert run([gapless, "--version"], cwd=elsewhere, env=env).stdout == f"gapless {version}\n"
-    where = run([str(python), "-c", "import gapless, gapless.migrations as m; "
+    where = run([str(python), "-c", "import gapless, gapless.ledger.migrations as m; "
                  "print(gapless.__file__); print(m.schema_dir())"],
                 cwd=elsewhere, env=env).stdout.split()
     assert [Path(path).is_relative_to(venv) for path in where] == [True, True], where
     assert Path(where[1]).name == "_schema"
+    # The only top-level import name is gapless: the worker and recovery live inside it.
+    run([str(python), "-c", "import gapless.worker.consumer, gapless.recovery.loop"],
+        cwd=elsewhere, env=env)
+    for name in ("worker", "recovery", "schema"):
+        absent = subprocess.run([str(python), "-c", f"import {name}"], cwd=elsewhere, env=env,
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert absent.returncode != 0 and "ModuleNotFoundError" in absent.stderr, name
 
     name = f"gapless_wheel_{uuid.uuid4().hex[:8]}"
     db_env = {**env, "GAPLESS_DATABASE_URL": database_url(name)}

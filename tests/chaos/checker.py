@@ -35,7 +35,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from gapless.constants import ALLOWED_TRANSITIONS, GIB_EVENT_KINDS, Status
-from gapless.db import driver_conninfo
+from gapless.ledger.conninfo import driver_conninfo
 
 #: How many violating rows a failure message shows per violation (the Report keeps them all).
 SHOWN_ROWS = 50
@@ -103,7 +103,7 @@ class FeedRecord:
 
     @classmethod
     def of(cls, event: Any) -> FeedRecord:
-        """From a :class:`gapless.feed.FeedEvent`, an API JSON dict, or a table row."""
+        """From a :class:`gapless.ledger.feed.FeedEvent`, an API JSON dict, or a table row."""
         get = event.get if isinstance(event, Mapping) else lambda key: getattr(event, key)
         return cls(int(get("sequence_id")), get("invoice_id"), get("from_status"),
                    get("to_status"), get("number"), get("kind"))

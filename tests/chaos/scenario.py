@@ -46,11 +46,12 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.amqp.management import queue_depths
+from gapless.amqp.publisher import Publisher, PublishUnconfirmed
 from gapless.constants import HEADER_DEAD_REASON, dead_queue_name
-from gapless.db import make_engine
-from gapless.feed import events_after
-from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import Publisher, PublishUnconfirmed, queue_depths
+from gapless.ledger.database import make_engine
+from gapless.ledger.feed import events_after
+from gapless.ledger.series import add_series, build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import DeadLetter, Expect, FeedRecord, History
 from tests.helpers import GaplessProcess, await_until, today, wait_until
@@ -838,7 +839,7 @@ async def _run(*args: str) -> str:
 
 async def read_dead_letters(settings: Settings) -> list[DeadLetter]:
     """Take every message out of ``<prefix>.dead`` (the queue is the test's own)."""
-    from gapless.publisher import connect_once
+    from gapless.amqp.connection import connect_once
 
     letters: list[DeadLetter] = []
     connection = await connect_once(settings)  # the first node that answers

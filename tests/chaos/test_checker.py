@@ -16,10 +16,10 @@ import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.db import driver_conninfo
-from gapless.feed import events_after
 from gapless.integrator.base import Receipt
-from gapless.invoices import (
+from gapless.ledger.conninfo import driver_conninfo
+from gapless.ledger.feed import events_after
+from gapless.ledger.invoices import (
     ClaimKind,
     Draft,
     Sending,
@@ -29,7 +29,7 @@ from gapless.invoices import (
     mark_rejected,
     upsert_draft,
 )
-from gapless.numbering import add_series, build_series_spec
+from gapless.ledger.series import add_series, build_series_spec
 from tests.chaos.checker import (
     DeadLetter,
     Expectations,

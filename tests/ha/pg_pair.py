@@ -39,7 +39,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from gapless.migrations import migrate
+from gapless.ledger.migrations import migrate
 from tests.helpers import wait_until
 from tests.private_services import (
     STARTUP_S,

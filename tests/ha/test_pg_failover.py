@@ -53,11 +53,12 @@ from psycopg import sql
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.db import Database, make_engine
-from gapless.invoices import Draft, intake
-from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import Publisher, queue_depths
-from gapless.queries import invoices as invoice_queries
+from gapless.amqp.management import queue_depths
+from gapless.amqp.publisher import Publisher
+from gapless.ledger.database import Database, make_engine
+from gapless.ledger.invoices import Draft, intake
+from gapless.ledger.queries import invoices as invoice_queries
+from gapless.ledger.series import add_series, build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import Expectations, History, check
 from tests.chaos.scenario import Poller, read_dead_letters

@@ -15,10 +15,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.audit import check_integrator
 from gapless.integrator.base import DuplicateOfAnother, Receipt, load_integrator
 from gapless.integrator.guard import GuardedIntegrator
-from gapless.invoices import (
+from gapless.ledger.invoices import (
     Draft,
     mark_alarm,
     mark_error,
@@ -27,6 +26,7 @@ from gapless.invoices import (
     upsert_draft,
     void,
 )
+from gapless.ops.audit import check_integrator
 from gapless.settings import Settings
 from tests.helpers import run_gapless
 from tests.mock_client import MockIntegratorClient

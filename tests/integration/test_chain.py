@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.numbering import add_series, build_series_spec
+from gapless.ledger.series import add_series, build_series_spec
 from gapless.settings import Settings
 from tests.conftest import create_database, database_url, drop_database
 from tests.helpers import await_until, run_gapless, today
@@ -522,7 +522,7 @@ async def test_the_migration_builds_chains_for_an_existing_database(
     """A database at schema 0008 with sealed numbers in every state (and a number taken by
     next_number with no invoice) gets, on upgrade, chains that verify, marked migrated; the
     next seal continues them."""
-    from gapless.migrations import downgrade, migrate
+    from gapless.ledger.migrations import downgrade, migrate
 
     downgrade(db_url, "0008")
     with psycopg.connect(db_url, autocommit=True) as conn:

@@ -10,10 +10,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from gapless.db import check_cluster, driver_conninfo, make_engine
 from gapless.errors import ClusterMismatchError, NotMigratedError
 from gapless.ids import decode_id
-from gapless.migrations import downgrade, migrate
+from gapless.ledger.conninfo import driver_conninfo
+from gapless.ledger.database import check_cluster, make_engine
+from gapless.ledger.migrations import downgrade, migrate
 from tests.conftest import RUN_ID, create_database, database_url, drop_database
 from tests.helpers import run_gapless
 

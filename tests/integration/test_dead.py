@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from gapless.amqp.management import queue_depths
+from gapless.amqp.publisher import Publisher
 from gapless.constants import HEADER_DEAD_REASON, HEADER_REPLAYED_AT, PRIORITY_USER
-from gapless.publisher import Publisher, queue_depths
 from gapless.settings import Settings
 from tests.helpers import GaplessProcess, await_until, run_gapless, today
 from tests.worker_support import take_queue

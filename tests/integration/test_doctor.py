@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from gapless.migrations import downgrade
+from gapless.ledger.migrations import downgrade
 from tests.conftest import create_database, database_url, drop_database
 from tests.helpers import free_port, run_gapless
 

@@ -17,13 +17,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import HEADER_DEAD_REASON
+from gapless.demo.samples import sample_messages, tckn
 from gapless.documents import build_issuer
-from gapless.invoices import Draft, claim_for_sending, upsert_draft
-from gapless.numbering import add_series, build_series_spec
-from gapless.render import canonical_json
-from gapless.samples import sample_messages, tckn
+from gapless.issuing.render import canonical_json
+from gapless.ledger.invoices import Draft, claim_for_sending, upsert_draft
+from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.tenants import set_profile
 from gapless.settings import Settings
-from gapless.tenants import set_profile
 from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, field

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gapless.errors import InvalidFeedRequest
-from gapless.feed import (
+from gapless.ledger.feed import (
     MAX_CURSOR,
     MAX_LIMIT,
     FeedEvent,
@@ -25,10 +25,10 @@ from gapless.feed import (
     parse_limit,
     position_events,
 )
-from gapless.invoices import Draft, claim_for_sending, invoice_events, upsert_draft
-from gapless.numbering import add_series, build_series_spec
-from gapless.queries import feed as q_feed
-from gapless.queries import invoices as qi
+from gapless.ledger.invoices import Draft, claim_for_sending, invoice_events, upsert_draft
+from gapless.ledger.queries import feed as q_feed
+from gapless.ledger.queries import invoices as qi
+from gapless.ledger.series import add_series, build_series_spec
 from tests.helpers import await_until
 
 

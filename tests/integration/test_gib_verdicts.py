@@ -21,8 +21,6 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.feed import events_after
-from gapless.gib import REFUSED_TODO, GibPolicy
 from gapless.integrator.base import (
     GibState,
     Receipt,
@@ -31,9 +29,11 @@ from gapless.integrator.base import (
 )
 from gapless.integrator.guard import GuardedIntegrator
 from gapless.integrator.http import HttpIntegrator
-from gapless.invoices import Sending, mark_issued
+from gapless.ledger.feed import events_after
+from gapless.ledger.invoices import Sending, mark_issued
+from gapless.ledger.verdicts import REFUSED_TODO, GibPolicy
+from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
 from gapless.settings import Settings
-from recovery.loop import RecoveryLoop, RecoveryOptions
 from tests.helpers import await_until, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import audit, define_series, events, make_sending, post

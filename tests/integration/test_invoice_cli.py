@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
 from gapless.integrator.base import Receipt
-from gapless.invoices import Draft, mark_error, mark_issued, mark_rejected, upsert_draft
+from gapless.ledger.invoices import Draft, mark_error, mark_issued, mark_rejected, upsert_draft
 from tests.helpers import run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import (

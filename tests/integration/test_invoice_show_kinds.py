@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.documents import build_issuer
-from gapless.numbering import add_series, build_series_spec
+from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.tenants import set_profile
 from gapless.settings import Settings
-from gapless.tenants import set_profile
 from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import field

@@ -11,8 +11,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.errors import ReservationLockTimeout, UnknownSeriesError
-from gapless.invoices import Draft, upsert_draft
-from gapless.numbering import add_series, build_series_spec, preview_next, reserve_number
+from gapless.ledger.counters import reserve_number
+from gapless.ledger.invoices import Draft, upsert_draft
+from gapless.ledger.series import add_series, build_series_spec, preview_next
 from tests.helpers import await_until
 
 IST = ZoneInfo("Europe/Istanbul")

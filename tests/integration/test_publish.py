@@ -17,6 +17,10 @@ import aiormq
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 
+from gapless.amqp.connection import BrokerUnavailable
+from gapless.amqp.management import queue_depths
+from gapless.amqp.publisher import Publisher, PublishRefused, dead_letter, publish_invoice
+from gapless.amqp.topology import declare_topology
 from gapless.constants import (
     HEADER_DEAD_AT,
     HEADER_DEAD_REASON,
@@ -26,15 +30,6 @@ from gapless.constants import (
 )
 from gapless.errors import ConfigurationError
 from gapless.message import InvalidMessage, parse_message
-from gapless.publisher import (
-    BrokerUnavailable,
-    Publisher,
-    PublishRefused,
-    dead_letter,
-    declare_topology,
-    publish_invoice,
-    queue_depths,
-)
 from gapless.settings import Settings
 from tests.helpers import await_until, free_port, run_gapless, today
 

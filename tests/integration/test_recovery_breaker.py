@@ -15,12 +15,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
-from gapless.db import make_engine
 from gapless.integrator.base import TransientIntegratorError, load_integrator
 from gapless.integrator.guard import GuardedIntegrator
+from gapless.ledger.database import make_engine
+from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
+from gapless.recovery.reconcile import Backoff
 from gapless.settings import Settings
-from recovery.loop import RecoveryLoop, RecoveryOptions
-from recovery.reconcile import Backoff
 from tests.helpers import await_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import (
@@ -176,7 +176,7 @@ async def test_a_round_that_cannot_reach_the_database_is_logged_and_retried(
         db_url: str, guard: GuardedIntegrator) -> None:
     from prometheus_client import REGISTRY
 
-    from gapless.db import with_database
+    from gapless.ledger.conninfo import with_database
 
     def failed_rounds() -> float:
         return REGISTRY.get_sample_value("gapless_recovery_rounds_total",

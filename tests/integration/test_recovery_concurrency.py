@@ -9,11 +9,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
-from gapless.db import make_engine
 from gapless.integrator.base import load_integrator
 from gapless.integrator.guard import GuardedIntegrator
+from gapless.ledger.database import make_engine
+from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
 from gapless.settings import Settings
-from recovery.loop import RecoveryLoop, RecoveryOptions
 from tests.helpers import await_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import define_series, invoice_rows, last_no, make_orphans, post

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
 from gapless.integrator.base import Document, Receipt
-from gapless.invoices import Sending, mark_issued
-from recovery.outcomes import IssuedWriter
+from gapless.ledger.invoices import Sending, mark_issued
+from gapless.recovery.outcomes import IssuedWriter
 from tests.helpers import json_document
 from tests.recovery_support import define_series, invoice_rows, make_sending
 

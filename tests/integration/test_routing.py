@@ -15,11 +15,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import HEADER_DEAD_REASON
+from gapless.demo.samples import vkn
 from gapless.documents import build_issuer
-from gapless.numbering import add_series, build_series_spec
-from gapless.samples import vkn
+from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.tenants import set_profile
 from gapless.settings import Settings
-from gapless.tenants import set_profile
 from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, field
@@ -280,8 +280,8 @@ async def settled(engine: AsyncEngine, invoice_ids: set[str]) -> bool:
 async def test_a_correction_interrupted_by_a_crash_is_finished_by_the_redelivery(
         engine: AsyncEngine, worker_settings: Settings,
         mock_integrator: MockIntegratorClient) -> None:
-    from gapless.correction import WRONG_CHANNEL_PREFIX
-    from gapless.invoices import Draft, intake, mark_rejected
+    from gapless.issuing.correction import WRONG_CHANNEL_PREFIX
+    from gapless.ledger.invoices import Draft, intake, mark_rejected
 
     tax_id = "4840847211"
     mock_integrator.set_recipients({tax_id: ["urn:mail:apk@a.example"]})
@@ -315,7 +315,7 @@ async def test_a_correction_interrupted_by_a_crash_is_finished_by_the_redelivery
 async def test_recovery_corrects_what_its_resend_finds_refused_for_its_channel(
         engine: AsyncEngine, worker_settings: Settings, mock_integrator: MockIntegratorClient,
         integrated_env: dict[str, str]) -> None:
-    from gapless.invoices import Draft, intake
+    from gapless.ledger.invoices import Draft, intake
 
     # z-1 was sealed in EFA on a registration that has ended since; its worker died before the
     # send, its delivery was acked by nobody and is gone (e.g. dead-lettered by an operator):

@@ -12,10 +12,11 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.amqp.publisher import Publisher
 from gapless.cli.status import management_target, metrics_endpoint, split_priorities
 from gapless.documents import build_issuer
 from gapless.integrator.base import DuplicateOfAnother, Receipt
-from gapless.invoices import (
+from gapless.ledger.invoices import (
     ClaimKind,
     Draft,
     Sending,
@@ -26,10 +27,9 @@ from gapless.invoices import (
     mark_rejected,
     upsert_draft,
 )
-from gapless.numbering import add_series, build_series_spec
-from gapless.publisher import Publisher
+from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.tenants import set_profile
 from gapless.settings import Settings
-from gapless.tenants import set_profile
 from tests.helpers import free_port, run_gapless, today
 
 MESSAGE = {"tenant": "acme", "series": "ABC", "issue_date": today(), "currency": "TRY",

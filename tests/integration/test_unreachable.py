@@ -134,7 +134,7 @@ def test_unreachable_database_for_a_command_written_later(gapless_env: dict[str,
             settings = settings_from(database_url=database_url)
 
             async def read() -> None:
-                from gapless.db import make_engine
+                from gapless.ledger.database import make_engine
 
                 engine = make_engine(settings.database_url, actor="operator", pool_size=1)
                 try:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gapless.broker import node_label, node_urls, split_urls
-from gapless.publisher import redact_url
 from gapless.settings import Settings
+from gapless.urls import node_label, node_urls, redact_url, split_urls
 
 
 def test_one_url_is_one_node() -> None:
@@ -54,7 +53,7 @@ def test_the_reconnection_hook_exists_in_this_aio_pika() -> None:
     silently reconnect to a lost node for ever."""
     from aio_pika.robust_connection import RobustConnection
 
-    from gapless.broker import NodesConnection
+    from gapless.amqp.nodes import NodesConnection
 
     assert callable(getattr(RobustConnection, "_RobustConnection__connect_transport", None))
     assert "_RobustConnection__connect_transport" in vars(NodesConnection)

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from gapless.chain import genesis, record_hash, verify_all
-from gapless.checkpoints import (
+from gapless.ops.chain import genesis, record_hash, verify_all
+from gapless.ops.checkpoints import (
     CheckpointDirectoryError,
     CheckpointKeyError,
     InvalidCheckpoint,

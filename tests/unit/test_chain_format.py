@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from gapless.chain import canonical_json, genesis, message_sha256, record_hash
-from gapless.checkpoints import (
+from gapless.ops.chain import canonical_json, genesis, message_sha256, record_hash
+from gapless.ops.checkpoints import (
     checkpoint_body,
     file_bytes,
     file_name,

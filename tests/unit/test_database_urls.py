@@ -7,17 +7,16 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from gapless.db import (
+from gapless.errors import ConfigurationError
+from gapless.ledger.conninfo import (
     conninfo_parts,
     database_name,
     driver_conninfo,
     libpq_url,
-    make_engine,
-    make_sync_engine,
     with_database,
 )
-from gapless.errors import ConfigurationError
-from gapless.publisher import redact_url
+from gapless.ledger.database import make_engine, make_sync_engine
+from gapless.urls import redact_url
 
 PAIR = "postgresql://gapless:s3cret@10.0.0.1:5441,10.0.0.2:5442/gapless?target_session_attrs=read-write"
 

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
+from gapless.demo.samples import tckn
 from gapless.documents import build_issuer, check_ubl_inputs, render_ubl_tr, summarize
 from gapless.message import InvalidMessage, validate_message
-from gapless.samples import tckn
 from tests.ubl import NS, assert_valid, field
 
 ISSUER = build_issuer(tax_id="1234567803", name="Acme Bilişim A.Ş.", tax_office="Kadıköy",

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
+from gapless.demo.samples import sample_messages, tckn
 from gapless.documents import (
     PLACEHOLDER_NS,
     Issuer,
@@ -29,7 +30,6 @@ from gapless.documents import (
     summarize,
 )
 from gapless.message import InvalidMessage, validate_message
-from gapless.samples import sample_messages, tckn
 from tests.helpers import ROOT
 from tests.ubl import NS, assert_valid, field
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gapless.gib import GibPolicy
+from gapless.ledger.verdicts import GibPolicy
 from gapless.settings import Settings
 
 POLICY = GibPolicy(first_s=60, max_efatura_s=3600, max_earsiv_s=21600, give_up_s=7 * 86400)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gapless import migrations
 from gapless.errors import ConfigurationError
+from gapless.ledger import migrations
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
@@ -31,12 +31,14 @@ def package_folder(package: str) -> Path:
 
 
 def source_packages() -> set[str]:
-    """Every folder of gapless/, worker/, recovery/ that is an import package."""
+    """Every folder of gapless/ that is an import package (worker/ and recovery/ as the
+    gapless.worker and gapless.recovery they are linked as)."""
     found = set()
-    for top in ("gapless", "worker", "recovery"):
+    for top, package in (("gapless", "gapless"), ("worker", "gapless.worker"),
+                         ("recovery", "gapless.recovery")):
         for init in (ROOT / top).rglob("__init__.py"):
             if SKIPPED.isdisjoint(init.parts):
-                found.add(".".join(init.parent.relative_to(ROOT).parts))
+                found.add(".".join((package, *init.parent.relative_to(ROOT / top).parts)))
     return found
 
 
@@ -62,6 +64,15 @@ def test_every_source_package_is_listed() -> None:
         assert package_folder(package).is_dir(), f"{package}: no folder {package_folder(package)}"
 
 
+def test_worker_and_recovery_are_linked_into_the_package_never_at_the_top() -> None:
+    for name in ("worker", "recovery"):
+        link = ROOT / "gapless" / name
+        assert link.is_symlink(), f"gapless/{name} must be a link to ../{name}"
+        assert link.readlink() == Path("..") / name, "a relative link, so any checkout works"
+        assert link.resolve() == (ROOT / name).resolve()
+    assert {package.split(".")[0] for package in SETUPTOOLS["packages"]} == {"gapless"}
+
+
 def test_schema_is_shipped_inside_the_package_never_at_the_top() -> None:
     assert SETUPTOOLS["package-dir"] == {"gapless._schema": "schema"}
     assert "schema" not in {package.split(".")[0] for package in SETUPTOOLS["packages"]}
@@ -78,7 +89,8 @@ def test_every_file_of_schema_is_in_the_wheel() -> None:
 
 
 def test_every_file_of_the_packages_is_in_the_wheel() -> None:
-    files = [path for top in ("gapless", "worker", "recovery") for path in (ROOT / top).rglob("*")
+    files = [path for top in ("gapless", "gapless/worker", "gapless/recovery")
+             for path in (ROOT / top).rglob("*")
              if path.is_file() and SKIPPED.isdisjoint(path.parts) and path.suffix != ".pyc"]
     assert ROOT / "gapless" / "documents" / "unit_codes.txt" in files
     missing = [str(path.relative_to(ROOT)) for path in files if not shipped(path)]

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gapless.integrator.base import UNKNOWN, Document, Receipt
-from gapless.invoices import Sending
-from recovery.reconcile import Outcome, _ask_then_send
+from gapless.ledger.invoices import Sending
+from gapless.recovery.reconcile import Outcome, _ask_then_send
 
 SENDING = Sending(pk=1, invoice_id="inv-1", tenant="acme", series="ABC",
                   number="ABC2026000000007", reserved_no=7, payload={}, attempt=2,

@@ -11,13 +11,14 @@ import pytest
 from psycopg import errors as pg_errors
 from sqlalchemy.exc import OperationalError
 
-from gapless.audit import AuditError
+from gapless.amqp.connection import BrokerUnavailable, broker_unavailable
 from gapless.cli import common
 from gapless.cli.common import describe_unreachable
 from gapless.errors import NotMigratedError
 from gapless.integrator.base import TransientIntegratorError
-from gapless.publisher import BrokerUnavailable, broker_unavailable, redact_url
+from gapless.ops.audit import AuditError
 from gapless.settings import Settings
+from gapless.urls import redact_url
 
 SETTINGS = Settings(database_url="postgresql://app:s3cret-pw@db.example:6543/books",
                     amqp_url="amqp://app:s3cret-pw@mq.example:5673/prod",

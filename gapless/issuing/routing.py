@@ -27,14 +27,14 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from gapless.catalog import Catalog
 from gapless.constants import EARSIV_PROFILE, Channel
-from gapless.db import Database
 from gapless.errors import GaplessError, UnknownSeriesError
 from gapless.integrator.base import IntegratorError, Recipient
+from gapless.ledger.catalog import Catalog
+from gapless.ledger.database import Database
+from gapless.ledger.queries import routing as q
+from gapless.ledger.series import SeriesSpec
 from gapless.message import InvoiceMessage
-from gapless.numbering import SeriesSpec
-from gapless.queries import routing as q
 
 #: Profiles of an e-Fatura document the message may ask for (the first is the default).
 EFATURA_PROFILES = ("TEMELFATURA", "TICARIFATURA", "KAMU", "IHRACAT")

@@ -67,7 +67,7 @@ from gapless.constants import EARSIV_PROFILE
 from gapless.integrator.http import WRONG_CHANNEL
 from gapless.logging import get_logger
 
-log = get_logger("gapless.mock_integrator")
+log = get_logger("gapless.integrator.mock")
 
 #: Customers with this tax id are always rejected (422), whatever the fault settings.
 REJECTED_TAX_ID = "0000000000"

@@ -29,9 +29,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from gapless.chain import SignedHead, canonical_json
 from gapless.errors import GaplessError
-from gapless.queries import chain as q
+from gapless.ledger.queries import chain as q
+from gapless.ops.chain import SignedHead, canonical_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence

@@ -10,21 +10,19 @@ Two ways to PostgreSQL, both psycopg 3:
 * SQLAlchemy's async engine (:func:`make_engine`) — everything else: the API's reads, status,
   audit, migrations, operator listings, where a statement's client cost does not matter.
 
-SQL text lives in ``gapless.queries``; this module only opens connections and classifies driver
+SQL text lives in ``gapless.ledger.queries``; this module only opens connections and classifies driver
 errors.
 """
 
 from __future__ import annotations
 
 import asyncio
-import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import namedtuple_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Engine, create_engine, event
@@ -33,85 +31,28 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from gapless.errors import ClusterMismatchError, ConfigurationError, NotMigratedError
+from gapless.errors import ClusterMismatchError, NotMigratedError
+from gapless.ledger.conninfo import conninfo_parts, driver_conninfo, libpq_url
+from gapless.ledger.queries import config as q
+from gapless.ledger.sqlstates import must_discard
 from gapless.logging import get_logger
-from gapless.queries import config as q
 
 log = get_logger(__name__)
+
+
 T = TypeVar("T")
 
-LOCK_NOT_AVAILABLE = "55P03"
+
 #: Seconds to wait for a PostgreSQL connection to be made (every engine, pool and one-off
 #: connection of gapless), so an unreachable server is an error, not a hang.
 CONNECT_TIMEOUT_S = 10
+
+
 #: How long a slot of :meth:`Database.open`'s pool keeps trying to connect (its attempts back
 #: off 1, 2, 4 … s, the last one at this limit) before it is given up and made again, at once,
 #: when a statement waits for a connection. Short, so that after a long outage (a failover)
 #: the pool tries again within seconds of the promotion rather than after a doubled delay.
 RECONNECT_TIMEOUT_S = 10.0
-
-
-#: URL schemes libpq reads (``postgres://`` is its alias of ``postgresql://``).
-_LIBPQ_SCHEMES = ("postgresql", "postgres")
-
-
-def libpq_url(database_url: str) -> str:
-    """GAPLESS_DATABASE_URL as libpq reads it: every host, port and parameter intact (a
-    multi-host URL ``postgresql://u@h1:5441,h2:5442/db?target_session_attrs=read-write`` is
-    passed through as written); only a SQLAlchemy-style driver suffix in the scheme
-    (``postgresql+psycopg://``) is dropped. A ``key=value`` connection string is returned as
-    it is.
-
-    libpq parses the URL, never SQLAlchemy: SQLAlchemy's URL has one host and one port, and a
-    second host would be lost (or refused) on the way.
-    """
-    scheme, separator, rest = database_url.partition("://")
-    base = scheme.split("+", 1)[0]
-    if separator and base in _LIBPQ_SCHEMES and base != scheme:
-        return f"{base}://{rest}"
-    return database_url
-
-
-def conninfo_parts(database_url: str) -> dict[str, str]:
-    """The connection parameters libpq reads from the URL (``host`` and ``port`` comma-separated
-    for a multi-host URL). Raises ConfigurationError when libpq cannot parse it."""
-    try:
-        return {key: str(value) for key, value in
-                conninfo_to_dict(libpq_url(database_url)).items()}
-    except psycopg.ProgrammingError as exc:
-        from gapless.publisher import redact_url
-
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigurationError(f"GAPLESS_DATABASE_URL {redact_url(database_url)} is not a "
-                                 f"PostgreSQL connection URL: {detail}") from None
-
-
-def database_name(database_url: str) -> str | None:
-    """The database the URL names (None: none named, libpq then takes the user's name)."""
-    return conninfo_parts(database_url).get("dbname") or None
-
-
-def with_database(database_url: str, dbname: str) -> str:
-    """The same URL on database ``dbname`` of the same servers: every host, port, user,
-    password and parameter (``target_session_attrs``, ``sslmode`` …) kept as written.
-
-    The path of the URL is replaced (and a ``dbname=`` query parameter, which libpq would read
-    instead, dropped); a ``key=value`` connection string gets ``dbname`` set.
-    """
-    conninfo_parts(database_url)  # refuse what libpq cannot read, before cutting it up
-    url = libpq_url(database_url)
-    scheme, separator, rest = url.partition("://")
-    if not separator:
-        return make_conninfo(url, dbname=dbname)
-    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0),
-              default=len(rest))
-    netloc, tail = rest[:cut], rest[cut:]
-    tail = tail.split("#", 1)[0]
-    query = tail.partition("?")[2]
-    kept = "&".join(part for part in query.split("&")
-                    if part and part.split("=", 1)[0] != "dbname")
-    path = "/" + urllib.parse.quote(dbname, safe="")
-    return f"{scheme}://{netloc}{path}" + (f"?{kept}" if kept else "")
 
 
 def _connect_kwargs(actor: str | None, application_name: str | None) -> dict[str, Any]:
@@ -124,25 +65,6 @@ def _connect_kwargs(actor: str | None, application_name: str | None) -> dict[str
     elif application_name is not None:
         kwargs["application_name"] = application_name
     return kwargs
-
-
-#: SQLSTATEs after which a connection must not be used again, though the driver may still
-#: think it open: the server is shutting down (57P01 admin, 57P02 crash), is not accepting
-#: connections yet (57P03), or is read-only (25006: a standby, e.g. an old primary that came
-#: back demoted; its next statement would fail the same way).
-DISCARD_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
-READ_ONLY_SQL_TRANSACTION = "25006"
-
-
-def must_discard(exc: BaseException) -> bool:
-    """The connection that raised ``exc`` must be thrown away (see DISCARD_SQLSTATES)."""
-    return sqlstate(exc) in DISCARD_SQLSTATES
-
-
-def is_read_only(exc: BaseException) -> bool:
-    """The statement met a read-only server (SQLSTATE 25006): a standby, not the primary —
-    during a failover, until every connection has found the promoted one."""
-    return sqlstate(exc) == READ_ONLY_SQL_TRANSACTION
 
 
 def _discard_on_handle_error(context: ExceptionContext) -> None:
@@ -196,28 +118,6 @@ def make_sync_engine(database_url: str, **kwargs: Any) -> Engine:
     return engine
 
 
-def sqlstate(exc: BaseException) -> str | None:
-    """The PostgreSQL SQLSTATE behind a SQLAlchemy/psycopg error, if any."""
-    orig = getattr(exc, "orig", exc)
-    return getattr(orig, "sqlstate", None)
-
-
-def is_lock_timeout(exc: BaseException) -> bool:
-    """A lock wait ran past ``lock_timeout`` (SQLSTATE 55P03): the statement rolled back."""
-    return (isinstance(exc, DBAPIError | psycopg.Error)
-            and sqlstate(exc) == LOCK_NOT_AVAILABLE)
-
-
-def driver_conninfo(database_url: str, *, dbname: str | None = None) -> str:
-    """The URL as psycopg/libpq take it (:func:`libpq_url`), on database ``dbname`` of the same
-    servers when given (:func:`with_database`: every host and parameter kept)."""
-    if dbname is not None:
-        return with_database(database_url, dbname)
-    url = libpq_url(database_url)
-    conninfo_parts(url)
-    return url
-
-
 Params = Mapping[str, Any] | None
 
 
@@ -259,6 +159,7 @@ async def _fetch(conn: psycopg.AsyncConnection[Any], query: str, params: Params,
     cursor = conn.cursor(row_factory=namedtuple_row)
     await cursor.execute(query, params, prepare=True)
     return await (cursor.fetchall() if every else cursor.fetchone())
+
 
 Connect = Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]]
 

@@ -17,17 +17,18 @@ from alembic.script import ScriptDirectory
 from psycopg import sql
 from sqlalchemy import Connection, text
 
-from gapless.db import CONNECT_TIMEOUT_S, database_name, make_sync_engine, with_database
 from gapless.errors import ClusterMismatchError, ConfigurationError
+from gapless.ledger.conninfo import database_name, with_database
+from gapless.ledger.database import CONNECT_TIMEOUT_S, make_sync_engine
 
 # Any constant works; it only has to be the same for every `gapless migrate`.
 MIGRATE_LOCK_KEY = 0x6761706C657373  # "gapless"
 
 
 #: Where an installed distribution carries ``schema/`` (mapped in pyproject.toml).
-PACKAGED_SCHEMA = Path(__file__).resolve().parent / "_schema"
+PACKAGED_SCHEMA = Path(__file__).resolve().parents[1] / "_schema"
 #: ``schema/`` of a source checkout, beside the package (the editable install runs from it).
-CHECKOUT_SCHEMA = Path(__file__).resolve().parent.parent / "schema"
+CHECKOUT_SCHEMA = Path(__file__).resolve().parents[2] / "schema"
 
 
 def is_schema_dir(path: Path) -> bool:

@@ -184,7 +184,7 @@ class Child:
 
 def demo_database_url(settings: Settings, name: str) -> str:
     """GAPLESS_DATABASE_URL on the demo database (every host and parameter kept)."""
-    from gapless.db import with_database
+    from gapless.ledger.conninfo import with_database
 
     return with_database(settings.database_url, name)
 
@@ -195,7 +195,8 @@ def drop_database(database_url: str) -> None:
     import psycopg
     from psycopg import sql
 
-    from gapless.db import CONNECT_TIMEOUT_S, database_name, driver_conninfo
+    from gapless.ledger.conninfo import database_name, driver_conninfo
+    from gapless.ledger.database import CONNECT_TIMEOUT_S
 
     with psycopg.connect(driver_conninfo(database_url, dbname="postgres"), autocommit=True,
                          connect_timeout=CONNECT_TIMEOUT_S) as conn:
@@ -205,11 +206,11 @@ def drop_database(database_url: str) -> None:
 
 async def prepare_database(settings: Settings, config: DemoConfig) -> str:
     """A migrated demo database with the demo tenants' series; returns its URL."""
-    from gapless.db import make_engine
     from gapless.documents import build_issuer
-    from gapless.migrations import migrate
-    from gapless.numbering import add_series, build_series_spec
-    from gapless.tenants import set_profile
+    from gapless.ledger.database import make_engine
+    from gapless.ledger.migrations import migrate
+    from gapless.ledger.series import add_series, build_series_spec
+    from gapless.ledger.tenants import set_profile
 
     url = demo_database_url(settings, config.database)
     # Always fresh: the mock integrator's ledger starts empty, so a database with invoices of
@@ -229,7 +230,8 @@ async def prepare_database(settings: Settings, config: DemoConfig) -> str:
 
 async def delete_queues(settings: Settings) -> None:
     """Remove the run's queues and dead-letter exchange (best effort: the run is over)."""
-    from gapless.publisher import connect_once, work_queues
+    from gapless.amqp.connection import connect_once
+    from gapless.amqp.topology import work_queues
 
     try:
         connection = await connect_once(settings)
@@ -281,7 +283,7 @@ def load_streams(total: int) -> list[tuple[str, str, str, int]]:
 
 def demo_load(total: int, seed: int, run_id: str) -> Iterator[dict[str, Any]]:
     """``total`` contract messages over the demo tenants, user/batch mixed in a seeded order."""
-    from gapless.samples import sample_messages, with_rejected_customer
+    from gapless.demo.samples import sample_messages, with_rejected_customer
 
     rng = random.Random(seed)
     specs = load_streams(total)
@@ -302,7 +304,7 @@ def demo_load(total: int, seed: int, run_id: str) -> Iterator[dict[str, Any]]:
 async def publish_load(settings: Settings, messages: Iterator[dict[str, Any]],
                        progress: Progress, in_flight: int = 256) -> None:
     """Publish with pipelined confirms; ``progress.published`` counts confirmed messages."""
-    from gapless.publisher import Publisher
+    from gapless.amqp.publisher import Publisher
 
     slots = asyncio.Semaphore(in_flight)
     async with Publisher(settings) as publisher:
@@ -380,8 +382,8 @@ TOTAL_FIELDS = ("invoices", "received", "sending", "issued", "error", "retryable
 
 async def read_totals(engine: AsyncEngine) -> dict[str, int]:
     """The database's invoice counts (``TOTAL_FIELDS``), one snapshot."""
-    from gapless.invoices import ALARM_PREFIX
-    from gapless.queries import status as q
+    from gapless.ledger.invoices import ALARM_PREFIX
+    from gapless.ledger.queries import status as q
 
     async with engine.connect() as conn:
         row = (await conn.execute(q.TOTALS, {"alarm_pattern": ALARM_PREFIX + "%"})).one()
@@ -494,7 +496,7 @@ class Outcome:
 async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Console
                    ) -> DemoResult:
     """Run the whole demo; progress on ``err``, the audit on the process's stdout."""
-    from gapless.db import make_engine
+    from gapless.ledger.database import make_engine
 
     run_id = uuid.uuid4().hex[:8]
     log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix=f"gapless-demo-{run_id}-"))
@@ -596,7 +598,7 @@ async def sample_document(engine: AsyncEngine) -> dict[str, Any] | None:
     tenant), or None when there is none."""
     from gapless.documents import summarize
     from gapless.integrator.base import MEDIA_XML
-    from gapless.queries import status as q
+    from gapless.ledger.queries import status as q
 
     async with engine.connect() as conn:
         row = (await conn.execute(q.FIRST_ISSUED_DOCUMENT, {
@@ -610,8 +612,8 @@ async def issued_by_kind(engine: AsyncEngine) -> list[tuple[str, str, int]]:
     """(type, profile, count) of the ISSUED invoices, read from their stored messages (no type
     is a SATIS, no profile a TEMELFATURA: the document's defaults), in the contract's order of
     types, then of profiles."""
+    from gapless.ledger.queries import status as q
     from gapless.message import INVOICE_TYPES, PROFILES
-    from gapless.queries import status as q
 
     async with engine.connect() as conn:
         rows = (await conn.execute(q.ISSUED_BY_KIND, {
@@ -648,8 +650,9 @@ def _document_summary(sample: dict[str, Any], out: Console) -> None:
 async def _observe(settings: Settings, progress: Progress, players: Cast,
                    engine: AsyncEngine) -> None:
     """Refresh the counts, the queue depths and (every two seconds) the breakers."""
+    from gapless.amqp.management import queue_depths
+    from gapless.amqp.topology import work_queues
     from gapless.cli.status import read_breakers
-    from gapless.publisher import queue_depths, work_queues
 
     await update_progress(engine, progress)
     try:
@@ -745,7 +748,7 @@ def _summary(result: DemoResult, config: DemoConfig, out: Console) -> None:
               f"error, {progress.recovered} orphans repaired by recovery", highlight=False)
     out.print(f"  logs: {result.log_dir}", highlight=False, soft_wrap=True)
     if config.keep:
-        from gapless.publisher import redact_url
+        from gapless.urls import redact_url
 
         url = redact_url(result.database_url)
         out.print(f"  kept: gapless status --database-url {url} --queue {result.queue}",

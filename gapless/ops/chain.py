@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from gapless.queries import chain as q
+from gapless.ledger.queries import chain as q
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -81,7 +81,7 @@ def record_hash(version: str, prev: str, record: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class SignedHead:
     """One chain's head as a checkpoint whose signature verified says it was at ``at``
-    (gapless.checkpoints reads them; docs/chain.md, "Checkpoints")."""
+    (gapless.ops.checkpoints reads them; docs/chain.md, "Checkpoints")."""
 
     checkpoint: str  # the checkpoint's file name
     at: str          # when it was signed, UTC, as in the checkpoint

@@ -1,6 +1,6 @@
 """Routing: the recipient answers cached for every worker, and a tenant's default series.
 
-Driver-level statements (psycopg parameters), run by gapless.db.Database in autocommit: none is
+Driver-level statements (psycopg parameters), run by gapless.ledger.database.Database in autocommit: none is
 ever part of the transaction that seals a number.
 """
 

@@ -24,7 +24,7 @@ SET_DEFAULT_SERIES = text("""
 """)
 
 #: One series by key (no lock). A driver-level statement (psycopg parameters): the issuing path
-#: reads it through gapless.db.Database, operator code through ``exec_driver_sql``.
+#: reads it through gapless.ledger.database.Database, operator code through ``exec_driver_sql``.
 GET_SERIES = """
     SELECT tenant, code, prefix, reset, tz, width, format, channel, is_default, created_at
       FROM series WHERE tenant = %(tenant)s AND code = %(code)s

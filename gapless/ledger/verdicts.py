@@ -12,7 +12,7 @@ The invoice stays ISSUED whatever GİB says: a refusal after acceptance is an op
 (and giving up) is an ``invoice_events`` row, written by the trigger ``invoices_history_verdict``
 (schema/sql/0008) in the statement that records it.
 
-Each operation is one statement in its own transaction (:class:`gapless.db.Database`); none is
+Each operation is one statement in its own transaction (:class:`gapless.ledger.database.Database`); none is
 open while the integrator is asked (I5).
 """
 
@@ -24,9 +24,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gapless.constants import Channel
-from gapless.db import Database, as_database
 from gapless.integrator.base import GibState
-from gapless.queries import gib as q
+from gapless.ledger.database import Database, as_database
+from gapless.ledger.queries import gib as q
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

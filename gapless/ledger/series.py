@@ -20,19 +20,26 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gapless.constants import Channel, ResetPeriod
-from gapless.db import is_lock_timeout
-from gapless.errors import ReservationLockTimeout, SeriesError, UnknownSeriesError
-from gapless.queries import numbering as q
+from gapless.errors import SeriesError, UnknownSeriesError
+from gapless.ledger.queries import numbering as q
 
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
 CODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+
+
 PREFIX_RE = re.compile(r"^[A-Z0-9]{1,16}$")
+
+
 FORMAT_TOKENS = ("{prefix}", "{yyyy}", "{yy}", "{mm}", "{dd}", "{seq}")
+
+
 _TOKEN_RE = re.compile(r"\{[^{}]*\}")
+
 
 #: Default number layout per reset period: 3-char prefix + 16 characters in all (GİB e-invoice).
 DEFAULT_FORMATS: dict[ResetPeriod, tuple[str, int]] = {
@@ -41,6 +48,8 @@ DEFAULT_FORMATS: dict[ResetPeriod, tuple[str, int]] = {
     ResetPeriod.MONTHLY: ("{prefix}{yyyy}{mm}{seq}", 7),
     ResetPeriod.DAILY: ("{prefix}{yyyy}{mm}{dd}{seq}", 5),
 }
+
+
 #: Date parts a format must carry so that numbers of different periods never print alike.
 REQUIRED_TOKENS: dict[ResetPeriod, tuple[str, ...]] = {
     ResetPeriod.NEVER: (),
@@ -249,73 +258,3 @@ async def preview_next(conn: AsyncConnection, tenant: str, code: str,
     if row is None:
         raise UnknownSeriesError(tenant, code)
     return Preview(row.period_key, row.next_no, row.number)
-
-
-@dataclass(frozen=True)
-class Bump:
-    """A counter raised by :func:`bump_counter` (``before`` None: the period had no row)."""
-
-    period_key: str
-    before: int | None
-    after: int
-
-
-async def bump_counter(conn: AsyncConnection, tenant: str, code: str, past: str) -> Bump:
-    """Raise the counter of the period that printed number ``past`` belongs to, so that no seal
-    hands out ``past`` or any number below it again; never lowers a counter. In the caller's
-    transaction (the counter row stays locked until it ends: commit at once).
-
-    What for: a database that lost seals the integrator holds (a failover to a standby that
-    lacked them, a restore) would hand those numbers out again; the audit names the highest
-    (``integrator_ahead_of_counter``). The numbers skipped are on no invoice here — the audit
-    keeps naming them, and the integrator's documents are their record (docs/operations.md).
-    Raises UnknownSeriesError, or SeriesError when the series cannot have printed ``past``.
-    """
-    row = (await conn.exec_driver_sql(q.GET_SERIES, {"tenant": tenant, "code": code})).first()
-    if row is None:
-        raise UnknownSeriesError(tenant, code)
-    spec = series_spec(row)
-    located = parse_number(spec, past)
-    if located is None:
-        raise SeriesError(f"{past!r} is not a number of series {code!r} of tenant {tenant!r} "
-                          f"(it prints {spec.format} with prefix {spec.prefix} and "
-                          f"{spec.width} digits)")
-    period_key, value = located
-    bumped = (await conn.execute(q.BUMP_COUNTER, {
-        "tenant": tenant, "series": code, "period_key": period_key, "last_no": value})).one()
-    return Bump(period_key, None if bumped.before is None else int(bumped.before),
-                int(bumped.after))
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """The number pinned on an invoice. ``fresh`` is False when it already had one."""
-
-    invoice_pk: int
-    reserved_no: int
-    number: str
-    period_key: str
-    fresh: bool
-
-
-async def reserve_number(conn: AsyncConnection, invoice_id: str, *, at: datetime | None = None,
-                         lock_timeout_ms: int | None = None) -> Reservation:
-    """Pin a gap-free number on the invoice, inside the caller's transaction.
-
-    Locks the invoice row, and — only if it has no number yet — advances its counter and pins
-    ``reserved_no``, ``number`` and ``period_key``, dated ``at`` (default: the transaction's start)
-    in the series' time zone. Both locks are held until the caller commits or rolls back: commit
-    at once, and never hold the transaction across I/O. Raises ReservationLockTimeout when a lock
-    is not granted within ``lock_timeout_ms`` (the transaction is then unusable; roll it back).
-    """
-    try:
-        row = (await conn.execute(q.RESERVE_NUMBER, {
-            "invoice_id": invoice_id, "at": at, "lock_timeout_ms": lock_timeout_ms,
-        })).one()
-    except DBAPIError as exc:
-        if is_lock_timeout(exc):
-            raise ReservationLockTimeout(
-                f"invoice {invoice_id!r}: lock not granted within {lock_timeout_ms} ms"
-            ) from exc
-        raise
-    return Reservation(row.invoice_pk, row.reserved_no, row.number, row.period_key, row.fresh)

@@ -18,14 +18,14 @@ import json
 import uuid
 from typing import Any
 
-from gapless.catalog import Catalog
 from gapless.constants import Channel
 from gapless.documents import FORMAT as UBL_FORMAT
 from gapless.documents import check_ubl_inputs, render_ubl_tr
 from gapless.integrator.base import MEDIA_JSON, MEDIA_XML, Document
-from gapless.invoices import Sending
+from gapless.ledger.catalog import Catalog
+from gapless.ledger.invoices import Sending
+from gapless.ledger.series import SeriesSpec
 from gapless.message import InvalidMessage, InvoiceMessage, validate_message
-from gapless.numbering import SeriesSpec
 
 JSON_FORMAT = "json/1"
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import psycopg
 
-from gapless.db import as_database
 from gapless.documents import Issuer
 from gapless.errors import GaplessError
-from gapless.invoices import DatabaseLike
-from gapless.queries import tenants as q
+from gapless.ledger.database import as_database
+from gapless.ledger.invoices import DatabaseLike
+from gapless.ledger.queries import tenants as q
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ worker corrects what its sends meet; recovery marks what its resends meet (and c
 1. the refused invoice is REJECTED with a reason that starts ``WRONG CHANNEL:`` (its number stays
    pinned, its document stored);
 2. the recipient is asked again (the cache bypassed) and the stored message routed again
-   (:mod:`gapless.routing`), without the routing's own earlier choices (series, the default
+   (:mod:`gapless.issuing.routing`), without the routing's own earlier choices (series, the default
    profiles, the alias) but with the producer's;
 3. the successor — the same message under the invoice id ``<invoice_id>~c1`` (``~c2`` for a
    correction of a correction…) — is stored and sealed in the right channel's series, in one
@@ -30,15 +30,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gapless.catalog import Catalog
 from gapless.constants import Channel, Status
-from gapless.db import Database
 from gapless.documents import check_ubl_inputs
 from gapless.errors import InvalidTransition, UnknownSeriesError
-from gapless.invoices import Claim, Draft, intake, void
+from gapless.issuing.routing import EFATURA_PROFILES, RecipientUnavailable, Router, RoutingRefused
+from gapless.ledger.catalog import Catalog
+from gapless.ledger.database import Database
+from gapless.ledger.invoices import Claim, Draft, intake, void
+from gapless.ledger.queries import invoices as q
 from gapless.message import InvalidMessage, InvoiceMessage, validate_message
-from gapless.queries import invoices as q
-from gapless.routing import EFATURA_PROFILES, RecipientUnavailable, Router, RoutingRefused
 from gapless.settings import Settings
 
 #: last_error of an invoice the integrator refused for its channel (the correction's marker).

@@ -4,7 +4,7 @@
 process connects to the first node that answers and, when its node goes, to the next one, in
 turn (contract, "Beyond one machine").
 
-* :func:`node_urls` splits the setting (:func:`gapless.publisher.redact_url` shows it without
+* :func:`node_urls` splits the setting (:func:`gapless.amqp.publisher.redact_url` shows it without
   any password).
 * :class:`NodesConnection` is aio-pika's robust connection (channels, QoS, queues and consumers
   restored after a reconnect) whose every reconnection attempt takes the next node. The worker
@@ -13,12 +13,11 @@ turn (contract, "Beyond one machine").
 * :func:`open_robust` and :func:`open_plain` try the nodes in turn for the first connection and
   raise one error naming all of them when none answers. Publishers use plain connections and
   open a fresh one (the next node) after any publish whose confirm did not arrive, see
-  :mod:`gapless.publisher`.
+  :mod:`gapless.amqp.publisher`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,38 +28,17 @@ from aio_pika.robust_connection import RobustConnection
 from yarl import URL
 
 from gapless.logging import get_logger
+from gapless.urls import node_label, node_urls
 
 log = get_logger(__name__)
 
+
 #: Seconds to wait for one node to accept a connection.
 CONNECT_TIMEOUT_S = 10.0
+
+
 #: Seconds between two reconnection attempts of a robust connection (each to the next node).
 RECONNECT_INTERVAL_S = 1.0
-
-#: A comma that starts the next URL (a PostgreSQL multi-host URL has commas inside one URL).
-_NEXT_URL = re.compile(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)")
-
-
-def split_urls(setting: str) -> list[str]:
-    """``"amqp://a/,amqp://b/"`` → ``["amqp://a/", "amqp://b/"]`` (blanks dropped)."""
-    return [part.strip() for part in _NEXT_URL.split(setting) if part.strip()]
-
-
-def node_urls(setting: str) -> list[str]:
-    """The node URLs of ``GAPLESS_AMQP_URL``; ValueError when one is not an AMQP URL."""
-    urls = split_urls(setting)
-    if not urls:
-        raise ValueError("no RabbitMQ URL given")
-    for url in urls:
-        if not re.match(r"amqps?://", url):
-            raise ValueError(f"not an amqp:// or amqps:// URL: {url.split('@')[-1]!r}")
-    return urls
-
-
-def node_label(url: URL | str) -> str:
-    """``host:port`` of a node, for logs (never a password)."""
-    parsed = URL(str(url))
-    return f"{parsed.host}:{parsed.port or 5672}"
 
 
 class NodesConnection(RobustConnection):
@@ -107,7 +85,7 @@ async def open_robust(setting: str, *,
     """A :class:`NodesConnection` to the first node of ``setting`` that answers.
 
     Raises the last node's error when none does (the caller words it, see
-    :func:`gapless.publisher.broker_unavailable`).
+    :func:`gapless.amqp.publisher.broker_unavailable`).
     """
     urls = node_urls(setting)
     error: BaseException | None = None

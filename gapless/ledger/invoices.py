@@ -2,8 +2,8 @@
 
 The worker, recovery and the operator commands call only these. None of them holds a
 transaction across a call to the integrator (I5): each is one statement that decides, writes and
-commits (:class:`gapless.db.Database`, autocommit), except the test-only ``before_commit`` hook
-of a claim. They accept a :class:`~gapless.db.Database` or an ``AsyncEngine`` whose connections
+commits (:class:`gapless.ledger.database.Database`, autocommit), except the test-only ``before_commit`` hook
+of a claim. They accept a :class:`~gapless.ledger.database.Database` or an ``AsyncEngine`` whose connections
 they borrow.
 """
 
@@ -21,7 +21,6 @@ from psycopg.rows import namedtuple_row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gapless.constants import Status
-from gapless.db import Database, as_database, is_lock_timeout, sqlstate
 from gapless.errors import (
     InvalidTransition,
     InvoiceNotFound,
@@ -29,7 +28,9 @@ from gapless.errors import (
     UnknownSeriesError,
 )
 from gapless.integrator.base import Document, DuplicateOfAnother, Receipt
-from gapless.queries import invoices as q
+from gapless.ledger.database import Database, as_database
+from gapless.ledger.queries import invoices as q
+from gapless.ledger.sqlstates import is_lock_timeout, sqlstate
 
 FOREIGN_KEY_VIOLATION = "23503"
 ALARM_PREFIX = "ALARM: "

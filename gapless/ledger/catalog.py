@@ -10,10 +10,10 @@ reloads it.
 
 from __future__ import annotations
 
-from gapless.db import Database
-from gapless.numbering import SeriesSpec, series_spec
-from gapless.queries import numbering as nq
-from gapless.tenants import Profile, profile_in_force, profile_version
+from gapless.ledger.database import Database
+from gapless.ledger.queries import numbering as nq
+from gapless.ledger.series import SeriesSpec, series_spec
+from gapless.ledger.tenants import Profile, profile_in_force, profile_version
 
 
 class Catalog:

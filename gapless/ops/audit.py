@@ -5,7 +5,7 @@ are not violations: ISSUED documents GİB refused after the integrator accepted 
 whose verdict recovery stopped waiting for (each with what to do).
 
 Reads only. The database checks run in one REPEATABLE READ, READ ONLY transaction (one snapshot,
-no row locks); the chain's verification in another (gapless.chain). The integrator's side is
+no row locks); the chain's verification in another (gapless.ops.chain). The integrator's side is
 fetched outside any transaction (I5) and compared in a further one; invoices ISSUED after the
 integrator was read are left out of that comparison, so a live system does not report its own
 progress as a disagreement.
@@ -26,13 +26,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
 from gapless.errors import GaplessError
-from gapless.gib import REFUSED_TODO, UNRESOLVED_TODO
 from gapless.integrator.base import UNKNOWN, Integrator, TransientIntegratorError
-from gapless.numbering import SeriesSpec, parse_number, series_spec
-from gapless.queries import audit as q
+from gapless.ledger.queries import audit as q
+from gapless.ledger.series import SeriesSpec, parse_number, series_spec
+from gapless.ledger.verdicts import REFUSED_TODO, UNRESOLVED_TODO
 
 if TYPE_CHECKING:
-    from gapless.checkpoints import Checkpoints
+    from gapless.ops.checkpoints import Checkpoints
 
 #: Kinds of violation, in the order a person should read them.
 VIOLATION_KINDS = (
@@ -379,10 +379,10 @@ async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str
 async def check_chains(engine: AsyncEngine, *, tenant: str | None, series: str | None,
                        checkpoints: Checkpoints | None = None
                        ) -> tuple[list[Violation], ChainCheck]:
-    """I8: every chain in scope verified (gapless.chain.verify: one snapshot, no lock), and
+    """I8: every chain in scope verified (gapless.ops.chain.verify: one snapshot, no lock), and
     against the signed heads of ``checkpoints`` when given; one violation per broken chain,
     per checkpoint a chain no longer matches, and per checkpoint file refused."""
-    from gapless.chain import verify
+    from gapless.ops.chain import verify
 
     reports = await verify(engine, tenant=tenant, series=series,
                            heads=checkpoints.heads if checkpoints is not None else ())

@@ -24,11 +24,12 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gapless.db import is_lock_timeout, to_completion
 from gapless.errors import InvalidFeedRequest
-from gapless.queries import feed as q
+from gapless.ledger.database import to_completion
+from gapless.ledger.queries import feed as q
+from gapless.ledger.sqlstates import is_lock_timeout
 
-log = structlog.get_logger("gapless.feed")
+log = structlog.get_logger("gapless.ledger.feed")
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
@@ -107,7 +108,7 @@ async def keep_positioning(engine: AsyncEngine,
                            interval: float = POSITION_INTERVAL_S) -> None:
     """Position waiting events every ``interval`` seconds until cancelled (``gapless api`` runs
     it). A failed round (database away) is logged once and retried on the next. A cancellation
-    waits for the round under way (:func:`gapless.db.to_completion`): its commit is never
+    waits for the round under way (:func:`gapless.ledger.database.to_completion`): its commit is never
     cancelled, so a synchronous standby never misses positions the primary kept."""
     failing = False
 

@@ -1,0 +1,1 @@
+"""The demo: a whole system on one machine, with a realistic mixed load."""

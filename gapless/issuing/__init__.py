@@ -1,0 +1,2 @@
+"""The issuing steps the worker and recovery share: routing, rendering, channel correction.
+"""
