@@ -66,7 +66,8 @@ from gapless.ledger.database import make_engine
 from gapless.ledger.feed import events_after
 from gapless.ledger.invoices import claim_for_sending
 from gapless.ledger.migrations import downgrade
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -55,8 +55,9 @@ from bench.issue import (
 from bench.reserve import run_path
 from gapless.amqp.publisher import Publisher
 from gapless.ledger.database import make_engine
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
 from gapless.logging import configure_logging
+from gapless.numbers import build_series_spec
 
 QUORUM = {"GAPLESS_QUEUE_TYPE": "quorum"}
 

@@ -32,7 +32,8 @@ from bench.common import bench_database, conninfo, machine, median, percentile, 
 from gapless.ledger.counters import reserve_number
 from gapless.ledger.database import make_engine
 from gapless.ledger.invoices import claim_for_sending
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 
 RAW_UPSERT = text("""
     INSERT INTO number_counters AS c (tenant, series, period_key, last_no)

@@ -13,8 +13,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.ledger.invoices import ClaimKind, Draft, Sending, claim_for_sending, upsert_draft
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
 from gapless.message import validate_message
+from gapless.numbers import build_series_spec
 from tests.helpers import GaplessProcess, run_gapless, today, wait_until
 from tests.mock_client import MockIntegratorClient
 

@@ -24,7 +24,8 @@ from gapless.amqp.management import queue_depths
 from gapless.amqp.publisher import Publisher, PublishNacked, PublishUnconfirmed
 from gapless.amqp.topology import work_queues
 from gapless.ledger.database import make_engine
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import History
 from tests.chaos.scenario import Poller, read_dead_letters

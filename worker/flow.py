@@ -72,10 +72,10 @@ from gapless.ledger.invoices import (
     mark_rejected,
     mark_unrenderable,
 )
-from gapless.ledger.series import SeriesSpec, gib_layout_problem
 from gapless.ledger.tenants import Profile
 from gapless.logging import get_logger
 from gapless.message import InvalidMessage, InvoiceMessage, parse_message, priority_of
+from gapless.numbers import SeriesSpec, gib_layout_problem
 from gapless.settings import Settings
 from gapless.worker import metrics
 from gapless.worker.errors import is_database_unavailable

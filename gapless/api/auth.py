@@ -13,8 +13,8 @@ from fastapi import HTTPException, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gapless.errors import ConfigurationError
-from gapless.ledger.series import TENANT_RE
 from gapless.logging import get_logger
+from gapless.numbers import TENANT_RE
 from gapless.settings import Settings
 
 log = get_logger("gapless.api")

@@ -14,7 +14,7 @@ from gapless.api.models import FeedPage
 from gapless.api.observe import ApiMetrics
 from gapless.errors import InvalidFeedRequest
 from gapless.ledger import feed
-from gapless.ledger.series import TENANT_RE
+from gapless.numbers import TENANT_RE
 
 router = APIRouter()
 

@@ -58,7 +58,7 @@ def series_add(
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
     """Define a series (idempotent when the definition is identical)."""
-    from gapless.ledger.series import build_series_spec
+    from gapless.numbers import build_series_spec
 
     try:
         spec = build_series_spec(tenant, code, prefix=prefix, reset=reset, tz=tz, width=width,
@@ -75,7 +75,8 @@ def series_add(
 
 async def _add_series(database_url: str, spec: object) -> bool:
     from gapless.ledger.database import make_engine
-    from gapless.ledger.series import SeriesSpec, add_series
+    from gapless.ledger.series import add_series
+    from gapless.numbers import SeriesSpec
 
     assert isinstance(spec, SeriesSpec)
     engine = make_engine(database_url, actor="operator", pool_size=1)

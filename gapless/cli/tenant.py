@@ -40,7 +40,7 @@ def tenant_set(
     """Set the tenant's issuer profile: its documents become UBL-TR 2.1."""
     from gapless.documents import IssuerError, build_issuer
     from gapless.errors import SeriesError
-    from gapless.ledger.series import check_tenant
+    from gapless.numbers import check_tenant
 
     try:
         check_tenant(tenant)
@@ -65,8 +65,9 @@ async def _set(settings: Settings, tenant: str, issuer: Any) -> tuple[int | None
     """Write the profile; also say which of the tenant's series cannot print GİB numbers."""
     from gapless.ledger.database import make_engine
     from gapless.ledger.queries import numbering as nq
-    from gapless.ledger.series import gib_layout_problem, series_spec
+    from gapless.ledger.series import series_spec
     from gapless.ledger.tenants import set_profile
+    from gapless.numbers import gib_layout_problem
 
     engine = make_engine(settings.database_url, actor="operator", pool_size=1)
     try:

@@ -209,8 +209,9 @@ async def prepare_database(settings: Settings, config: DemoConfig) -> str:
     from gapless.documents import build_issuer
     from gapless.ledger.database import make_engine
     from gapless.ledger.migrations import migrate
-    from gapless.ledger.series import add_series, build_series_spec
+    from gapless.ledger.series import add_series
     from gapless.ledger.tenants import set_profile
+    from gapless.numbers import build_series_spec
 
     url = demo_database_url(settings, config.database)
     # Always fresh: the mock integrator's ledger starts empty, so a database with invoices of

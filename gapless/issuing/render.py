@@ -24,8 +24,8 @@ from gapless.documents import check_ubl_inputs, render_ubl_tr
 from gapless.integrator.base import MEDIA_JSON, MEDIA_XML, Document
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.invoices import Sending
-from gapless.ledger.series import SeriesSpec
 from gapless.message import InvalidMessage, InvoiceMessage, validate_message
+from gapless.numbers import SeriesSpec
 
 JSON_FORMAT = "json/1"
 

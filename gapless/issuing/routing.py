@@ -33,8 +33,8 @@ from gapless.integrator.base import IntegratorError, Recipient
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
 from gapless.ledger.queries import routing as q
-from gapless.ledger.series import SeriesSpec
 from gapless.message import InvoiceMessage
+from gapless.numbers import SeriesSpec
 
 #: Profiles of an e-Fatura document the message may ask for (the first is the default).
 EFATURA_PROFILES = ("TEMELFATURA", "TICARIFATURA", "KAMU", "IHRACAT")

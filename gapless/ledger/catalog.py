@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from gapless.ledger.database import Database
 from gapless.ledger.queries import numbering as nq
-from gapless.ledger.series import SeriesSpec, series_spec
+from gapless.ledger.series import series_spec
 from gapless.ledger.tenants import Profile, profile_in_force, profile_version
+from gapless.numbers import SeriesSpec
 
 
 class Catalog:

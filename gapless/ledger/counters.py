@@ -10,8 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gapless.errors import ReservationLockTimeout, SeriesError, UnknownSeriesError
 from gapless.ledger.queries import numbering as q
-from gapless.ledger.series import parse_number, series_spec
+from gapless.ledger.series import series_spec
 from gapless.ledger.sqlstates import is_lock_timeout
+from gapless.numbers import parse_number
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from gapless.constants import PRIORITIES
 from gapless.errors import GaplessError
-from gapless.ledger.series import CODE_RE, TENANT_RE
+from gapless.numbers import CODE_RE, TENANT_RE
 
 MAX_BODY_BYTES = 256 * 1024
 MAX_LINES = 1000

@@ -28,8 +28,9 @@ from gapless.constants import Status
 from gapless.errors import GaplessError
 from gapless.integrator.base import UNKNOWN, Integrator, TransientIntegratorError
 from gapless.ledger.queries import audit as q
-from gapless.ledger.series import SeriesSpec, parse_number, series_spec
+from gapless.ledger.series import series_spec
 from gapless.ledger.verdicts import REFUSED_TODO, UNRESOLVED_TODO
+from gapless.numbers import SeriesSpec, parse_number
 
 if TYPE_CHECKING:
     from gapless.ops.checkpoints import Checkpoints

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from tests.private_services import private_postgres, private_rabbitmq
 from tests.recovery_support import Processes
 

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from tests.conftest import ApiServers
 from tests.helpers import GaplessProcess, await_until, today, wait_until
 from tests.mock_client import MockIntegratorClient

@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.amqp.connection import BrokerUnavailable, connect_once
 from gapless.amqp.management import queue_depths
 from gapless.amqp.publisher import Publisher
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from gapless.urls import node_urls, redact_url
 from tests.helpers import TcpProxy, await_until, free_port, today

@@ -51,7 +51,8 @@ from gapless.amqp.publisher import Publisher, PublishUnconfirmed
 from gapless.constants import HEADER_DEAD_REASON, dead_queue_name
 from gapless.ledger.database import make_engine
 from gapless.ledger.feed import events_after
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import DeadLetter, Expect, FeedRecord, History
 from tests.helpers import GaplessProcess, await_until, today, wait_until

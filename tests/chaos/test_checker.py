@@ -29,7 +29,8 @@ from gapless.ledger.invoices import (
     mark_rejected,
     upsert_draft,
 )
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from tests.chaos.checker import (
     DeadLetter,
     Expectations,

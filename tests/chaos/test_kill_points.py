@@ -24,7 +24,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.amqp.publisher import Publisher
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import Expectations, History, check
 from tests.chaos.scenario import Poller, invoice_message, read_dead_letters

@@ -58,7 +58,8 @@ from gapless.amqp.publisher import Publisher
 from gapless.ledger.database import Database, make_engine
 from gapless.ledger.invoices import Draft, intake
 from gapless.ledger.queries import invoices as invoice_queries
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import Expectations, History, check
 from tests.chaos.scenario import Poller, read_dead_letters

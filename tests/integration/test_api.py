@@ -23,8 +23,9 @@ from gapless.api import parse_tokens
 from gapless.errors import ConfigurationError
 from gapless.integrator.base import Receipt
 from gapless.ledger.invoices import Draft, claim_for_sending, mark_issued, upsert_draft
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
 from gapless.message import MAX_BODY_BYTES
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.conftest import ApiServers
 from tests.helpers import TcpProxy, await_until, free_port, run_gapless, today

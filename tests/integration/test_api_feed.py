@@ -21,7 +21,8 @@ from gapless.ledger.counters import reserve_number
 from gapless.ledger.feed import MAX_LIMIT, events_after, position_events
 from gapless.ledger.invoices import Draft, claim_for_sending, mark_error, mark_issued, upsert_draft
 from gapless.ledger.queries import invoices as qi
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from tests.conftest import ApiServers
 
 FEED_COLUMNS = ("sequence_id", "invoice_id", "tenant", "series", "kind", "from_status",

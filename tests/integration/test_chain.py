@@ -29,7 +29,8 @@ from psycopg.rows import dict_row
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.conftest import create_database, database_url, drop_database
 from tests.helpers import await_until, run_gapless, today

@@ -21,8 +21,9 @@ from gapless.demo.samples import sample_messages, tckn
 from gapless.documents import build_issuer
 from gapless.issuing.render import canonical_json
 from gapless.ledger.invoices import Draft, claim_for_sending, upsert_draft
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
 from gapless.ledger.tenants import set_profile
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient

@@ -28,7 +28,8 @@ from gapless.ledger.feed import (
 from gapless.ledger.invoices import Draft, claim_for_sending, invoice_events, upsert_draft
 from gapless.ledger.queries import feed as q_feed
 from gapless.ledger.queries import invoices as qi
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from tests.helpers import await_until
 
 

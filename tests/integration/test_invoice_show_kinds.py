@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.documents import build_issuer
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
 from gapless.ledger.tenants import set_profile
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient

@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.errors import ReservationLockTimeout, UnknownSeriesError
 from gapless.ledger.counters import reserve_number
 from gapless.ledger.invoices import Draft, upsert_draft
-from gapless.ledger.series import add_series, build_series_spec, preview_next
+from gapless.ledger.series import add_series, preview_next
+from gapless.numbers import build_series_spec
 from tests.helpers import await_until
 
 IST = ZoneInfo("Europe/Istanbul")

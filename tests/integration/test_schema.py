@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from tests.schema_model import EXPECTED_FUNCTIONS, metadata
 from sqlalchemy import text
 
 from gapless.ledger.conninfo import driver_conninfo
@@ -18,6 +17,7 @@ from gapless.ledger.database import make_sync_engine
 from gapless.ledger.migrations import downgrade, migrate
 from tests.conftest import RUN_ID, database_url, drop_database
 from tests.helpers import run_gapless
+from tests.schema_model import EXPECTED_FUNCTIONS, metadata
 
 
 @pytest.fixture

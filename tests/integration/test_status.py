@@ -27,8 +27,9 @@ from gapless.ledger.invoices import (
     mark_rejected,
     upsert_draft,
 )
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
 from gapless.ledger.tenants import set_profile
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.helpers import free_port, run_gapless, today
 

@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import HEADER_DEAD_REASON
 from gapless.ledger.invoices import Draft, upsert_draft
-from gapless.ledger.series import add_series, build_series_spec
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.helpers import await_sql, await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient

@@ -6,7 +6,7 @@ import pytest
 
 from gapless.constants import ResetPeriod
 from gapless.errors import SeriesError
-from gapless.ledger.series import build_series_spec, parse_number, render_number
+from gapless.numbers import build_series_spec, parse_number, render_number
 
 
 def test_default_is_the_gib_number() -> None:
