@@ -18,7 +18,8 @@ before the workers start, and is measured over a window after a warm-up.
   distribution, not the same messages for a seed): every
   invoice's UBL-TR 2.1 document is rendered, stored and sent.
 * **gapless UBL-TR, mixed kinds** — the same, the messages a business's mix of document kinds
-  (``gapless.demo.samples`` with ``kinds=True``, the weights of ``KIND_WEIGHTS``: sales with discounts,
+  (``gapless.demo.samples`` with ``kinds=True``, the weights of ``KIND_WEIGHTS``: sales with
+  discounts,
   returns, withholding, exempt, export-registered, special-base, exports, public sector). Every
   message of the backlog is checked (``check_ubl_inputs``) before it is published, so none is
   dead-lettered during the run. ``--no-mixed`` skips it. Goal at 2 processes × 32 in flight:

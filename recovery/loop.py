@@ -26,7 +26,8 @@ Each round:
 5. **GİB's verdict.** Then, if the adapter answers GİB's status and the round was not skipped,
    one bounded batch of questions about ISSUED documents (:mod:`recovery.verdicts`: claimed
    with ``FOR UPDATE SKIP LOCKED``, asked outside any transaction, each answer one statement),
-   with the backoff of ``options.gib`` (:class:`gapless.ledger.verdicts.GibPolicy`; None: not followed).
+   with the backoff of ``options.gib`` (:class:`gapless.ledger.verdicts.GibPolicy`; None: not
+   followed).
 
 A round whose last claim (of orphans or of questions) was full is followed at once by the next;
 otherwise the loop waits ``interval_s``. SIGTERM/SIGINT: no new round starts, orphans not yet

@@ -12,11 +12,12 @@ sealed before any call, "did it arrive?" is a deterministic question:
 
 The document resent is the one the invoice sent before (stored with an earlier outcome), or —
 when a first send died before its outcome was recorded — the same bytes rendered again from what
-the seal fixed (:mod:`gapless.issuing.render`); either way same number, same UUID. A repair stores the
-document it stands for with the ISSUED outcome.
+the seal fixed (:mod:`gapless.issuing.render`); either way same number, same UUID. A repair stores
+the document it stands for with the ISSUED outcome.
 
 No transaction is open during the integrator calls (I5): each outcome is one fenced domain
-operation of :mod:`gapless.ledger.invoices`. Used by the recovery loop and by ``gapless invoice retry``.
+operation of :mod:`gapless.ledger.invoices`. Used by the recovery loop and by ``gapless invoice
+retry``.
 """
 
 from __future__ import annotations

@@ -3,11 +3,13 @@
 Per round (:func:`follow_verdicts`), when the adapter answers GİB's status and the breaker lets
 calls through:
 
-1. **Claim** (:func:`gapless.ledger.verdicts.claim_gib_checks`): due questions and documents never asked,
+1. **Claim** (:func:`gapless.ledger.verdicts.claim_gib_checks`): due questions and documents never
+asked,
    ``FOR UPDATE SKIP LOCKED``, each held for the policy's lease; the statement commits at once.
 2. **Ask** each outside any transaction (I5), at most ``concurrency`` at a time, through the
    guard (breaker and retries, like every integrator call).
-3. **Record** each answer in one short statement (:func:`gapless.ledger.verdicts.record_gib_status`):
+3. **Record** each answer in one short statement
+(:func:`gapless.ledger.verdicts.record_gib_status`):
    accepted or refused is final (the history gets ``gib_accepted`` / ``gib_refused``); pending
    is asked again after the policy's backoff, or given up once the document is
    ``give_up_s`` old (``gib_unresolved``). An integrator that does not know the UUID is

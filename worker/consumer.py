@@ -31,8 +31,8 @@ Guarantees and why:
 * **Graceful stop.** SIGTERM/SIGINT: stop consuming, let in-flight deliveries finish up to the
   shutdown timeout, cancel the rest (left unacked, so they are redelivered), close, return. A
   cancelled delivery whose statement is already sent waits for that statement's end first
-  (:func:`gapless.ledger.database.to_completion`): a commit is never cancelled, so the stop waits for one
-  that waits for a synchronous standby.
+  (:func:`gapless.ledger.database.to_completion`): a commit is never cancelled, so the stop waits
+  for one that waits for a synchronous standby.
 """
 
 from __future__ import annotations

@@ -239,8 +239,8 @@ class IssuingFlow:
     async def _route(self, message: InvoiceMessage, profile: Profile | None,
                      bound: BoundLogger) -> Route | Verdict:
         """The message's series, and for a routed tenant its channel, profile and alias (see
-        :mod:`gapless.issuing.routing`). A message that contradicts the routing, or names a series that
-        does not exist, is dead-lettered — unless its invoice is numbered already (a redelivery
+        :mod:`gapless.issuing.routing`). A message that contradicts the routing, or names a series
+        that does not exist, is dead-lettered — unless its invoice is numbered already (a redelivery
         goes on as sealed); when the integrator cannot answer the recipient check, it waits."""
         if profile is not None and await self._may_route(message):
             # A numbered invoice (a redelivery, a duplicate) keeps the route it was sealed with.

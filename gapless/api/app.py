@@ -29,7 +29,8 @@ def lifespan(settings: Settings, auth: Authenticator
              ) -> Callable[[FastAPI], Any]:
     """Open the engine (checking the cluster id, so an unmigrated or foreign database stops the
     API at start-up) and a Publisher (which declares the queue topology); position the feed's
-    waiting events in the background (:func:`gapless.ledger.feed.keep_positioning`); close all after."""
+    waiting events in the background (:func:`gapless.ledger.feed.keep_positioning`); close all
+    after."""
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[None]:

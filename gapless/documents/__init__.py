@@ -1,7 +1,8 @@
 """Legal documents: UBL-TR 2.1 e-Fatura / e-Arşiv invoices, pure functions (no I/O).
 
 A tenant with an issuer profile (:class:`Issuer`, set with ``gapless tenant set``) gets UBL-TR
-documents; one without keeps the message's JSON (:mod:`gapless.issuing.render`). The issuing flow calls:
+documents; one without keeps the message's JSON (:mod:`gapless.issuing.render`). The issuing flow
+calls:
 
 * :func:`check_ubl_inputs` — before a number is sealed: does the message have everything its
   document needs (the customer's address, tax office or name, known unit codes, currency and VAT

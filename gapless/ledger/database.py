@@ -10,8 +10,8 @@ Two ways to PostgreSQL, both psycopg 3:
 * SQLAlchemy's async engine (:func:`make_engine`) — everything else: the API's reads, status,
   audit, migrations, operator listings, where a statement's client cost does not matter.
 
-SQL text lives in ``gapless.ledger.queries``; this module only opens connections and classifies driver
-errors.
+SQL text lives in ``gapless.ledger.queries``; this module only opens connections and classifies
+driver errors.
 """
 
 from __future__ import annotations

@@ -108,8 +108,8 @@ async def keep_positioning(engine: AsyncEngine,
                            interval: float = POSITION_INTERVAL_S) -> None:
     """Position waiting events every ``interval`` seconds until cancelled (``gapless api`` runs
     it). A failed round (database away) is logged once and retried on the next. A cancellation
-    waits for the round under way (:func:`gapless.ledger.database.to_completion`): its commit is never
-    cancelled, so a synchronous standby never misses positions the primary kept."""
+    waits for the round under way (:func:`gapless.ledger.database.to_completion`): its commit is
+    never cancelled, so a synchronous standby never misses positions the primary kept."""
     failing = False
 
     async def one_round() -> None:

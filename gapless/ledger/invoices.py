@@ -2,9 +2,10 @@
 
 The worker, recovery and the operator commands call only these. None of them holds a
 transaction across a call to the integrator (I5): each is one statement that decides, writes and
-commits (:class:`gapless.ledger.database.Database`, autocommit), except the test-only ``before_commit`` hook
-of a claim. They accept a :class:`~gapless.ledger.database.Database` or an ``AsyncEngine`` whose connections
-they borrow.
+commits (:class:`gapless.ledger.database.Database`, autocommit), except the test-only
+``before_commit`` hook
+of a claim. They accept a :class:`~gapless.ledger.database.Database` or an ``AsyncEngine`` whose
+connections they borrow.
 """
 
 from __future__ import annotations

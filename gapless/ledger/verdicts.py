@@ -12,8 +12,8 @@ The invoice stays ISSUED whatever GİB says: a refusal after acceptance is an op
 (and giving up) is an ``invoice_events`` row, written by the trigger ``invoices_history_verdict``
 (schema/sql/0008) in the statement that records it.
 
-Each operation is one statement in its own transaction (:class:`gapless.ledger.database.Database`); none is
-open while the integrator is asked (I5).
+Each operation is one statement in its own transaction (:class:`gapless.ledger.database.Database`);
+none is open while the integrator is asked (I5).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Every state change fires the history trigger (an ``invoice_events`` row). The statements of the
 issuing path are plain SQL strings with psycopg parameters (``%(name)s``), run one statement per
-transaction in autocommit mode by :class:`gapless.ledger.database.Database`; the reads of one invoice for the
+transaction in autocommit mode by :class:`gapless.ledger.database.Database`; the reads of one
+invoice for the
 API and the CLI (``GET_INVOICE``, ``INVOICE_EVENTS``, ``STORED_DOCUMENT``) are SQLAlchemy
 ``text()``.
 

@@ -1,7 +1,7 @@
 """Routing: the recipient answers cached for every worker, and a tenant's default series.
 
-Driver-level statements (psycopg parameters), run by gapless.ledger.database.Database in autocommit: none is
-ever part of the transaction that seals a number.
+Driver-level statements (psycopg parameters), run by gapless.ledger.database.Database in
+autocommit: none is ever part of the transaction that seals a number.
 """
 
 #: A cached recipient answer younger than :ttl_s seconds (no lock).
