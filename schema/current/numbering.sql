@@ -8,7 +8,7 @@
 -- the counter's row lock and keeps it until the caller's transaction ends. The caller pins the
 -- number on its invoice in that same transaction, so a counter only advances inside the
 -- transaction that pins the number: a rollback undoes both, and no number is ever handed out
--- twice or skipped. The lock is the only serialisation point of a series; commit at once, never
+-- twice or skipped (next_number alone pins nothing: its caller must). The lock is the only serialisation point of a series; commit at once, never
 -- across I/O (I5). A period's row is created by its first seal: the reset per day, month or year
 -- needs no cron job and has no midnight race.
 --
@@ -20,7 +20,8 @@
 -- transaction that changes a counter never commits asynchronously (synchronous_commit 'off'
 -- becomes 'local' for it; stronger settings such as remote_apply are left alone).
 --
--- The seal also appends the counter's 'seal' chain record (chain.sql) in the same row update.
+-- The seal also advances the counter's chain head in the same row update and appends its 'seal'
+-- record (chain.sql).
 
 -- The period a moment falls in, read on the series' local clock.
 CREATE FUNCTION gapless_period_key(p_reset text, p_local timestamp) RETURNS text
