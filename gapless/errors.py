@@ -27,6 +27,11 @@ class NotMigratedError(ConfigurationError):
     """The database has no gapless schema (or an old one); run ``gapless migrate``."""
 
 
+class IrreversibleMigration(GaplessError):
+    """A downgrade would have to step back past a forward-only migration (one without a down
+    file); restore a backup taken before it instead."""
+
+
 class SeriesError(GaplessError):
     """A series definition is invalid or unknown."""
 

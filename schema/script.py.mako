@@ -1,6 +1,7 @@
 """${message}
 
-Created ${create_date}; the SQL is schema/sql/<this file's name>.up.sql (and .down.sql).
+Created ${create_date}; the SQL is schema/sql/<this file's name>.up.sql (forward-only: no down
+file), and the same change is in schema/current/ (schema/README.md).
 """
 
 from gapless.ledger.migrations import sql_revision

@@ -1,4 +1,14 @@
-"""counters: split from gapless.ledger.series."""
+"""Counters from Python: the operator's raise of a counter, and ``reserve_number`` for callers
+outside the issuing path.
+
+Where is the number sealed? Not here: in SQL, by ``gapless_seal`` in
+``schema/current/numbering.sql``. The worker's path is ``intake_invoice``
+(``schema/current/intake.sql``, through :func:`gapless.ledger.invoices.intake`), which locks the
+invoice row and calls the seal in one statement; the counter row stays locked only until that
+statement commits. :func:`reserve_number` wraps the SQL function of the same name (another caller
+of ``gapless_seal``, same file) for tests and other stacks, in their own transaction; the worker
+never calls it.
+"""
 
 from __future__ import annotations
 

@@ -2,14 +2,14 @@
 
 Every invoice state change writes an ``invoice_events`` row (the history trigger). Writers commit
 it without a position and without any lock, so they never wait for each other. Its ``sequence_id``
-is given afterwards by :func:`position_events` (``gapless_feed_assign()``, schema/sql/0005): the
-committed events still waiting, numbered on from the largest position given, in insertion order,
-in one short transaction under a lock that only position-givers take and that is released only
-once the batch is visible. A reader that has seen position N can therefore never later find a
-position below N: a client that keeps asking for ``sequence_id > last id seen`` sees every event
-exactly once (I6), however writers interleave and whatever order they commit in. An invoice's own
-events keep their causal order (a transaction that changed it after another committed inserted
-its events later). Positions are dense.
+is given afterwards by :func:`position_events` (``gapless_feed_assign()``,
+schema/current/feed.sql): the committed events still waiting, numbered on from the largest
+position given, in insertion order, in one short transaction under a lock that only
+position-givers take and that is released only once the batch is visible. A reader that has seen
+position N can therefore never later find a position below N: a client that keeps asking for
+``sequence_id > last id seen`` sees every event exactly once (I6), however writers interleave and
+whatever order they commit in. An invoice's own events keep their causal order (a transaction
+that changed it after another committed inserted its events later). Positions are dense.
 
 :func:`events_after` positions what is waiting, then reads; the read takes no lock.
 """

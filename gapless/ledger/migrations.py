@@ -1,5 +1,9 @@
 """``gapless migrate``: create the database if missing, bring the schema up to date, record the
 cluster id. Safe to run twice and from several processes at once (an advisory lock serialises it).
+
+The migrations (``schema/versions``, running ``schema/sql``) are history; the live schema, one
+file per concern, is ``schema/current/`` (:func:`build_from_current` applies it to an empty
+database). tests/integration/test_schema.py proves the two build the same database.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from alembic.script import ScriptDirectory
 from psycopg import sql
 from sqlalchemy import Connection, text
 
-from gapless.errors import ClusterMismatchError, ConfigurationError
+from gapless.errors import ClusterMismatchError, ConfigurationError, IrreversibleMigration
 from gapless.ledger.conninfo import database_name, with_database
 from gapless.ledger.database import CONNECT_TIMEOUT_S, make_sync_engine
 
@@ -62,9 +66,11 @@ def schema_dir() -> Path:
                              "a wheel or the repository, or set GAPLESS_SCHEMA_DIR")
 
 
-def run_sql_file(bind: Connection, name: str) -> None:
-    """Run one file of ``schema/sql`` as it is (no parameter substitution, several statements)."""
-    source = (schema_dir() / "sql" / name).read_text(encoding="utf-8")
+def run_sql_file(bind: Connection, name: str | Path) -> None:
+    """Run one SQL file as it is (no parameter substitution, several statements): ``name`` in
+    ``schema/sql``, or a path."""
+    path = name if isinstance(name, Path) else schema_dir() / "sql" / name
+    source = path.read_text(encoding="utf-8")
     dbapi = bind.connection.dbapi_connection
     assert dbapi is not None
     cursor = dbapi.cursor()
@@ -76,14 +82,24 @@ def run_sql_file(bind: Connection, name: str) -> None:
 
 def sql_revision(name: str) -> tuple[Callable[[], None], Callable[[], None]]:
     """A revision's ``upgrade`` and ``downgrade``: run ``schema/sql/<name>.up.sql`` or
-    ``<name>.down.sql`` on Alembic's connection."""
+    ``<name>.down.sql`` on Alembic's connection.
+
+    A revision without a down file is forward-only (every one after 0009): its ``downgrade``
+    raises IrreversibleMigration before touching the database, and the revisions above it that
+    were already stepped down stay down (each runs in its own transaction).
+    """
     from alembic import op
 
     def upgrade() -> None:
         run_sql_file(op.get_bind(), f"{name}.up.sql")
 
     def downgrade() -> None:
-        run_sql_file(op.get_bind(), f"{name}.down.sql")
+        down = f"{name}.down.sql"
+        if not (schema_dir() / "sql" / down).is_file():
+            raise IrreversibleMigration(
+                f"migration {name} is forward-only (there is no schema/sql/{down}): the schema "
+                "cannot be stepped down past it; restore a backup taken before it instead")
+        run_sql_file(op.get_bind(), down)
 
     return upgrade, downgrade
 
@@ -166,6 +182,55 @@ def migrate(database_url: str, cluster_id: int) -> MigrateResult:
     if stored != cluster_id:
         raise ClusterMismatchError(cluster_id, stored)
     return MigrateResult(created, before, after, stored)
+
+
+#: The files of ``schema/current/``, in the order :func:`build_from_current` applies them: the
+#: tables first (they call no function), then each concern; a trigger, or a SQL-language function,
+#: comes after the functions it names (PL/pgSQL bodies are resolved when they run).
+CURRENT_FILES = ("tables.sql", "ids.sql", "numbering.sql", "intake.sql", "history.sql",
+                 "chain.sql", "feed.sql", "gib.sql")
+
+
+def current_files() -> list[Path]:
+    """The files of ``schema/current/`` in the order they apply. Raises ConfigurationError when
+    the folder and CURRENT_FILES disagree (a file added to one and not the other)."""
+    folder = schema_dir() / "current"
+    present = {path.name for path in folder.glob("*.sql")}
+    if present != set(CURRENT_FILES):
+        raise ConfigurationError(
+            f"{folder} holds {sorted(present)} but CURRENT_FILES in gapless/ledger/migrations.py "
+            f"lists {sorted(CURRENT_FILES)}: list every file of schema/current/ there, in order")
+    return [folder / name for name in CURRENT_FILES]
+
+
+def build_from_current(database_url: str) -> None:
+    """Build the newest schema from ``schema/current/`` in an empty database (created when
+    missing), in one transaction, and stamp it with the head revision, so that ``gapless
+    migrate`` then finds nothing to upgrade (it still pins the cluster id: run it next).
+
+    For tests and reading; production databases are made by :func:`migrate`. Raises
+    ConfigurationError when the database already holds tables or functions.
+    """
+    ensure_database(database_url)
+    cfg = alembic_config(database_url)
+    engine = make_sync_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATE_LOCK_KEY})
+            occupied = conn.execute(text(
+                "SELECT EXISTS (SELECT FROM pg_class WHERE relnamespace = 'public'::regnamespace)"
+                " OR EXISTS (SELECT FROM pg_proc WHERE pronamespace = 'public'::regnamespace)"
+            )).scalar_one()
+            if occupied:
+                raise ConfigurationError(
+                    f"database {database_name(database_url)} is not empty: schema/current/ "
+                    "builds a new database only; bring an existing one up with gapless migrate")
+            for path in current_files():
+                run_sql_file(conn, path)
+            cfg.attributes["connection"] = conn
+            command.stamp(cfg, "head")
+    finally:
+        engine.dispose()
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:

@@ -1,6 +1,7 @@
 """Series in the database: define one, read one back, preview its next number.
 
-The number itself is sealed by SQL (``gapless_seal``, called by ``intake_invoice``); see
+The number itself is sealed by SQL: ``gapless_seal`` in ``schema/current/numbering.sql``, called
+by ``intake_invoice`` (``schema/current/intake.sql``) on the worker's path; see
 :mod:`gapless.ledger.counters` for the functions other stacks call.
 """
 

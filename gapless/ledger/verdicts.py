@@ -10,7 +10,7 @@ until the verdict is final — or gives up, still pending, after ``give_up_s``.
 The invoice stays ISSUED whatever GİB says: a refusal after acceptance is an operator's matter
 (a new invoice, or a return), never a resend; the number stays accounted for. Each final verdict
 (and giving up) is an ``invoice_events`` row, written by the trigger ``invoices_history_verdict``
-(schema/sql/0008) in the statement that records it.
+(schema/current/gib.sql) in the statement that records it.
 
 Each operation is one statement in its own transaction (:class:`gapless.ledger.database.Database`);
 none is open while the integrator is asked (I5).

@@ -25,7 +25,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from gapless.ledger.migrations import head_revision
+from gapless.ledger.migrations import CURRENT_FILES, head_revision
 from tests.conftest import database_url, drop_database
 from tests.helpers import ROOT, run_ok
 
@@ -63,6 +63,7 @@ def test_the_wheel_carries_every_module_and_the_migrations(wheel: Path) -> None:
             relative = path.relative_to(ROOT / "schema").as_posix()
             assert f"gapless/_schema/{relative}" in names, relative
     assert not any(name.startswith("schema/") for name in names), "schema/ at the top level"
+    assert "gapless/_schema/current/numbering.sql" in names  # the live schema, with the seal
     for top in ("gapless", "gapless/worker", "gapless/recovery"):
         for path in ROOT.joinpath(top).rglob("*"):  # modules and data (py.typed, code lists)
             if path.is_file() and "__pycache__" not in path.parts:
@@ -101,6 +102,11 @@ def test_the_installed_wheel_migrates_a_fresh_database_from_anywhere(
                 cwd=elsewhere, env=env).stdout.split()
     assert [Path(path).is_relative_to(venv) for path in where] == [True, True], where
     assert Path(where[1]).name == "_schema"
+    # The live schema travels too, every file build_from_current applies.
+    current = run([str(python), "-c", "import gapless.ledger.migrations as m; "
+                   "print(*m.current_files(), sep='\\n')"],
+                  cwd=elsewhere, env=env).stdout.split()
+    assert current == [str(Path(where[1], "current", name)) for name in CURRENT_FILES], current
     # The only top-level import name is gapless: the worker and recovery live inside it.
     run([str(python), "-c", "import gapless.worker.consumer, gapless.recovery.loop"],
         cwd=elsewhere, env=env)

@@ -1,6 +1,7 @@
 """The distribution's layout, checked without building it (tests/acceptance/test_wheel.py builds
 and installs a real wheel): pyproject.toml lists every package of the source tree, the wheel
-carries every file of schema/, and ``gapless migrate`` finds the migrations in the right place.
+carries every file of schema/ (the migrations and current/, the live schema), and ``gapless
+migrate`` finds the migrations in the right place.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def test_every_file_of_schema_is_in_the_wheel() -> None:
              if path.is_file() and SKIPPED.isdisjoint(path.parts) and path.suffix != ".pyc"]
     assert any(path.suffix == ".sql" for path in files)
     assert (ROOT / "schema" / "env.py") in files
+    assert {ROOT / "schema" / "current" / name for name in migrations.CURRENT_FILES} <= set(files)
+    assert ROOT / "schema" / "current" / "README.md" in files
     missing = [str(path.relative_to(ROOT)) for path in files if not shipped(path)]
     assert not missing, f"not in the wheel (see pyproject package-data): {missing}"
 

@@ -1,8 +1,8 @@
 """The commit-ordered event feed: positioning committed events, reading them by ``sequence_id``.
 
 Writers commit events without a position and without a lock. ``gapless_feed_assign()``
-(schema/sql/0005) gives the committed ones their positions afterwards, a batch at a time, under
-``invoice_events_feed``, which only it takes and which is released only after the batch is
+(schema/current/feed.sql) gives the committed ones their positions afterwards, a batch at a time,
+under ``invoice_events_feed``, which only it takes and which is released only after the batch is
 visible. So once a reader sees ``sequence_id`` N, every position below N is visible to it too, and
 ``sequence_id > :cursor`` never skips an event that is positioned later.
 The page statements only read: no locks beyond the snapshot, and they never wait for writers.

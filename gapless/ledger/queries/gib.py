@@ -3,8 +3,8 @@
 Driver-level statements (psycopg parameters), run by :class:`gapless.ledger.database.Database` in
 autocommit:
 each is its own short transaction, and none is open while the integrator is asked (I5). The
-history event of a verdict is written by the trigger ``invoices_history_verdict`` (schema/sql/0008)
-in the statement that records it.
+history event of a verdict is written by the trigger ``invoices_history_verdict``
+(schema/current/gib.sql) in the statement that records it.
 """
 
 #: Claim up to %(batch)s due questions (and as many never asked), skipping rows another process

@@ -30,7 +30,7 @@ UPSERT_DRAFT = """
      WHERE invoice_id = %(invoice_id)s AND NOT EXISTS (SELECT FROM new)
 """
 
-#: Columns of a claim (the composite type ``gapless_claim`` of schema/sql/0004).
+#: Columns of a claim (the composite type ``gapless_claim`` of schema/current/intake.sql).
 _CLAIM_COLUMNS = """kind, created, id, invoice_id, tenant, series, status, number, reserved_no,
            attempts, uuid, reserved_at, profile_version, payload, document_sha256,
            document_media_type, document_format, document"""

@@ -71,8 +71,9 @@ PREVIEW_NUMBER = text("SELECT period_key, next_no, number FROM preview_number(:t
 #: Does PostgreSQL know this time zone name?
 CHECK_TIME_ZONE = text("SELECT count(*) FROM pg_timezone_names WHERE name = :tz")
 
-#: Pin a number on the invoice, just in time (see reserve_number in schema/sql). Locks the invoice
-#: row and, for a fresh reservation, the counter row, until the caller's transaction ends.
+#: Pin a number on the invoice (reserve_number in schema/current/numbering.sql; not the worker's
+#: path, which is intake_invoice). Locks the invoice row and, for a fresh reservation, the counter
+#: row, until the caller's transaction ends.
 RESERVE_NUMBER = text("""
     SELECT invoice_pk, reserved_no, number, period_key, fresh
       FROM reserve_number(:invoice_id, coalesce(CAST(:at AS timestamptz), now()), :lock_timeout_ms)
