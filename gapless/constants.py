@@ -60,7 +60,7 @@ ALLOWED_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
     (before, after) for before, nexts in NEXT_STATUSES.items() for after in nexts)
 
 #: History events of GİB's verdict on an ISSUED document (ISSUED -> ISSUED: the status does not
-#: change; schema/sql/0008): final verdicts, and giving up while still pending.
+#: change; schema/current/gib.sql): final verdicts, and giving up while still pending.
 GIB_EVENT_KINDS = frozenset({"gib_accepted", "gib_refused", "gib_unresolved"})
 
 

@@ -364,7 +364,7 @@ async def test_the_guard_refuses_what_the_checker_calls_forbidden(world: World) 
 
 async def test_gibs_verdicts_on_issued_documents_are_history_not_forbidden_transitions(
         world: World) -> None:
-    # GİB's verdicts after acceptance: ISSUED -> ISSUED events written by schema/sql/0008.
+    # GİB's verdicts after acceptance: ISSUED -> ISSUED events written by schema/current/gib.sql.
     world.sql("UPDATE invoices SET gib_status = 'refused', gib_detail = 'GİB: planted' "
               "WHERE invoice_id = 'acme-1'")
     world.sql("UPDATE invoices SET gib_status = 'accepted' WHERE invoice_id = 'acme-2'")
