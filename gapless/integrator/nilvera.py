@@ -109,15 +109,14 @@ endpoints search and page; a UUID identifies one document). It raises
 (``lookup_uuid``). A reachability probe that must consume nothing (``gapless doctor``, a paused
 worker) asks ``lookup_uuid`` for the nil UUID: None means Nilvera answered.
 
-Client: aiohttp, one session with a pool of ``settings.integrator_max_connections`` keep-alive
-connections, ``settings.integrator_timeout_s`` for connecting and for each read, as
-:mod:`gapless.integrator.http`. Nothing is logged here; error messages carry no tax id, no
-document, no key (digit runs the length of a tax id are masked in Nilvera's own texts).
+Client: :class:`gapless.integrator.transport.IntegratorSession`, as for
+:mod:`gapless.integrator.http`, with no aiohttp error chained (a path can carry a tax id). Nothing
+is logged here; error messages carry no tax id, no document, no key (digit runs the length of a
+tax id are masked in Nilvera's own texts).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -145,6 +144,7 @@ from gapless.integrator.base import (
 from gapless.integrator.base import (
     UNKNOWN as NOT_TOLD,
 )
+from gapless.integrator.transport import IntegratorSession, json_or_none
 
 if TYPE_CHECKING:
     from gapless.settings import Settings
@@ -213,38 +213,14 @@ class NilveraIntegrator:
             raise ConfigurationError("GAPLESS_NILVERA_API_KEY is empty: the Nilvera adapter "
                                      "needs the account's API key")
         self._base = settings.nilvera_url.rstrip("/")
-        self._headers = {"authorization": f"Bearer {settings.nilvera_api_key}",
-                         "accept": "application/json", "user-agent": "gapless"}
-        self._limit = settings.integrator_max_connections
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=settings.integrator_timeout_s,
-                                              sock_connect=settings.integrator_timeout_s,
-                                              sock_read=settings.integrator_timeout_s)
-        self._session: aiohttp.ClientSession | None = None
+        # Nilvera's paths carry tax ids: no aiohttp error is chained to what the adapter raises.
+        self._http = IntegratorSession(
+            self._base, settings, label="Nilvera ", hide_cause=True,
+            headers={"authorization": f"Bearer {settings.nilvera_api_key}",
+                     "accept": "application/json"})
 
     def __repr__(self) -> str:
         return f"NilveraIntegrator({self._base!r})"
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
-                                               keepalive_timeout=30),
-                timeout=self._timeout, headers=self._headers, raise_for_status=False)
-        return self._session
-
-    async def _request(self, method: str, path: str, what: str, *,
-                       params: dict[str, str] | None = None, data: Any = None,
-                       payload: Any = None) -> tuple[int, bytes]:
-        """One exchange: (status, body). Network failures and timeouts become
-        TransientIntegratorError naming only ``what`` and the failure's class (an aiohttp
-        message can carry the URL, and a URL can carry a tax id)."""
-        try:
-            async with self._client().request(method, self._base + path, params=params,
-                                              data=data, json=payload) as response:
-                return response.status, await response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise TransientIntegratorError(
-                f"Nilvera {what}: {type(exc).__name__} (outcome unknown)") from None
 
     # ------------------------------------------------------------------------------- send
 
@@ -267,10 +243,10 @@ class NilveraIntegrator:
             form = aiohttp.FormData()
             form.add_field("file", document.body, filename=f"{document.uuid}.xml",
                            content_type=MEDIA_XML)
-            status, body = await self._request("POST", _SEND[channel], f"send of "
+            status, body = await self._http.request("POST", _SEND[channel], f"send of "
                                                f"{document.number}", params=params, data=form)
             if 200 <= status < 300:
-                return _accepted(document, _json(body))
+                return _accepted(document, json_or_none(body))
             refusal = _refusal(status, body)
             if status == 409 and not refusal.codes & ACCOUNT_REFUSED:
                 raise await self._settle(document, channel)
@@ -287,7 +263,7 @@ class NilveraIntegrator:
         """Register the number's series (its first 3 characters) in the channel. An answer that
         it exists already (409: another worker was first) is as good as a 2xx."""
         prefix = document.number[:3]
-        status, body = await self._request(
+        status, body = await self._http.request(
             "POST", _SERIES[channel], f"series registration of {prefix}",
             payload={"Name": prefix, "IsActive": True, "IsDefault": False})
         if 200 <= status < 300 or status == 409:
@@ -347,9 +323,9 @@ class NilveraIntegrator:
         """(channel, status answer) of the first channel that knows ``uuid``; None if none."""
         for channel in channels:
             path = _STATUS[channel].format(uuid=quote(uuid, safe=""))
-            status, body = await self._request("GET", path, f"status of UUID {uuid}")
+            status, body = await self._http.request("GET", path, f"status of UUID {uuid}")
             if status == 200:
-                answer = _json(body)
+                answer = json_or_none(body)
                 if isinstance(answer, dict):
                     return channel, answer
                 raise TransientIntegratorError(
@@ -366,7 +342,7 @@ class NilveraIntegrator:
     async def recipient(self, tax_id: str) -> Recipient:
         """Whether ``tax_id`` is a registered e-Fatura user and its invoice aliases (in
         Nilvera's order, without repeats; aliases of other document types are left out)."""
-        status, body = await self._request(
+        status, body = await self._http.request(
             "GET", _RECIPIENT.format(tax_id=quote(tax_id, safe="")), "recipient check")
         if status in (401, 403):
             raise _auth(status)
@@ -375,7 +351,7 @@ class NilveraIntegrator:
             if API_NOT_FOUND in refusal.codes or not refusal.nilvera_shaped:
                 raise TransientIntegratorError(_wrong_url(status))
             return Recipient(tax_id, False, ())
-        answer = _json(body)
+        answer = json_or_none(body)
         if status != 200 or not isinstance(answer, list):
             raise TransientIntegratorError(f"Nilvera recipient check: HTTP {status}")
         aliases: dict[str, None] = {}
@@ -389,9 +365,7 @@ class NilveraIntegrator:
         return Recipient(tax_id, bool(aliases), tuple(aliases))
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.aclose()
 
 
 # --------------------------------------------------------------------------- classification
@@ -454,7 +428,7 @@ def _accepted(document: Document, answer: Any) -> Receipt:
 
 def _refusal(status: int, body: bytes) -> _Refusal:
     """Read a non-2xx answer: Nilvera's error codes and a one-line reason without tax ids."""
-    answer = _json(body)
+    answer = json_or_none(body)
     codes: set[int] = set()
     reasons: list[str] = []
     shaped = isinstance(answer, dict) and ("Errors" in answer or "Message" in answer)
@@ -504,13 +478,6 @@ def _wrong_url(status: int) -> str:
 def _order(channel: str) -> tuple[str, ...]:
     """Ask the document's own channel first, then the other one."""
     return (channel, EARSIV if channel == EFATURA else EFATURA)
-
-
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
 
 
 def _text(answer: Any, name: str) -> str | None:
