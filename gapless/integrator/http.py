@@ -1,34 +1,16 @@
 """HTTP adapter for the integrator API of ARCHITECTURE.md (served by `gapless mock-integrator`).
 
-Every answer is classified once, here, into the outcomes the worker and recovery act on:
+Guarantee: every answer is classified once, here, into the outcomes the worker and recovery act
+on: 201 ``Receipt``; 409 ``DuplicateOfMine`` when the holder is this invoice under this number
+and UUID, else ``DuplicateOfAnother`` (an alarm); 422 ``WrongChannel`` (``code:
+wrong_channel``) or ``PermanentRejection``; 401/403 ``IntegratorAuthError``; any other 4xx
+``PermanentRejection``; 5xx, a timeout, a refused or dropped connection
+``TransientIntegratorError`` (outcome unknown: a lookup settles it). The request embeds the
+document's bytes unchanged; the document and the customer's tax id are never logged or put into
+an error message.
 
-=====================================  ======================================================
-answer                                  outcome
-=====================================  ======================================================
-201 ``{ref}``                           ``Receipt``
-409, the holder is this invoice         ``DuplicateOfMine`` (an earlier send of ours arrived)
-409, another invoice, or our UUID       ``DuplicateOfAnother`` (alarm: the number is taken, or
-under another number                    this document was accepted under another number)
-422 ``{reason, code: wrong_channel}``   ``WrongChannel`` (the recipient's registration is not
-                                        what the document assumed: correct the channel)
-422 ``{reason}``                        ``PermanentRejection``
-401, 403                                ``IntegratorAuthError`` (our credentials: stop sending)
-any other 4xx                           ``PermanentRejection`` (the reason names the status)
-5xx, timeout, refused, dropped          ``TransientIntegratorError`` (outcome unknown: the
-                                        document may have been accepted; lookup settles it)
-=====================================  ======================================================
-
-``GET /recipients/{tax_id}`` answers the recipient check (``{tax_id, registered, aliases}``).
-``GET /invoices/{tenant}/by-uuid/{uuid}/status`` answers GİB's verdict on an accepted document
-(``{state: accepted|refused|pending, detail}``; 404: the integrator does not know the UUID).
-
-The request body is ``{tenant, number, invoice_id, uuid, document}`` (and ``alias`` for an
-e-Fatura to a registered user): ``document`` is the UBL-TR
-XML as a JSON string, or the message's JSON object, embedded as the very bytes the invoice
-sends. The document and the customer's tax id are never logged or put into an error message.
-
-Client: :class:`gapless.integrator.transport.IntegratorSession` (pooled keep-alive aiohttp
-connections; no answer at all is a ``TransientIntegratorError`` chained to the aiohttp error).
+The table of answers, the recipient check, GİB's status and the request body:
+docs/mock.md, "The adapter that speaks this API".
 """
 
 from __future__ import annotations
