@@ -268,8 +268,8 @@ class IssuingFlow:
 
     async def _may_route(self, message: InvoiceMessage) -> bool:
         """Whether routing may choose this message's series: it names none, or one of a routed
-        channel. A message naming a series without routing is numbered there as before routing
-        existed, so the issuing path skips the read of the invoice's state (the cached series
+        channel. A message naming a series without routing is numbered in that series as it
+        stands, so the issuing path skips the read of the invoice's state (the cached series
         answers)."""
         if message.series is None:
             return True
