@@ -461,7 +461,7 @@ class IssuingFlow:
     async def _wrong_channel(self, sending: Sending, document: Document, reason: str,
                              bound: BoundLogger) -> Verdict:
         """The integrator refused the document for its channel: REJECTED (marked), then
-        corrected (see :mod:`worker.correction`)."""
+        corrected (see :mod:`gapless.issuing.correction`)."""
         marked = WRONG_CHANNEL_PREFIX + reason
         if not await self._record(lambda: mark_rejected(self.db, sending, marked, document)):
             bound.warning("outcome_superseded", outcome="rejected")

@@ -1,10 +1,9 @@
 """GİB's verdict after acceptance: recovery's questions about ISSUED documents, and the answers.
 
 Driver-level statements (psycopg parameters), run by :class:`gapless.ledger.database.Database` in
-autocommit:
-each is its own short transaction, and none is open while the integrator is asked (I5). The
-history event of a verdict is written by the trigger ``invoices_history_verdict`` (schema/sql/0008)
-in the statement that records it.
+autocommit: each is its own short transaction, and none is open while the integrator is asked
+(I5). The history event of a verdict is written by the trigger ``invoices_history_verdict``
+(schema/sql/0008) in the statement that records it.
 """
 
 #: Claim up to %(batch)s due questions (and as many never asked), skipping rows another process
