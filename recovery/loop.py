@@ -1,39 +1,17 @@
 """The orphan-recovery loop: find invoices whose outcome was never recorded, and settle them.
 
-Each round:
+Guarantees: a round claims orphans (stuck SENDING and due ERROR rows) with ``FOR UPDATE SKIP
+LOCKED`` and a lease committed at once, so no two recovery instances or workers hold the same
+invoice; each is reconciled outside any transaction, asking the integrator first and resending
+the same stored document only if it did not arrive; while the breaker refuses calls nothing is
+claimed, and one orphan probes a recovering integrator before a batch does; an orphan the
+breaker or a stop kept from its call is put back untouched, burning no attempt. After the
+orphans, a bounded batch of GİB questions about ISSUED documents (when the adapter answers
+them). SIGTERM/SIGINT: no new round, unstarted orphans put back, in-flight ones given
+``drain_timeout_s``; one cut off mid-call stays SENDING and the next round anywhere asks first.
 
-1. **Breaker first.** If the guard refuses calls (breaker open, reset timeout not elapsed), the
-   round claims nothing and says so (``recovery_round_skipped``, reason ``breaker_open``): a
-   claim would only move rows around with nothing to do for them. If the breaker is open but
-   ready for a trial, or half-open, the round first settles a single orphan as the probe and
-   goes on only if that closed the breaker — one call, not a batch, hits a recovering integrator.
-2. **Claim** (``claim_orphans``): stuck SENDING rows (lease older than ``stuck_after_s``) and
-   ERROR rows that are due and below ``max_attempts``, with ``FOR UPDATE SKIP LOCKED``, taking
-   the lease in the same statement and committing at once. Several recovery instances and the
-   workers never hold the same invoice: whoever took the lease owns it until it goes stale.
-3. **Reconcile** each claimed invoice outside any transaction
-   (:func:`recovery.reconcile.reconcile`: ask first, then resend), the integrator calls of at
-   most ``concurrency`` of them at a time (a slot is given back before the outcome is written,
-   so slow commits never hold the integrator's slots). An orphan whose call the breaker
-   refused — or that had not started when the breaker opened or a stop was requested — is put
-   back exactly as it was (``release_orphan``), burning no attempt.
-   ISSUED outcomes are group-committed (:mod:`recovery.outcomes`).
-4. **Refill.** While claims come back full (up to ``claims_per_round``), the next batch is
-   claimed as soon as fewer orphans than slots are still waiting, so the integrator's slots never
-   drain between batches. A refill only takes leases older than the round itself: never one of
-   its own orphans still in flight, however small ``stuck_after_s``.
-
-5. **GİB's verdict.** Then, if the adapter answers GİB's status and the round was not skipped,
-   one bounded batch of questions about ISSUED documents (:mod:`recovery.verdicts`: claimed
-   with ``FOR UPDATE SKIP LOCKED``, asked outside any transaction, each answer one statement),
-   with the backoff of ``options.gib`` (:class:`gapless.ledger.verdicts.GibPolicy`; None: not
-   followed).
-
-A round whose last claim (of orphans or of questions) was full is followed at once by the next;
-otherwise the loop waits ``interval_s``. SIGTERM/SIGINT: no new round starts, orphans not yet
-started are put back, in-flight ones get ``drain_timeout_s`` to finish; then the process exits
-0. An orphan cut off mid-call stays SENDING under this process's lease, and the next round
-anywhere asks first.
+The round step by step (breaker, claim, reconcile, refill, GİB's verdict): docs/architecture.md,
+"A recovery round".
 """
 
 from __future__ import annotations

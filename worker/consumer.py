@@ -1,38 +1,15 @@
 """The RabbitMQ consumer: deliveries in, the issuing flow, explicit ack/nack out.
 
-Guarantees and why:
+Guarantees: a delivery is acked only once its outcome has committed, and nacked explicitly
+otherwise (never dead-lettered by a shutdown or a cancellation); a redelivery, after a reconnect
+or on another node, is harmless because the database decides; priorities hold (classic mode:
+``prefetch_count`` equals ``--concurrency``; quorum mode: the ``<prefix>.user`` queue served
+first); no number is taken while the circuit breaker is open or the database is away — the
+consumer is cancelled, deliveries are requeued unconsumed, and a probe that consumes nothing
+resumes it; SIGTERM/SIGINT stop consuming, let in-flight deliveries finish up to the shutdown
+timeout and cancel the rest unacked, never cancelling a commit already sent.
 
-* **Ack after the outcome.** A delivery is acked only once its outcome has committed (or the
-  database said there is nothing to do). Acks and nacks are explicit: ``message.process()`` with
-  its defaults rejects *without requeue* on any exception, ``CancelledError`` included, so a
-  shutdown would dead-letter good invoices.
-* **Redelivery is harmless.** Delivery tags die with their channel; after a reconnect the broker
-  redelivers whatever was unacked, and the database decides (the invoice is found ISSUED, busy,
-  or taken over with the same number).
-* **Priorities work.** Classic mode: ``prefetch_count`` equals ``--concurrency``, so the broker
-  hands out at most that many unacked messages and always picks the highest priority for the
-  next free slot. Quorum mode (no priorities in a quorum queue): user work has its queue
-  ``<prefix>.user``, consumed beside ``<prefix>`` with a prefetch of its own, so a user message
-  is delivered at once however long the batch backlog; at most ``--concurrency`` deliveries are
-  worked on at a time, and a free slot goes to a waiting user delivery first.
-* **Several nodes.** The connection moves to the next node of ``GAPLESS_AMQP_URL`` when its node
-  goes (gapless.amqp.nodes); unacked deliveries are redelivered by the broker, which the database
-  makes harmless. Dead-letter copies go through a publisher of their own, which bounds its wait
-  for a confirm and tries again on a fresh connection.
-* **No numbers during an outage.** Before claiming, the flow asks the circuit breaker; while it
-  is open, deliveries are requeued unconsumed, the consumer is cancelled, and a lookup probe
-  (which consumes no number) tests the integrator once the breaker is ready to half-open. The
-  consumer resumes by itself when the probe is answered.
-* **No requeue loop while the database is away.** A delivery that meets the database gone (a
-  lost connection, a server shutting down or read-only during a failover) is requeued, and the
-  consumer is cancelled until a probe finds the database taking writes again: messages wait in
-  the queue instead of going round (a quorum queue's delivery limit would dead-letter a valid
-  invoice that went round too often).
-* **Graceful stop.** SIGTERM/SIGINT: stop consuming, let in-flight deliveries finish up to the
-  shutdown timeout, cancel the rest (left unacked, so they are redelivered), close, return. A
-  cancelled delivery whose statement is already sent waits for that statement's end first
-  (:func:`gapless.ledger.database.to_completion`): a commit is never cancelled, so the stop waits
-  for one that waits for a synchronous standby.
+Each guarantee and why: docs/architecture.md, "The worker's consumer".
 """
 
 from __future__ import annotations

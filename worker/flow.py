@@ -268,8 +268,8 @@ class IssuingFlow:
 
     async def _may_route(self, message: InvoiceMessage) -> bool:
         """Whether routing may choose this message's series: it names none, or one of a routed
-        channel. A message naming a series without routing is numbered there as before routing
-        existed, so the issuing path skips the read of the invoice's state (the cached series
+        channel. A message naming a series without routing is numbered in that series as it
+        stands, so the issuing path skips the read of the invoice's state (the cached series
         answers)."""
         if message.series is None:
             return True
@@ -461,7 +461,7 @@ class IssuingFlow:
     async def _wrong_channel(self, sending: Sending, document: Document, reason: str,
                              bound: BoundLogger) -> Verdict:
         """The integrator refused the document for its channel: REJECTED (marked), then
-        corrected (see :mod:`worker.correction`)."""
+        corrected (see :mod:`gapless.issuing.correction`)."""
         marked = WRONG_CHANNEL_PREFIX + reason
         if not await self._record(lambda: mark_rejected(self.db, sending, marked, document)):
             bound.warning("outcome_superseded", outcome="rejected")

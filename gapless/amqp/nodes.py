@@ -4,7 +4,7 @@
 process connects to the first node that answers and, when its node goes, to the next one, in
 turn (contract, "Beyond one machine").
 
-* :func:`node_urls` splits the setting (:func:`gapless.amqp.publisher.redact_url` shows it without
+* :func:`node_urls` splits the setting (:func:`gapless.urls.redact_url` shows it without
   any password).
 * :class:`NodesConnection` is aio-pika's robust connection (channels, QoS, queues and consumers
   restored after a reconnect) whose every reconnection attempt takes the next node. The worker

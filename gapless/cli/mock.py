@@ -39,7 +39,8 @@ def mock_integrator(
     from pydantic import ValidationError
 
     from gapless.cli.common import settings_from
-    from gapless.integrator.mock import Faults, run_mock_integrator
+    from gapless.integrator.mock.server import run_mock_integrator
+    from gapless.integrator.mock.state import Faults
 
     if not 0 < port < 65536:
         raise typer.BadParameter(f"--port must be 1..65535, got {port}")

@@ -1,34 +1,16 @@
 """HTTP adapter for the integrator API of ARCHITECTURE.md (served by `gapless mock-integrator`).
 
-Every answer is classified once, here, into the outcomes the worker and recovery act on:
+Guarantee: every answer is classified once, here, into the outcomes the worker and recovery act
+on: 201 ``Receipt``; 409 ``DuplicateOfMine`` when the holder is this invoice under this number
+and UUID, else ``DuplicateOfAnother`` (an alarm); 422 ``WrongChannel`` (``code:
+wrong_channel``) or ``PermanentRejection``; 401/403 ``IntegratorAuthError``; any other 4xx
+``PermanentRejection``; 5xx, a timeout, a refused or dropped connection
+``TransientIntegratorError`` (outcome unknown: a lookup settles it). The request embeds the
+document's bytes unchanged; the document and the customer's tax id are never logged or put into
+an error message.
 
-=====================================  ======================================================
-answer                                  outcome
-=====================================  ======================================================
-201 ``{ref}``                           ``Receipt``
-409, the holder is this invoice         ``DuplicateOfMine`` (an earlier send of ours arrived)
-409, another invoice, or our UUID       ``DuplicateOfAnother`` (alarm: the number is taken, or
-under another number                    this document was accepted under another number)
-422 ``{reason, code: wrong_channel}``   ``WrongChannel`` (the recipient's registration is not
-                                        what the document assumed: correct the channel)
-422 ``{reason}``                        ``PermanentRejection``
-401, 403                                ``IntegratorAuthError`` (our credentials: stop sending)
-any other 4xx                           ``PermanentRejection`` (the reason names the status)
-5xx, timeout, refused, dropped          ``TransientIntegratorError`` (outcome unknown: the
-                                        document may have been accepted; lookup settles it)
-=====================================  ======================================================
-
-``GET /recipients/{tax_id}`` answers the recipient check (``{tax_id, registered, aliases}``).
-``GET /invoices/{tenant}/by-uuid/{uuid}/status`` answers GİB's verdict on an accepted document
-(``{state: accepted|refused|pending, detail}``; 404: the integrator does not know the UUID).
-
-The request body is ``{tenant, number, invoice_id, uuid, document}`` (and ``alias`` for an
-e-Fatura to a registered user): ``document`` is the UBL-TR
-XML as a JSON string, or the message's JSON object, embedded as the very bytes the invoice
-sends. The document and the customer's tax id are never logged or put into an error message.
-
-Client: aiohttp, one session with a pool of ``settings.integrator_max_connections`` keep-alive
-connections (measured against httpx in docs/benchmarks.md: about a fifth of the CPU per call).
+The table of answers, the recipient check, GİB's status and the request body:
+docs/mock.md, "The adapter that speaks this API".
 """
 
 from __future__ import annotations
@@ -36,8 +18,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import aiohttp
 
 from gapless.integrator.base import (
     MEDIA_JSON,
@@ -53,6 +33,7 @@ from gapless.integrator.base import (
     TransientIntegratorError,
     WrongChannel,
 )
+from gapless.integrator.transport import IntegratorSession, json_or_none
 
 if TYPE_CHECKING:
     from gapless.settings import Settings
@@ -86,38 +67,13 @@ class HttpIntegrator:
     """
 
     def __init__(self, settings: Settings) -> None:
-        self._base = settings.integrator_url.rstrip("/")
-        self._limit = settings.integrator_max_connections
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=settings.integrator_timeout_s,
-                                              sock_connect=settings.integrator_timeout_s,
-                                              sock_read=settings.integrator_timeout_s)
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
-                                               keepalive_timeout=30),
-                timeout=self._timeout, headers={"user-agent": "gapless"},
-                raise_for_status=False)
-        return self._session
-
-    async def _request(self, method: str, path: str, body: bytes | None = None
-                       ) -> tuple[int, bytes]:
-        """One HTTP exchange: (status, body). aiohttp and timeout errors propagate."""
-        async with self._client().request(
-                method, self._base + path, data=body,
-                headers=_JSON_HEADERS if body is not None else None) as response:
-            return response.status, await response.read()
+        self._http = IntegratorSession(settings.integrator_url, settings)
 
     async def send(self, document: Document) -> Receipt:
         """POST the document under its number. Raises the classified error on any other outcome."""
-        try:
-            status, body = await self._request("POST", "/invoices", request_body(document))
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise TransientIntegratorError(
-                f"send of {document.number}: {type(exc).__name__} (outcome unknown)") from exc
-        answer = _json(body)
+        status, body = await self._http.request("POST", "/invoices", f"send of {document.number}",
+                                                data=request_body(document), headers=_JSON_HEADERS)
+        answer = json_or_none(body)
         if status == 201:
             ref = _field(answer, "ref")
             if ref is None:
@@ -176,13 +132,10 @@ class HttpIntegrator:
     async def _get_json(self, path: str, what: str) -> tuple[int, Any]:
         """One GET: its status and JSON answer. A network error is transient, and refused
         credentials (401/403) an IntegratorAuthError, whatever was asked."""
-        try:
-            status, body = await self._request("GET", path)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise TransientIntegratorError(f"{what}: {type(exc).__name__}") from exc
+        status, body = await self._http.request("GET", path, what)
         if status in (401, 403):
             raise IntegratorAuthError(f"the integrator refuses our credentials (HTTP {status})")
-        return status, _json(body)
+        return status, json_or_none(body)
 
     async def _get(self, path: str, tenant: str, what: str) -> Receipt | None:
         status, answer = await self._get_json(path, what)
@@ -197,9 +150,7 @@ class HttpIntegrator:
         raise TransientIntegratorError(f"{what}: HTTP {status}")
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.aclose()
 
 
 def _duplicate(document: Document, answer: Any) -> Exception:
@@ -215,13 +166,6 @@ def _duplicate(document: Document, answer: Any) -> Exception:
         return DuplicateOfMine(Receipt(document.tenant, document.number, document.invoice_id,
                                        _field(answer, "ref") or "", uuid))
     return DuplicateOfAnother(document.number, holder, number)
-
-
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
 
 
 def _field(answer: Any, name: str) -> str | None:

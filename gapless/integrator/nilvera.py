@@ -3,121 +3,28 @@
 Configuration: ``GAPLESS_INTEGRATOR_ADAPTER=gapless.integrator.nilvera:NilveraIntegrator``,
 ``GAPLESS_NILVERA_URL`` (default ``https://apitest.nilvera.com``, production
 ``https://api.nilvera.com``) and ``GAPLESS_NILVERA_API_KEY``, sent as ``Authorization: Bearer``.
-The key is never logged, never put in an error message, and never part of ``repr``. The calls
-and answer shapes are the ones Odoo's public ``l10n_tr_nilvera`` / ``l10n_tr_nilvera_einvoice``
-modules use and Nilvera's developer pages document; docs/nilvera.md is the operator's page.
 
-Calls
-=====
+Guarantees:
 
-=================================  ==============================================================
-gapless                            Nilvera
-=================================  ==============================================================
-``send`` e-Fatura                  ``POST /einvoice/Send/Xml?Alias=<recipient's alias>``
-``send`` e-Arşiv                   ``POST /earchive/Send/Xml``
-                                   (both: multipart field ``file``, ``<uuid>.xml``, the UBL-TR
-                                   bytes unchanged, ``application/xml``)
-series registration (3009)         ``POST /einvoice/Series`` | ``POST /earchive/Series``
-                                   ``{"Name": <first 3 characters of the number>,
-                                   "IsActive": true, "IsDefault": false}``
-``recipient``                      ``GET /general/GlobalCompany/Check/TaxNumber/{tax id}``
-``lookup_uuid``, ``status``        ``GET /einvoice/sale/{uuid}/Status``, then
-                                   ``GET /earchive/invoices/{uuid}/Status``
-``lookup`` (by number)             no call: raises ``TransientIntegratorError`` (see below)
-=================================  ==============================================================
+* Every Nilvera answer is classified here, once, into gapless's outcomes; the worker and
+  recovery never see a Nilvera code.
+* A number is accepted once: a 409 is settled by asking Nilvera for the document's UUID, so a
+  resend after a lost response ends in ``DuplicateOfMine``; a UUID held under another number,
+  or not found, is ``DuplicateOfAnother`` (an alarm, never retried).
+* Nothing is rejected for what is not the invoice's fault: no answer, 408, 429, 5xx and a wrong
+  base URL are transient; a refused key or account is ``IntegratorAuthError``.
+* The key is never logged, never in an error message, never in ``repr``; error messages carry
+  no tax id (digit runs of that length are masked in Nilvera's texts) and no document.
+* Nilvera cannot be asked by number: ``lookup`` raises ``TransientIntegratorError`` and
+  ``looks_up_numbers`` is False, so recovery and audit ask by UUID (``lookup_uuid``).
 
-The channel is ``document.channel`` (``efatura`` / ``earsiv``); a document without one (a series
-without routing) goes by its ``cbc:ProfileID``: ``EARSIVFATURA`` is e-Arşiv, any other profile
-e-Fatura. An e-Fatura needs the recipient's alias: one without ``document.alias`` is refused
-(``PermanentRejection``) before any call, rather than sent to an alias chosen at send time — the
-alias is pinned with the number and every resend must send the same, and an alias looked up now
-could differ from the one a lost first send used.
-
-Answers (Nilvera's errors are ``{"Message": ..., "Errors": [{"Code", "Description",
-"Detail"}]}``; every answer is classified here, once)
-===================================================================================================
-
-===========================================  ====================================================
-Nilvera's answer                             gapless outcome
-===========================================  ====================================================
-2xx ``{"UUID", "InvoiceNumber"}``            ``Receipt`` (ref: the answer's ``UUID``, else the
-                                             document's); an ``InvoiceNumber`` that is not the
-                                             document's number: ``DuplicateOfAnother`` with
-                                             ``holder_number`` (the document was numbered
-                                             otherwise — an alarm, never retried)
-409 "already exists" (1001 UUID, 1004        settled by asking the document's UUID (Status, both
-document, 1005 number, 1015 record; any      channels): found, ours → ``DuplicateOfMine``; found
-409 but 1000)                                under another ``InvoiceNumber`` →
-                                             ``DuplicateOfAnother(holder_number=…)``; not found →
-                                             ``DuplicateOfAnother(number, UNKNOWN)``
-any 4xx with 3009 (unknown series)           register the series, resend once; a second 3009 or
-                                             a refused registration → ``PermanentRejection``
-2025, 2053 (recipient is / became an         ``WrongChannel`` (refresh the recipient, correct
-e-Fatura user), 2054 (recipient is not       the channel or alias)
-one), 2052 (alias not in use), 3000
-(recipient's alias not found)
-401, 403                                     ``IntegratorAuthError`` ("the API key is refused")
-1000 (issuer's tax id is not the account's   ``IntegratorAuthError``: the account cannot send
-company), 2051 (sender is not an e-Fatura    these (configuration or credits, not the invoice):
-user), 2000, 2075, 2078 (credits exhausted)  stop sending until an operator acts
-404 with 3030 (API not found), or a 404      ``TransientIntegratorError`` naming
-that is not Nilvera's error shape            ``GAPLESS_NILVERA_URL`` (a wrong base URL must not
-                                             reject invoices)
-408, 429, 5xx, timeout, refused, dropped     ``TransientIntegratorError`` (outcome unknown: a
-                                             resend is settled by UUID, above)
-any other 4xx                                ``PermanentRejection``: ``Nilvera <code>:
-                                             <description>`` per error, one line
-===========================================  ====================================================
-
-Recipient check: a 200 list of ``{Name, DocumentType, TaxNumber, Title, Type, …}``. Only entries
-whose ``DocumentType`` is ``Invoice`` are e-Fatura aliases (the list also names despatch advice
-and other document types' aliases); registered means at least one. An empty list, or a 404
-(ASSUMPTION, below), means not registered. 401/403: ``IntegratorAuthError``; anything else:
-``TransientIntegratorError`` (nothing may be sealed on a guess).
-
-GİB status (``status(tenant, uuid)``, the optional method of gapless's interface, answering
-``gapless.integrator.base.GibStatus``): Nilvera's status word (e-Fatura
-``InvoiceStatus.Code``, e-Arşiv ``StatusCode``) becomes gapless's own: ``succeed`` →
-``accepted`` (final), ``error`` → ``refused`` (final), ``waiting`` / ``unknown`` / anything
-else → ``pending`` (ask again). ``gapless recovery`` follows it for every ISSUED document.
-
-Assumptions (where Nilvera does not document its behaviour)
-===========================================================
-
-* A 404 on ``…/{uuid}/Status`` means Nilvera has no document with that UUID in that channel;
-  a document Nilvera accepted answers its status at once (no delay between a 200 to the send
-  and a 200 to the status). A lost response is settled on this.
-* Status answers do not carry the invoice number (Nilvera's schema has none) nor gapless's
-  invoice_id (Nilvera never sees it). ``lookup_uuid`` therefore answers a ``Receipt`` whose
-  ``invoice_id`` is ``UNKNOWN`` and whose ``number`` is the answer's ``InvoiceNumber`` when
-  Nilvera gives one, else ``UNKNOWN``. A caller asks by the UUID it pinned, and that UUID
-  identifies its invoice and number: gapless sends one UUID under one number only, and Nilvera
-  keeps one document per UUID (1001). Only a different ``InvoiceNumber`` is evidence of another
-  number.
-* A found UUID counts as accepted whatever its GİB status: the number is used at Nilvera even
-  when GİB later refuses the document (``status`` tells that apart).
-* ``GET …/Check/TaxNumber/{vkn}`` answering 404 in Nilvera's error shape means "not
-  registered", as an empty list does (Odoo treats only the empty list so). A 404 with code 3030
-  (API not found), or one that is not Nilvera's error shape, is a wrong base URL, not an
-  answer: ``TransientIntegratorError``.
-* Nilvera reads the number, UUID and profile from the XML; the ``Alias`` query parameter is the
-  only other input. The series registration body is Odoo's.
-
-``lookup(tenant, number)``: Nilvera has no lookup by number that gapless uses (its list
-endpoints search and page; a UUID identifies one document). It raises
-``TransientIntegratorError`` saying so: recovery and audit ask Nilvera by UUID
-(``lookup_uuid``). A reachability probe that must consume nothing (``gapless doctor``, a paused
-worker) asks ``lookup_uuid`` for the nil UUID: None means Nilvera answered.
-
-Client: aiohttp, one session with a pool of ``settings.integrator_max_connections`` keep-alive
-connections, ``settings.integrator_timeout_s`` for connecting and for each read, as
-:mod:`gapless.integrator.http`. Nothing is logged here; error messages carry no tax id, no
-document, no key (digit runs the length of a tax id are masked in Nilvera's own texts).
+The calls, the table of answers and outcomes, and what is assumed where Nilvera does not
+document its behaviour: docs/nilvera.md ("Calls", "What each Nilvera answer becomes in gapless",
+"What was assumed where Nilvera does not document its behaviour").
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -145,6 +52,7 @@ from gapless.integrator.base import (
 from gapless.integrator.base import (
     UNKNOWN as NOT_TOLD,
 )
+from gapless.integrator.transport import IntegratorSession, json_or_none
 
 if TYPE_CHECKING:
     from gapless.settings import Settings
@@ -162,7 +70,7 @@ _STATUS: Final = {EFATURA: "/einvoice/sale/{uuid}/Status",
                   EARSIV: "/earchive/invoices/{uuid}/Status"}
 _RECIPIENT: Final = "/general/GlobalCompany/Check/TaxNumber/{tax_id}"
 
-#: Nilvera's error codes that gapless acts on (the table in the module docstring). A 409 needs
+#: Nilvera's error codes that gapless acts on (docs/nilvera.md, the answers). A 409 needs
 #: no list: every 409 ("already in the system": 1001 UUID, 1004, 1005 number, 1015) is settled
 #: by UUID, unless it names an account-level refusal.
 UNKNOWN_SERIES: Final = 3009
@@ -213,44 +121,20 @@ class NilveraIntegrator:
             raise ConfigurationError("GAPLESS_NILVERA_API_KEY is empty: the Nilvera adapter "
                                      "needs the account's API key")
         self._base = settings.nilvera_url.rstrip("/")
-        self._headers = {"authorization": f"Bearer {settings.nilvera_api_key}",
-                         "accept": "application/json", "user-agent": "gapless"}
-        self._limit = settings.integrator_max_connections
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=settings.integrator_timeout_s,
-                                              sock_connect=settings.integrator_timeout_s,
-                                              sock_read=settings.integrator_timeout_s)
-        self._session: aiohttp.ClientSession | None = None
+        # Nilvera's paths carry tax ids: no aiohttp error is chained to what the adapter raises.
+        self._http = IntegratorSession(
+            self._base, settings, label="Nilvera ", hide_cause=True,
+            headers={"authorization": f"Bearer {settings.nilvera_api_key}",
+                     "accept": "application/json"})
 
     def __repr__(self) -> str:
         return f"NilveraIntegrator({self._base!r})"
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
-                                               keepalive_timeout=30),
-                timeout=self._timeout, headers=self._headers, raise_for_status=False)
-        return self._session
-
-    async def _request(self, method: str, path: str, what: str, *,
-                       params: dict[str, str] | None = None, data: Any = None,
-                       payload: Any = None) -> tuple[int, bytes]:
-        """One exchange: (status, body). Network failures and timeouts become
-        TransientIntegratorError naming only ``what`` and the failure's class (an aiohttp
-        message can carry the URL, and a URL can carry a tax id)."""
-        try:
-            async with self._client().request(method, self._base + path, params=params,
-                                              data=data, json=payload) as response:
-                return response.status, await response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise TransientIntegratorError(
-                f"Nilvera {what}: {type(exc).__name__} (outcome unknown)") from None
 
     # ------------------------------------------------------------------------------- send
 
     async def send(self, document: Document) -> Receipt:
         """Send the document's bytes to its channel. Returns the receipt of an accepted
-        document; raises the classified outcome otherwise (the module's table).
+        document; raises the classified outcome otherwise (docs/nilvera.md, the answers).
 
         An unknown series (3009) is registered and the document resent once, in this call. A
         409 is settled by asking the UUID's status, so a resend after a lost response ends in
@@ -267,10 +151,10 @@ class NilveraIntegrator:
             form = aiohttp.FormData()
             form.add_field("file", document.body, filename=f"{document.uuid}.xml",
                            content_type=MEDIA_XML)
-            status, body = await self._request("POST", _SEND[channel], f"send of "
+            status, body = await self._http.request("POST", _SEND[channel], f"send of "
                                                f"{document.number}", params=params, data=form)
             if 200 <= status < 300:
-                return _accepted(document, _json(body))
+                return _accepted(document, json_or_none(body))
             refusal = _refusal(status, body)
             if status == 409 and not refusal.codes & ACCOUNT_REFUSED:
                 raise await self._settle(document, channel)
@@ -287,7 +171,7 @@ class NilveraIntegrator:
         """Register the number's series (its first 3 characters) in the channel. An answer that
         it exists already (409: another worker was first) is as good as a 2xx."""
         prefix = document.number[:3]
-        status, body = await self._request(
+        status, body = await self._http.request(
             "POST", _SERIES[channel], f"series registration of {prefix}",
             payload={"Name": prefix, "IsActive": True, "IsDefault": False})
         if 200 <= status < 300 or status == 409:
@@ -324,7 +208,7 @@ class NilveraIntegrator:
         """The receipt of the document Nilvera holds under ``uuid`` (e-Fatura, then e-Arşiv),
         whatever its GİB status; None when neither channel knows it (404 on both). ``ref`` and
         ``uuid`` are the UUID; ``invoice_id`` is ``UNKNOWN``; ``number`` is the answer's
-        ``InvoiceNumber`` when it has one, else ``UNKNOWN`` (module docstring, assumptions)."""
+        ``InvoiceNumber`` when it has one, else ``UNKNOWN`` (docs/nilvera.md, assumptions)."""
         found = await self._find(uuid, (EFATURA, EARSIV))
         if found is None:
             return None
@@ -347,9 +231,9 @@ class NilveraIntegrator:
         """(channel, status answer) of the first channel that knows ``uuid``; None if none."""
         for channel in channels:
             path = _STATUS[channel].format(uuid=quote(uuid, safe=""))
-            status, body = await self._request("GET", path, f"status of UUID {uuid}")
+            status, body = await self._http.request("GET", path, f"status of UUID {uuid}")
             if status == 200:
-                answer = _json(body)
+                answer = json_or_none(body)
                 if isinstance(answer, dict):
                     return channel, answer
                 raise TransientIntegratorError(
@@ -366,7 +250,7 @@ class NilveraIntegrator:
     async def recipient(self, tax_id: str) -> Recipient:
         """Whether ``tax_id`` is a registered e-Fatura user and its invoice aliases (in
         Nilvera's order, without repeats; aliases of other document types are left out)."""
-        status, body = await self._request(
+        status, body = await self._http.request(
             "GET", _RECIPIENT.format(tax_id=quote(tax_id, safe="")), "recipient check")
         if status in (401, 403):
             raise _auth(status)
@@ -375,7 +259,7 @@ class NilveraIntegrator:
             if API_NOT_FOUND in refusal.codes or not refusal.nilvera_shaped:
                 raise TransientIntegratorError(_wrong_url(status))
             return Recipient(tax_id, False, ())
-        answer = _json(body)
+        answer = json_or_none(body)
         if status != 200 or not isinstance(answer, list):
             raise TransientIntegratorError(f"Nilvera recipient check: HTTP {status}")
         aliases: dict[str, None] = {}
@@ -389,9 +273,7 @@ class NilveraIntegrator:
         return Recipient(tax_id, bool(aliases), tuple(aliases))
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.aclose()
 
 
 # --------------------------------------------------------------------------- classification
@@ -454,7 +336,7 @@ def _accepted(document: Document, answer: Any) -> Receipt:
 
 def _refusal(status: int, body: bytes) -> _Refusal:
     """Read a non-2xx answer: Nilvera's error codes and a one-line reason without tax ids."""
-    answer = _json(body)
+    answer = json_or_none(body)
     codes: set[int] = set()
     reasons: list[str] = []
     shaped = isinstance(answer, dict) and ("Errors" in answer or "Message" in answer)
@@ -504,13 +386,6 @@ def _wrong_url(status: int) -> str:
 def _order(channel: str) -> tuple[str, ...]:
     """Ask the document's own channel first, then the other one."""
     return (channel, EARSIV if channel == EFATURA else EFATURA)
-
-
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
 
 
 def _text(answer: Any, name: str) -> str | None:

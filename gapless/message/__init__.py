@@ -11,26 +11,9 @@ ends agree on what is valid. The parser's guarantee: whatever the bytes, it retu
 reason it gives is one short line, safe to put in a dead-letter header (it names the field path
 and the problem, never a tax id nor the payload).
 
-Optional fields (a UBL-TR document needs them; a message for a tenant without an issuer profile
-may omit them): ``customer.tax_office``, ``customer.address``, ``customer.person``,
-``lines[].unit_code``, ``profile``, ``type``, ``note``, ``exchange_rate`` and the document
-kinds' fields (``lines[].vat_exemption_code``, ``withholding_code``, ``discount``, ``gtip``…,
-``billing_reference``, ``export``, ``payment``, ``earsiv``). Whether a message
-has what its tenant's document needs is decided later, against the tenant's issuer profile
-(:func:`gapless.documents.check_ubl_inputs`); here only their shapes are checked. A field the
-producer did not send is not added to the payload.
-
-Rules beyond the plain types, and why:
-
-* **Money and quantities are decimal strings** (``"10.00"``), never JSON numbers: a float cannot
-  carry ``0.10`` exactly, and the integrator receives the producer's digits as given. Plain
-  notation only (no exponent, NaN or Infinity), bounded digits before and after the point.
-* **Unknown top-level fields are kept** (producers of other document kinds add their own) and
-  travel in the payload; unknown fields inside ``customer`` or a line are refused, so a typo
-  there is a clear error rather than a silently dropped value.
-* **Sizes are bounded**: the body (:data:`MAX_BODY_BYTES`, checked before JSON parsing), lines
-  (1..1000), every text field, nesting depth and the number of extra fields. Text must be
-  storable in PostgreSQL ``jsonb``: no NUL characters and no lone surrogates anywhere.
+Which fields are optional, and the rules beyond the plain types (decimal strings for money,
+unknown fields kept at the top level and refused inside, bounded sizes, text storable in
+``jsonb``), with the reasons: docs/message.md.
 """
 
 from gapless.message.fields import (

@@ -19,7 +19,7 @@ from gapless.integrator.base import (
     load_integrator,
 )
 from gapless.integrator.http import HttpIntegrator
-from gapless.integrator.mock import REJECT_REASONS
+from gapless.integrator.mock.state import REJECT_REASONS
 from gapless.settings import Settings
 from tests.helpers import await_until, free_port, json_document
 from tests.mock_client import MockIntegratorClient

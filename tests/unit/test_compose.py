@@ -47,9 +47,6 @@ HA_SERVICES = HA_RABBITMQ | HA_POSTGRES | HA_GAPLESS
 #: Variables read outside Settings, and by whom.
 #: GAPLESS_SCHEMA_DIR: gapless.ledger.migrations.schema_dir() (an override).
 NON_SETTINGS_VARIABLES = {"GAPLESS_SCHEMA_DIR"}
-#: Variables the ha profile sets whose settings come with gapless's support of replicated servers
-#: (issue 22, built beside this profile): accepted while Settings lacks them, checked as
-#: settings (and their values validated) once it has them.
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 SHELLS = {"sh", "/bin/sh", "bash", "/bin/bash"}
 

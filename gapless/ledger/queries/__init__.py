@@ -1,6 +1,21 @@
 """Every SQL statement gapless runs, named, with what it guarantees.
 
-One module per role: ``config`` (cluster id, session setup), ``numbering`` (series, counters, the
-reservation), ``invoices`` (the issuing lifecycle). Statements are ``sqlalchemy.text`` with bound
-parameters only.
+One module per role:
+
+- ``config``: the cluster id, whether the server takes writes, what ``gapless doctor`` reads
+  about replication;
+- ``numbering``: series, counters and the reservation;
+- ``invoices``: the issuing lifecycle (intake, claim, outcome, recovery's claims, operator
+  actions);
+- ``routing``: the cached recipient answers and a tenant's default series;
+- ``gib``: GİB's verdict after acceptance (recovery's questions and their answers);
+- ``tenants``: issuer profiles;
+- ``feed``: positioning committed events and reading them in order;
+- ``api``: the HTTP API's statements that are not domain operations;
+- ``status``: what ``gapless status`` and ``gapless demo`` count;
+- ``audit``: the set-based checks of I1–I3 and I7;
+- ``chain``: what ``gapless chain verify`` reads.
+
+Statements are plain SQL strings with psycopg parameters or ``sqlalchemy.text`` with bound
+parameters, never text built from data.
 """

@@ -1,9 +1,8 @@
 """GİB's verdict after acceptance: recovery's questions about ISSUED documents, and the answers.
 
 Driver-level statements (psycopg parameters), run by :class:`gapless.ledger.database.Database` in
-autocommit:
-each is its own short transaction, and none is open while the integrator is asked (I5). The
-history event of a verdict is written by the trigger ``invoices_history_verdict``
+autocommit: each is its own short transaction, and none is open while the integrator is asked
+(I5). The history event of a verdict is written by the trigger ``invoices_history_verdict``
 (schema/current/gib.sql) in the statement that records it.
 """
 

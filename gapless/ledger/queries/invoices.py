@@ -3,9 +3,8 @@
 Every state change fires the history trigger (an ``invoice_events`` row). The statements of the
 issuing path are plain SQL strings with psycopg parameters (``%(name)s``), run one statement per
 transaction in autocommit mode by :class:`gapless.ledger.database.Database`; the reads of one
-invoice for the
-API and the CLI (``GET_INVOICE``, ``INVOICE_EVENTS``, ``STORED_DOCUMENT``) are SQLAlchemy
-``text()``.
+invoice for the API and the CLI (``GET_INVOICE``, ``INVOICE_EVENTS``, ``STORED_DOCUMENT``) are
+SQLAlchemy ``text()``.
 
 Recording an outcome also stores the document that was sent, the first time (``_DOCUMENT``):
 an ``invoice_documents`` row, and ``invoices.document_sha256`` naming it — in the same statement,

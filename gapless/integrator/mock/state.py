@@ -1,0 +1,357 @@
+"""The mock integrator's state: its ledger of accepted documents, the recipients it knows, GİB's
+verdicts, the faults in force and their seeded random streams. Plain Python: no HTTP here
+(:mod:`gapless.integrator.mock.app` serves it).
+
+The ledger is keyed by (tenant, number) and kept in acceptance order for the life of the process.
+:meth:`MockState.accept` is synchronous: a caller that checks a number free and accepts it without
+an ``await`` in between is atomic with respect to every other request of the event loop. What the
+mock checks in a document and how it refuses: docs/mock.md.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from lxml import etree
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gapless.constants import EARSIV_PROFILE
+
+#: Customers with this tax id are always rejected (422), whatever the fault settings.
+REJECTED_TAX_ID = "0000000000"
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+UUID_RE = re.compile(UUID_PATTERN)
+UBL_INVOICE = "{urn:oasis:names:specification:ubl:schema:xsd:Invoice-2}Invoice"
+_UBL_NS = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
+           "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
+_XML_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
+LostResponseMode = Literal["500", "drop", "timeout", "mixed"]
+LOST_MODES: tuple[Literal["500", "drop", "timeout"], ...] = ("500", "drop", "timeout")
+#: Business reasons a random rejection picks from (never the tax id itself).
+REJECT_REASONS = (
+    "invalid tax id",
+    "customer not registered for e-invoice",
+    "line total does not match",
+    "issue date outside the allowed window",
+)
+
+
+class Faults(BaseModel):
+    """The failure behaviour in force. Every rate is a probability per integrator call."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    latency_ms: tuple[float, float] = (0.0, 0.0)
+    transient_rate: float = Field(0.0, ge=0.0, le=1.0)
+    reject_rate: float = Field(0.0, ge=0.0, le=1.0)
+    lost_response_rate: float = Field(0.0, ge=0.0, le=1.0)
+    lost_response_mode: LostResponseMode = "500"
+    #: How long a "timeout" lost response withholds its answer (the client should give up first).
+    lost_response_delay_s: float = Field(60.0, ge=0.0)
+    down: bool = False
+    #: Refuse our credentials: 401 to every non-admin call (a configuration error at the
+    #: integrator, e.g. a revoked API key).
+    unauthorized: bool = False
+
+    @field_validator("latency_ms")
+    @classmethod
+    def _latency_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if low < 0 or high < low:
+            raise ValueError("latency_ms must be [min, max] with 0 <= min <= max")
+        return value
+
+
+class FaultsPatch(BaseModel):
+    """``PUT /admin/faults``: any subset of the fault fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    latency_ms: tuple[float, float] | None = None
+    transient_rate: float | None = None
+    reject_rate: float | None = None
+    lost_response_rate: float | None = None
+    lost_response_mode: LostResponseMode | None = None
+    lost_response_delay_s: float | None = None
+    down: bool | None = None
+    unauthorized: bool | None = None
+
+    @model_validator(mode="after")
+    def _no_nulls(self) -> FaultsPatch:
+        given = self.model_dump(exclude_unset=True)
+        if any(value is None for value in given.values()):
+            raise ValueError("fault fields cannot be null")
+        return self
+
+
+GibStateName = Literal["accepted", "refused", "pending"]
+#: The key of ``PUT /admin/gib-status`` that sets the verdict of every document without its own.
+GIB_DEFAULT_KEY = "*"
+GIB_DETAILS: dict[str, str] = {"accepted": "accepted by GİB (mock)",
+                               "refused": "refused by GİB (mock)",
+                               "pending": "waiting for GİB (mock)"}
+
+
+class GibVerdict(BaseModel):
+    """GİB's verdict on an accepted document, as the mock will answer it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: GibStateName
+    detail: str | None = Field(None, max_length=300)
+
+    def as_json(self) -> dict[str, str]:
+        return {"state": self.state, "detail": self.detail or GIB_DETAILS[self.state]}
+
+
+class Submission(BaseModel):
+    """``POST /invoices``: ``document`` is UBL-TR XML (a string) or the message's JSON."""
+
+    tenant: str = Field(min_length=1)
+    number: str = Field(min_length=1)
+    invoice_id: str = Field(min_length=1)
+    uuid: str | None = Field(None, pattern=UUID_PATTERN)
+    document: dict[str, Any] | str = Field(default_factory=dict)
+    alias: str | None = Field(None, min_length=1, max_length=256)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    tenant: str
+    number: str
+    invoice_id: str
+    uuid: str | None
+    ref: str
+    accepted_at: str
+    #: The document exactly as accepted (XML text, or the JSON object).
+    document: dict[str, Any] | str
+    alias: str | None = None
+
+    def as_json(self) -> dict[str, str | None]:
+        return {"tenant": self.tenant, "number": self.number, "invoice_id": self.invoice_id,
+                "uuid": self.uuid, "ref": self.ref, "accepted_at": self.accepted_at,
+                "alias": self.alias}
+
+
+@dataclass
+class LatencyStats:
+    """Summary of the latencies drawn so far (what the mock meant to wait, in ms)."""
+
+    count: int = 0
+    low: float = 0.0
+    high: float = 0.0
+    total: float = 0.0
+
+    def add(self, latency_ms: float) -> None:
+        self.low = latency_ms if self.count == 0 else min(self.low, latency_ms)
+        self.high = max(self.high, latency_ms)
+        self.total += latency_ms
+        self.count += 1
+
+    def as_json(self) -> dict[str, float | int | None]:
+        if self.count == 0:
+            return {"count": 0, "min": None, "max": None, "mean": None}
+        return {"count": self.count, "min": self.low, "max": self.high,
+                "mean": self.total / self.count}
+
+
+@dataclass(frozen=True)
+class Draws:
+    """One request's fate, drawn before it is handled."""
+
+    latency_s: float
+    transient: bool
+    reject: bool
+    lost: bool
+
+
+class MockState:
+    """Ledger, faults, statistics and the seeded random streams of one mock integrator."""
+
+    def __init__(self, faults: Faults | None = None, seed: int | None = None) -> None:
+        self.faults = faults or Faults()
+        self.seed = seed
+        self.ledger: dict[tuple[str, str], LedgerEntry] = {}  # insertion order = acceptance order
+        self.uuids: dict[tuple[str, str], LedgerEntry] = {}  # (tenant, lower-case uuid)
+        #: Registered e-Fatura users and their aliases, and the tax ids unregistered by name
+        #: (configuration: kept by reset()).
+        self.recipients: dict[str, tuple[str, ...]] = {}
+        self.unregistered: set[str] = set()
+        #: GİB's verdict per lower-case UUID, and for every other document (configuration).
+        self.gib_verdicts: dict[str, GibVerdict] = {}
+        self.gib_default = GibVerdict(state="accepted")
+        self.stats: Counter[str] = Counter()
+        self.posts_per_number: Counter[str] = Counter()
+        self.latency = LatencyStats()
+        self._refs = 0
+        self._reseed()
+
+    def _reseed(self) -> None:
+        # One stream per fault kind: changing one rate never shifts the draws of another.
+        base = str(self.seed) if self.seed is not None else str(random.SystemRandom().random())
+        self._rng_latency = random.Random(f"{base}:latency")
+        self._rng_transient = random.Random(f"{base}:transient")
+        self._rng_reject = random.Random(f"{base}:reject")
+        self._rng_lost = random.Random(f"{base}:lost")
+        self._rng_choice = random.Random(f"{base}:choice")
+
+    def reset(self) -> None:
+        """Forget the ledger and the statistics; re-seed the random streams. Faults stay."""
+        self.ledger.clear()
+        self.uuids.clear()
+        self.stats.clear()
+        self.posts_per_number.clear()
+        self.latency = LatencyStats()
+        self._refs = 0
+        self._reseed()
+
+    def draw(self) -> Draws:
+        """Draw every fault of one integrator call, each from its own stream, in a fixed order."""
+        faults = self.faults
+        low, high = faults.latency_ms
+        latency_s = 0.0
+        if high > 0:
+            latency_ms = self._rng_latency.uniform(low, high)
+            latency_s = latency_ms / 1000.0
+            self.latency.add(latency_ms)
+        return Draws(
+            latency_s=latency_s,
+            transient=self._rng_transient.random() < faults.transient_rate,
+            reject=self._rng_reject.random() < faults.reject_rate,
+            lost=self._rng_lost.random() < faults.lost_response_rate,
+        )
+
+    def lost_mode(self) -> Literal["500", "drop", "timeout"]:
+        mode = self.faults.lost_response_mode
+        return self._rng_choice.choice(LOST_MODES) if mode == "mixed" else mode
+
+    def reject_reason(self) -> str:
+        return self._rng_choice.choice(REJECT_REASONS)
+
+    def holder(self, tenant: str, number: str) -> LedgerEntry | None:
+        return self.ledger.get((tenant, number))
+
+    def uuid_holder(self, tenant: str, uuid: str | None) -> LedgerEntry | None:
+        return None if uuid is None else self.uuids.get((tenant, uuid.lower()))
+
+    def register(self, registered: dict[str, list[str]]) -> None:
+        """Register e-Fatura users with their aliases (replacing those a tax id had); an empty
+        list unregisters the tax id by name."""
+        for tax_id, aliases in registered.items():
+            if aliases:
+                self.recipients[tax_id] = tuple(dict.fromkeys(aliases))
+                self.unregistered.discard(tax_id)
+            else:
+                self.recipients.pop(tax_id, None)
+                self.unregistered.add(tax_id)
+
+    def set_verdicts(self, verdicts: dict[str, GibVerdict]) -> None:
+        """Set GİB's verdict per UUID, and with the key ``GIB_DEFAULT_KEY`` the verdict of every
+        document without one of its own. The caller has checked that every other key is a UUID
+        (``UUID_RE``)."""
+        for key, verdict in verdicts.items():
+            if key == GIB_DEFAULT_KEY:
+                self.gib_default = verdict
+            else:
+                self.gib_verdicts[key.lower()] = verdict
+
+    def verdict(self, uuid: str) -> GibVerdict:
+        """GİB's verdict on the document with ``uuid``: its own, else the default."""
+        return self.gib_verdicts.get(uuid.lower(), self.gib_default)
+
+    def accept(self, submission: Submission) -> LedgerEntry:
+        """Record ``submission`` under a new ref. The caller has just seen the number (and the
+        UUID) free.
+
+        Synchronous on purpose: the caller checks ``holder`` and calls this without an ``await``
+        in between, so no other request can take the number in the meantime.
+        """
+        key = (submission.tenant, submission.number)
+        if key in self.ledger:
+            raise RuntimeError("accept() called for a number already in the ledger")
+        self._refs += 1
+        entry = LedgerEntry(submission.tenant, submission.number, submission.invoice_id,
+                            submission.uuid, f"MI-{self._refs:08d}",
+                            datetime.now(UTC).isoformat(), submission.document,
+                            submission.alias)
+        self.ledger[key] = entry
+        if submission.uuid is not None:
+            self.uuids[(submission.tenant, submission.uuid.lower())] = entry
+        return entry
+
+    def stats_json(self) -> dict[str, Any]:
+        counts = {name: self.stats.get(name, 0) for name in STAT_NAMES}
+        return {
+            **counts,
+            "lost_response_modes": {mode: self.stats.get(f"lost_response_{mode}", 0)
+                                    for mode in LOST_MODES},
+            "latency_ms": self.latency.as_json(),
+            "ledger_size": len(self.ledger),
+            "posts_per_number": dict(self.posts_per_number),
+            "max_posts_per_number": max(self.posts_per_number.values(), default=0),
+        }
+
+
+#: Outcome counters of ``GET /admin/stats`` (every key is always present).
+STAT_NAMES = ("posts", "accepted", "duplicate", "duplicate_uuid", "rejected",
+              "rejected_tax_id", "rejected_document", "rejected_channel", "transient",
+              "lost_response", "down", "unauthorized", "lookups", "lookups_found",
+              "lookups_missing",
+              "recipient_checks", "gib_status_checks")
+
+
+@dataclass(frozen=True)
+class Examined:
+    """What the mock reads of a document: the customer's tax id (and a UBL-TR document's
+    profile), or why it refuses it."""
+
+    tax_id: object = None
+    problem: str | None = None
+    profile: str | None = None
+
+
+def examine(submission: Submission) -> Examined:
+    """Read the customer's tax id; for a UBL-TR document also check that it is a UBL Invoice
+    whose ID and UUID are the submitted number and UUID (``problem`` says what is wrong)."""
+    document = submission.document
+    if isinstance(document, dict):
+        customer = document.get("customer")
+        return Examined(customer.get("tax_id") if isinstance(customer, dict) else None)
+    try:
+        root = etree.fromstring(document.encode(), _XML_PARSER)
+    except etree.XMLSyntaxError:
+        return Examined(problem="document is not well-formed XML")
+    if root.tag != UBL_INVOICE:
+        return Examined(problem="document is not a UBL-TR Invoice")
+    number = root.findtext("cbc:ID", namespaces=_UBL_NS)
+    uuid = root.findtext("cbc:UUID", namespaces=_UBL_NS)
+    if number != submission.number:
+        return Examined(problem="cbc:ID of the document differs from the submitted number")
+    if submission.uuid is None or (uuid or "").lower() != submission.uuid.lower():
+        return Examined(problem="cbc:UUID of the document differs from the submitted uuid")
+    tax_id = root.findtext("cac:AccountingCustomerParty/cac:Party/cac:PartyIdentification/"
+                           "cbc:ID", namespaces=_UBL_NS)
+    return Examined(tax_id, profile=root.findtext("cbc:ProfileID", namespaces=_UBL_NS))
+
+
+def channel_problem(state: MockState, submission: Submission, examined: Examined) -> str | None:
+    """Why a UBL-TR document goes through the wrong channel for its recipient (None: it does
+    not): the rules are in docs/mock.md, "Recipients"."""
+    if examined.profile is None or not isinstance(examined.tax_id, str):
+        return None
+    aliases = state.recipients.get(examined.tax_id)
+    if examined.profile == EARSIV_PROFILE:
+        return "recipient is an e-Fatura user" if aliases is not None else None
+    if aliases is None and (submission.alias is not None
+                            or examined.tax_id in state.unregistered):
+        return "recipient is not an e-Fatura user"
+    if submission.alias is None or aliases is None:
+        return None
+    if submission.alias not in aliases:
+        return "alias is not one of the recipient's aliases"
+    return None
