@@ -7,6 +7,9 @@ Each round:
    claim would only move rows around with nothing to do for them. If the breaker is open but
    ready for a trial, or half-open, the round first settles a single orphan as the probe and
    goes on only if that closed the breaker — one call, not a batch, hits a recovering integrator.
+   Likewise after the integrator refused our credentials (:mod:`gapless.issuing.outcome`): the
+   round that met it put its orphans back and stopped; each round after asks one lookup that
+   consumes nothing and claims nothing (reason ``credentials_refused``) until it is answered.
 2. **Claim** (``claim_orphans``): stuck SENDING rows (lease older than ``stuck_after_s``) and
    ERROR rows that are due and below ``max_attempts``, with ``FOR UPDATE SKIP LOCKED``, taking
    the lease in the same statement and committing at once. Several recovery instances and the
@@ -15,8 +18,10 @@ Each round:
    (:func:`recovery.reconcile.reconcile`: ask first, then resend), the integrator calls of at
    most ``concurrency`` of them at a time (a slot is given back before the outcome is written,
    so slow commits never hold the integrator's slots). An orphan whose call the breaker
-   refused — or that had not started when the breaker opened or a stop was requested — is put
-   back exactly as it was (``release_orphan``), burning no attempt.
+   refused, or whose credentials were refused — or that had not started when the breaker
+   opened, the credentials were refused or a stop was requested — is put back exactly as it
+   was (``release_orphan``), burning no attempt. Every outcome is recorded by
+   :mod:`gapless.issuing.outcome`, as the worker records its own.
    ISSUED outcomes are group-committed (:mod:`recovery.outcomes`).
 4. **Refill.** While claims come back full (up to ``claims_per_round``), the next batch is
    claimed as soon as fewer orphans than slots are still waiting, so the integrator's slots never
@@ -48,8 +53,10 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.errors import ReservationLockTimeout
-from gapless.integrator.base import DUPLICATE_HINT
+from gapless.integrator.base import DUPLICATE_HINT, IntegratorAuthError, IntegratorError
+from gapless.integrator.guard import Guard, IntegratorUnavailable
 from gapless.issuing.correction import ChannelCorrector, NothingToCorrect
+from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID, Backoff
 from gapless.issuing.render import Renderer
 from gapless.issuing.routing import RecipientUnavailable, Router
 from gapless.ledger.catalog import Catalog
@@ -59,13 +66,16 @@ from gapless.ledger.verdicts import GibPolicy
 from gapless.logging import get_logger
 from gapless.recovery import metrics
 from gapless.recovery.outcomes import IssuedWriter
-from gapless.recovery.reconcile import Backoff, Guard, Outcome, reconcile
-from gapless.recovery.verdicts import VerdictGuard, VerdictSummary, follow_verdicts
+from gapless.recovery.reconcile import Outcome, reconcile
+from gapless.recovery.verdicts import VerdictSummary, follow_verdicts
 from gapless.settings import Settings
 
 log = get_logger("gapless.recovery")
 
 BREAKER_CLOSED = "closed"
+#: Why a round left its integrator work undone (``recovery_round_skipped``).
+BREAKER_OPEN = "breaker_open"
+CREDENTIALS_REFUSED = "credentials_refused"
 
 
 @dataclass(frozen=True)
@@ -198,9 +208,32 @@ class RecoveryLoop:
             options.settings)
         self._stopping = asyncio.Event()
         self._issued = IssuedWriter(self.db)
+        #: The integrator refused our credentials when last asked: each round asks one probe
+        #: that consumes nothing (and claims nothing) until the answer is not a refusal.
+        self._credentials_refused = False
 
     def _breaker_state(self) -> str:
-        return str(getattr(self.guard, "state", BREAKER_CLOSED))
+        return self.guard.state
+
+    def _held_back(self) -> str | None:
+        """Why the integrator cannot take work now (None: it can)."""
+        if self._credentials_refused:
+            return CREDENTIALS_REFUSED
+        return None if self.guard.accepting() else BREAKER_OPEN
+
+    async def _credentials_work(self) -> bool:
+        """After a refusal of our credentials: ask the integrator something that consumes
+        nothing (the worker's probe) and say whether it takes them again. A breaker that refuses
+        the probe, or a refusal, is a no; any other answer clears the refusal."""
+        try:
+            await self.guard.lookup_uuid(PROBE_TENANT, PROBE_UUID)
+        except (IntegratorAuthError, IntegratorUnavailable):
+            return False
+        except IntegratorError:
+            pass  # reachable and not refusing us: the breaker decides the rest
+        self._credentials_refused = False
+        log.info("integrator_credentials_accepted")
+        return True
 
     def request_stop(self) -> None:
         """No new round, no new orphan; in-flight ones finish (``run`` returns after them)."""
@@ -225,8 +258,11 @@ class RecoveryLoop:
         started = time.perf_counter()
         summary = RoundSummary(breaker=self._breaker_state())
         log.info("recovery_round_started", breaker=summary.breaker)
-        if not self.guard.accepting():
-            summary.skipped = "breaker_open"
+        if self._credentials_refused and not await self._credentials_work():
+            # One probe per round while refused: no orphan is claimed, no attempt spent.
+            summary.skipped = CREDENTIALS_REFUSED
+        elif not self.guard.accepting():
+            summary.skipped = BREAKER_OPEN
         else:
             if self._breaker_state() != BREAKER_CLOSED:
                 # Probe with one orphan at a time: a recovering integrator gets one trial call,
@@ -234,7 +270,7 @@ class RecoveryLoop:
                 # only if the first closed the breaker).
                 summary.add(await self._claim_and_settle(1, concurrency=1))
                 if self._breaker_state() != BREAKER_CLOSED and summary.claimed:
-                    summary.skipped = summary.skipped or "breaker_open"
+                    summary.skipped = summary.skipped or BREAKER_OPEN
             if summary.skipped is None and not self.stopping:
                 summary.add(await self._claim_and_settle(
                     self.options.batch, concurrency=self.options.concurrency,
@@ -261,7 +297,7 @@ class RecoveryLoop:
         number voided naming it, the successor sent like an orphan (gapless.issuing.correction)."""
         corrected = 0
         for invoice_id in await self.corrector.waiting(self.options.batch):
-            if self.stopping or not self.guard.accepting():
+            if self.stopping or self._held_back():
                 break
             try:
                 correction = await self.corrector.correct(invoice_id)
@@ -283,12 +319,15 @@ class RecoveryLoop:
                     max_attempts=self.options.max_attempts,
                     min_delay_s=self.options.breaker_reset_s)
                 metrics.count(result.outcome.value)
+                if result.credentials_refused:
+                    self._credentials_refused = True
+                    break
         return corrected
 
     async def _follow_verdicts(self) -> VerdictSummary:
         """One batch of questions about GİB's verdict (nothing when not followed)."""
         policy, guard = self.options.gib, self.guard
-        if policy is None or not isinstance(guard, VerdictGuard):
+        if policy is None or not guard.follows_gib_status:
             return VerdictSummary()
         return await follow_verdicts(self.db, guard, policy,
                                      concurrency=self.options.concurrency,
@@ -329,7 +368,7 @@ class RecoveryLoop:
             outcome = task.result()
             summary.outcomes[outcome] += 1
             if outcome == RELEASED and summary.skipped is None and not self.stopping:
-                summary.skipped = "breaker_open"
+                summary.skipped = self._held_back() or BREAKER_OPEN
         return summary
 
     async def _settle(self, orphan: Orphan, gate: asyncio.Semaphore, backlog: _Backlog,
@@ -343,7 +382,7 @@ class RecoveryLoop:
             return await self._release(orphan)  # a stop came first: put it back, untouched
         slot = _Slot(gate)
         try:
-            if not self.guard.accepting():
+            if self._held_back():
                 # Not started: put it back for the next round (or another instance).
                 backlog.released = True
                 return await self._release(orphan)
@@ -356,7 +395,8 @@ class RecoveryLoop:
                     self.db, self.guard, self.renderer, sending, backoff=self.options.backoff,
                     max_attempts=self.options.max_attempts,
                     min_delay_s=self.options.breaker_reset_s, record_issued=self._issued.issued,
-                    calls_done=slot.release)  # the slot bounds integrator calls, not writes
+                    calls_done=slot.release,  # the slot bounds integrator calls, not writes
+                    orphan=orphan)
             except Exception as exc:
                 # A database error while recording: the row stays SENDING under our lease and
                 # a later round (here or elsewhere) asks the integrator again.
@@ -368,9 +408,12 @@ class RecoveryLoop:
                 metrics.IN_FLIGHT.dec()
         finally:
             slot.release()
-        if result.outcome is Outcome.UNAVAILABLE:
+        if result.credentials_refused:
+            self._credentials_refused = True
+        if result.outcome is Outcome.UNAVAILABLE:  # put back by reconcile: nothing was sent
             backlog.released = True
-            return await self._release(orphan)
+            metrics.count(RELEASED)
+            return RELEASED
         metrics.count(result.outcome.value)
         if result.outcome is Outcome.ALARM:
             alarms.append(f"{sending.tenant}: {result.detail}")
