@@ -89,9 +89,9 @@ _NOTHING_TO_SEND = {
     ClaimKind.PARKED: ("parked", "invoice_parked"),
 }
 
-#: Settled outcomes counted under another worker metrics label (the rest under their own name).
-_OUTCOME_LABELS = {Settled.PARKED: "error", Settled.WRONG_CHANNEL: "rejected",
-                   Settled.RELEASED: "error"}
+#: Settled outcomes counted under another worker metrics label (the rest under their own name;
+#: the worker never releases: a fresh seal has nothing to go back to).
+_OUTCOME_LABELS = {Settled.PARKED: "error", Settled.WRONG_CHANNEL: "rejected"}
 
 
 class Action(StrEnum):
