@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.errors import ReservationLockTimeout
-from gapless.integrator.base import DUPLICATE_HINT
+from gapless.integrator.base import DUPLICATE_HINT, IntegratorAuthError, IntegratorError
+from gapless.integrator.guard import Guard, IntegratorUnavailable
 from gapless.issuing.correction import ChannelCorrector, NothingToCorrect
+from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID, Backoff
 from gapless.issuing.render import Renderer
 from gapless.issuing.routing import RecipientUnavailable, Router
 from gapless.ledger.catalog import Catalog
@@ -37,13 +39,16 @@ from gapless.ledger.verdicts import GibPolicy
 from gapless.logging import get_logger
 from gapless.recovery import metrics
 from gapless.recovery.outcomes import IssuedWriter
-from gapless.recovery.reconcile import Backoff, Guard, Outcome, reconcile
-from gapless.recovery.verdicts import VerdictGuard, VerdictSummary, follow_verdicts
+from gapless.recovery.reconcile import Outcome, reconcile
+from gapless.recovery.verdicts import VerdictSummary, follow_verdicts
 from gapless.settings import Settings
 
 log = get_logger("gapless.recovery")
 
 BREAKER_CLOSED = "closed"
+#: Why a round left its integrator work undone (``recovery_round_skipped``).
+BREAKER_OPEN = "breaker_open"
+CREDENTIALS_REFUSED = "credentials_refused"
 
 
 @dataclass(frozen=True)
@@ -176,9 +181,32 @@ class RecoveryLoop:
             options.settings)
         self._stopping = asyncio.Event()
         self._issued = IssuedWriter(self.db)
+        #: The integrator refused our credentials when last asked: each round asks one probe
+        #: that consumes nothing (and claims nothing) until the answer is not a refusal.
+        self._credentials_refused = False
 
     def _breaker_state(self) -> str:
-        return str(getattr(self.guard, "state", BREAKER_CLOSED))
+        return self.guard.state
+
+    def _held_back(self) -> str | None:
+        """Why the integrator cannot take work now (None: it can)."""
+        if self._credentials_refused:
+            return CREDENTIALS_REFUSED
+        return None if self.guard.accepting() else BREAKER_OPEN
+
+    async def _credentials_work(self) -> bool:
+        """After a refusal of our credentials: ask the integrator something that consumes
+        nothing (the worker's probe) and say whether it takes them again. A breaker that refuses
+        the probe, or a refusal, is a no; any other answer clears the refusal."""
+        try:
+            await self.guard.lookup_uuid(PROBE_TENANT, PROBE_UUID)
+        except (IntegratorAuthError, IntegratorUnavailable):
+            return False
+        except IntegratorError:
+            pass  # reachable and not refusing us: the breaker decides the rest
+        self._credentials_refused = False
+        log.info("integrator_credentials_accepted")
+        return True
 
     def request_stop(self) -> None:
         """No new round, no new orphan; in-flight ones finish (``run`` returns after them)."""
@@ -203,8 +231,11 @@ class RecoveryLoop:
         started = time.perf_counter()
         summary = RoundSummary(breaker=self._breaker_state())
         log.info("recovery_round_started", breaker=summary.breaker)
-        if not self.guard.accepting():
-            summary.skipped = "breaker_open"
+        if self._credentials_refused and not await self._credentials_work():
+            # One probe per round while refused: no orphan is claimed, no attempt spent.
+            summary.skipped = CREDENTIALS_REFUSED
+        elif not self.guard.accepting():
+            summary.skipped = BREAKER_OPEN
         else:
             if self._breaker_state() != BREAKER_CLOSED:
                 # Probe with one orphan at a time: a recovering integrator gets one trial call,
@@ -212,7 +243,7 @@ class RecoveryLoop:
                 # only if the first closed the breaker).
                 summary.add(await self._claim_and_settle(1, concurrency=1))
                 if self._breaker_state() != BREAKER_CLOSED and summary.claimed:
-                    summary.skipped = summary.skipped or "breaker_open"
+                    summary.skipped = summary.skipped or BREAKER_OPEN
             if summary.skipped is None and not self.stopping:
                 summary.add(await self._claim_and_settle(
                     self.options.batch, concurrency=self.options.concurrency,
@@ -239,7 +270,7 @@ class RecoveryLoop:
         number voided naming it, the successor sent like an orphan (gapless.issuing.correction)."""
         corrected = 0
         for invoice_id in await self.corrector.waiting(self.options.batch):
-            if self.stopping or not self.guard.accepting():
+            if self.stopping or self._held_back():
                 break
             try:
                 correction = await self.corrector.correct(invoice_id)
@@ -261,12 +292,15 @@ class RecoveryLoop:
                     max_attempts=self.options.max_attempts,
                     min_delay_s=self.options.breaker_reset_s)
                 metrics.count(result.outcome.value)
+                if result.credentials_refused:
+                    self._credentials_refused = True
+                    break
         return corrected
 
     async def _follow_verdicts(self) -> VerdictSummary:
         """One batch of questions about GİB's verdict (nothing when not followed)."""
         policy, guard = self.options.gib, self.guard
-        if policy is None or not isinstance(guard, VerdictGuard):
+        if policy is None or not guard.follows_gib_status:
             return VerdictSummary()
         return await follow_verdicts(self.db, guard, policy,
                                      concurrency=self.options.concurrency,
@@ -307,7 +341,7 @@ class RecoveryLoop:
             outcome = task.result()
             summary.outcomes[outcome] += 1
             if outcome == RELEASED and summary.skipped is None and not self.stopping:
-                summary.skipped = "breaker_open"
+                summary.skipped = self._held_back() or BREAKER_OPEN
         return summary
 
     async def _settle(self, orphan: Orphan, gate: asyncio.Semaphore, backlog: _Backlog,
@@ -321,7 +355,7 @@ class RecoveryLoop:
             return await self._release(orphan)  # a stop came first: put it back, untouched
         slot = _Slot(gate)
         try:
-            if not self.guard.accepting():
+            if self._held_back():
                 # Not started: put it back for the next round (or another instance).
                 backlog.released = True
                 return await self._release(orphan)
@@ -334,7 +368,8 @@ class RecoveryLoop:
                     self.db, self.guard, self.renderer, sending, backoff=self.options.backoff,
                     max_attempts=self.options.max_attempts,
                     min_delay_s=self.options.breaker_reset_s, record_issued=self._issued.issued,
-                    calls_done=slot.release)  # the slot bounds integrator calls, not writes
+                    calls_done=slot.release,  # the slot bounds integrator calls, not writes
+                    orphan=orphan)
             except Exception as exc:
                 # A database error while recording: the row stays SENDING under our lease and
                 # a later round (here or elsewhere) asks the integrator again.
@@ -346,9 +381,12 @@ class RecoveryLoop:
                 metrics.IN_FLIGHT.dec()
         finally:
             slot.release()
-        if result.outcome is Outcome.UNAVAILABLE:
+        if result.credentials_refused:
+            self._credentials_refused = True
+        if result.outcome is Outcome.UNAVAILABLE:  # put back by reconcile: nothing was sent
             backlog.released = True
-            return await self._release(orphan)
+            metrics.count(RELEASED)
+            return RELEASED
         metrics.count(result.outcome.value)
         if result.outcome is Outcome.ALARM:
             alarms.append(f"{sending.tenant}: {result.detail}")

@@ -25,12 +25,11 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from prometheus_client import Counter as Metric
 
-from gapless.integrator.base import GibState, GibStatus, IntegratorError
-from gapless.integrator.guard import IntegratorUnavailable
+from gapless.integrator.base import GibState, IntegratorError
+from gapless.integrator.guard import Guard, IntegratorUnavailable
 from gapless.ledger.database import Database
 from gapless.ledger.verdicts import (
     UNKNOWN_UUID,
@@ -50,17 +49,6 @@ CHECKS = Metric("gapless_gib_checks_total",
                 "Questions about GİB's verdict on an ISSUED document, by result", ["result"])
 for _result in RESULTS:
     CHECKS.labels(result=_result)
-
-
-@runtime_checkable
-class VerdictGuard(Protocol):
-    """What following GİB's verdict needs of :class:`gapless.integrator.guard.GuardedIntegrator`."""
-
-    follows_gib_status: bool
-
-    async def status(self, tenant: str, uuid: str) -> GibStatus | None: ...
-
-    def accepting(self) -> bool: ...
 
 
 @dataclass
@@ -84,7 +72,7 @@ def _gave_up_detail(policy: GibPolicy, detail: str) -> str:
     return f"no final verdict from GİB after {waited}; last answer: {detail}"
 
 
-async def _answer(db: Database, guard: VerdictGuard, policy: GibPolicy, check: GibCheck,
+async def _answer(db: Database, guard: Guard, policy: GibPolicy, check: GibCheck,
                   stopping: Callable[[], bool]) -> str:
     """Ask about one claimed document and record the answer; the result's name."""
     if stopping() or not guard.accepting():
@@ -121,7 +109,7 @@ async def _answer(db: Database, guard: VerdictGuard, policy: GibPolicy, check: G
     return result
 
 
-async def follow_verdicts(db: Database, guard: VerdictGuard, policy: GibPolicy, *,
+async def follow_verdicts(db: Database, guard: Guard, policy: GibPolicy, *,
                           concurrency: int, stopping: Callable[[], bool]) -> VerdictSummary:
     """One batch: claim the due questions, ask each (``concurrency`` at a time), record each
     answer; see the module docstring. Nothing is claimed for an adapter that cannot answer."""

@@ -36,6 +36,7 @@ from gapless.integrator.base import (
     load_integrator,
 )
 from gapless.integrator.guard import GuardedIntegrator
+from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID, credentials_refused
 from gapless.ledger.database import Database, check_cluster
 from gapless.ledger.queries import config as config_queries
 from gapless.logging import get_logger
@@ -45,15 +46,13 @@ from gapless.worker.errors import is_database_unavailable
 from gapless.worker.flow import Action, Clock, Delivery, IssuingFlow, Verdict
 from gapless.worker.hooks import NO_HOOKS, FlowHooks, load_hooks
 
+# The probe's names stay importable from here (``gapless.cli.common`` asks the same probe).
+__all__ = ["PROBE_TENANT", "PROBE_UUID", "Worker"]
+
 log = get_logger("gapless.worker")
 #: How long a starting worker keeps retrying a database that is briefly unreachable.
 STARTUP_DB_RETRY_S = 15.0
 
-#: A lookup of this document UUID (the nil UUID) answers "not found" at any sane integrator; it
-#: tests reachability without consuming a number. By UUID because every adapter can ask by UUID
-#: (Nilvera's API has no lookup by number).
-PROBE_TENANT = "gapless-probe"
-PROBE_UUID = "00000000-0000-0000-0000-000000000000"
 #: How often a paused consumer looks at the breaker (local state only; no network).
 PAUSE_POLL_S = 0.25
 #: Backoff before requeueing a delivery that met database trouble or an unexpected error.
@@ -343,9 +342,7 @@ class Worker:
                 # Our credentials are refused: stay paused (nothing is taken, nothing rejected)
                 # until they work again; said once per pause, not once per probe.
                 if not refused:
-                    log.error("integrator_credentials_refused", error=str(exc),
-                              hint="fix the integrator credentials (e.g. "
-                                   "GAPLESS_NILVERA_API_KEY); the worker resumes by itself")
+                    credentials_refused(log, f"{type(exc).__name__}: {exc}")
                 refused = True
                 continue
             except Exception as exc:

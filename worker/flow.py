@@ -13,8 +13,9 @@ called (I5):
 3. make the document: the bytes the invoice sent before, or a fresh rendering (UBL-TR for a
    profiled tenant, the message's JSON otherwise) — same number, same UUID, every time;
 4. call the integrator through the guard (retries and the circuit breaker live there);
-5. record the outcome and the document sent (one statement): ISSUED, ERROR with a due time,
-   REJECTED, or the duplicate alarm.
+5. record the outcome and the document sent (one statement), as recovery records its own
+   (:mod:`gapless.issuing.outcome`): ISSUED, ERROR with a due time, REJECTED, or the duplicate
+   alarm. Refused credentials wait in ERROR like a breaker refusal, and pause the consumer.
 
 The consumer acks only after the verdict's outcome has committed. The database decides every
 repeat: a redelivered or duplicated message finds the row ISSUED (ack), SENDING under someone's
@@ -27,13 +28,12 @@ Logging: one info event per delivery's outcome; the steps in between log at debu
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from structlog.stdlib import BoundLogger
@@ -41,19 +41,11 @@ from structlog.stdlib import BoundLogger
 from gapless.constants import TERMINAL_STATUSES, Status
 from gapless.documents import check_ubl_inputs
 from gapless.errors import InvalidTransition, ReservationLockTimeout, UnknownSeriesError
-from gapless.integrator.base import (
-    DUPLICATE_HINT,
-    Document,
-    DuplicateOfAnother,
-    DuplicateOfMine,
-    IntegratorAuthError,
-    PermanentRejection,
-    Receipt,
-    Recipient,
-    TransientIntegratorError,
-    WrongChannel,
-)
-from gapless.issuing.correction import WRONG_CHANNEL_PREFIX, ChannelCorrector, NothingToCorrect
+from gapless.integrator.base import Document, IntegratorAuthError
+from gapless.integrator.guard import Guard
+from gapless.issuing import outcome
+from gapless.issuing.correction import ChannelCorrector, NothingToCorrect
+from gapless.issuing.outcome import WORKER_EVENTS, Outcomes, Settled
 from gapless.issuing.render import Renderer, RenderError
 from gapless.issuing.routing import ROUTED, RecipientUnavailable, Route, Router, RoutingRefused
 from gapless.ledger.catalog import Catalog
@@ -66,11 +58,6 @@ from gapless.ledger.invoices import (
     cancel,
     intake,
     invoice_state,
-    mark_alarm,
-    mark_error,
-    mark_issued,
-    mark_rejected,
-    mark_unrenderable,
 )
 from gapless.ledger.tenants import Profile
 from gapless.logging import get_logger
@@ -83,9 +70,6 @@ from gapless.worker.hooks import NO_HOOKS, FlowHooks
 
 log = get_logger("gapless.worker")
 
-#: ERROR invoices are due again after this backoff (doubling per attempt, capped, jittered).
-RETRY_BASE_S = 5.0
-RETRY_CAP_S = 300.0
 #: How long an outcome write keeps retrying a lost database connection before giving up (the
 #: invoice then stays SENDING and recovery settles it once the lease is stale).
 OUTCOME_WRITE_BUDGET_S = 60.0
@@ -96,6 +80,7 @@ CLAIMS_PER_SERIES = 2
 STALE_RETRIES = 3
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 
 #: Claims with nothing to send: (metrics outcome, log event) — the delivery is acked.
 _NOTHING_TO_SEND = {
@@ -104,15 +89,9 @@ _NOTHING_TO_SEND = {
     ClaimKind.PARKED: ("parked", "invoice_parked"),
 }
 
-
-class GuardLike(Protocol):
-    """What the flow needs of :class:`gapless.integrator.guard.GuardedIntegrator`."""
-
-    async def send(self, document: Document) -> Receipt: ...
-
-    async def recipient(self, tax_id: str) -> Recipient: ...
-
-    def accepting(self) -> bool: ...
+#: Settled outcomes counted under another worker metrics label (the rest under their own name;
+#: the worker never releases: a fresh seal has nothing to go back to).
+_OUTCOME_LABELS = {Settled.PARKED: "error", Settled.WRONG_CHANNEL: "rejected"}
 
 
 class Action(StrEnum):
@@ -144,13 +123,6 @@ class Delivery:
     redelivered: bool = False
 
 
-def retry_delay(attempt: int, *, base: float = RETRY_BASE_S, cap: float = RETRY_CAP_S) -> float:
-    """Seconds until an ERROR invoice is due again: base·2^(attempt-1), capped, ±20 % jitter."""
-    exponent = max(0, min(attempt - 1, 16))
-    delay = min(cap, base * float(1 << exponent))
-    return delay * random.uniform(0.8, 1.2)
-
-
 def date_window_problem(issue_date: Any, today: Any, window_days: int, tz: str) -> str | None:
     """Why a producer's ``issue_date`` cannot be sealed today (None: it can).
 
@@ -172,7 +144,7 @@ class IssuingFlow:
     database's clock and the date checks this host's.
     """
 
-    def __init__(self, db: Database, guard: GuardLike, settings: Settings, *,
+    def __init__(self, db: Database, guard: Guard, settings: Settings, *,
                  catalog: Catalog | None = None, hooks: FlowHooks = NO_HOOKS,
                  clock: Clock | None = None,
                  stopping: Callable[[], bool] = lambda: False) -> None:
@@ -183,6 +155,8 @@ class IssuingFlow:
         self.renderer = Renderer(self.catalog)
         self.router = Router(db, self.catalog, guard, settings.recipient_ttl_s)
         self.corrector = ChannelCorrector(db, self.catalog, self.router, settings)
+        self.outcomes = Outcomes(db, guard, events=WORKER_EVENTS,
+                                 breaker_reset_s=settings.breaker_reset_timeout_s)
         self.hooks = hooks
         self._clock = clock
         self._stopping = stopping
@@ -261,7 +235,8 @@ class IssuingFlow:
             refused = isinstance(exc.__cause__, IntegratorAuthError)
             if refused:
                 self.credentials_refused = True
-                bound.error("integrator_credentials_refused", error=str(exc.__cause__))
+                outcome.credentials_refused(bound, f"{type(exc.__cause__).__name__}: "
+                                                   f"{exc.__cause__}")
             return self._requeue("recipient_check_unavailable", bound, backoff_s=1.0,
                                  pause=refused or not self.guard.accepting())
 
@@ -366,9 +341,9 @@ class IssuingFlow:
                 and await self.corrector.pending(message.invoice_id)):
             return await self._correct(message.invoice_id, bound)
         if claim.kind is not ClaimKind.SEND:
-            outcome, event = _NOTHING_TO_SEND[claim.kind]
+            label, event = _NOTHING_TO_SEND[claim.kind]
             bound.info(event, status=None if claim.status is None else claim.status.value)
-            return Verdict(Action.ACK, outcome)
+            return Verdict(Action.ACK, label)
         sending = claim.sending
         assert sending is not None  # SEND always carries the lease
         bound = bound.bind(number=sending.number, attempt=sending.attempt)
@@ -387,87 +362,20 @@ class IssuingFlow:
     # -- the call and its outcome (steps 3 to 5) -------------------------------------------------
 
     async def _send(self, sending: Sending, document: Document, bound: BoundLogger) -> Verdict:
+        """Send through the guard and settle the answer (:mod:`gapless.issuing.outcome`)."""
         started = time.perf_counter()
-        result = "ok"
-        try:
-            receipt = await self.hooks.around_call(self.guard.send(document))
-        except DuplicateOfMine as exc:
-            result = "duplicate_of_mine"
-            await self.hooks.reached("after_call")
-            return await self._issued(sending, document, exc.receipt, bound, duplicate=True)
-        except DuplicateOfAnother as exc:
-            result = "duplicate_of_another"
-            await self.hooks.reached("after_call")
-            return await self._alarm(sending, document, exc, bound)
-        except IntegratorAuthError as exc:
-            result = "auth_refused"
-            await self.hooks.reached("after_call")
-            return await self._auth_refused(sending, document, exc, bound)
-        except WrongChannel as exc:
-            result = "wrong_channel"
-            await self.hooks.reached("after_call")
-            return await self._wrong_channel(sending, document, exc.reason, bound)
-        except PermanentRejection as exc:
-            result = "rejected"
-            await self.hooks.reached("after_call")
-            return await self._rejected(sending, document, exc.reason, bound)
-        except TransientIntegratorError as exc:
-            result = "transient"
-            await self.hooks.reached("after_call")
-            return await self._error(sending, document, exc, bound)
-        finally:
-            metrics.INTEGRATOR_SECONDS[result].observe(time.perf_counter() - started)
+        answer = await outcome.answer(self.hooks.around_call(self.guard.send(document)))
+        metrics.INTEGRATOR_SECONDS[answer.said].observe(time.perf_counter() - started)
         await self.hooks.reached("after_call")
-        return await self._issued(sending, document, receipt, bound, duplicate=False)
-
-    async def _issued(self, sending: Sending, document: Document, receipt: Receipt,
-                      bound: BoundLogger, *, duplicate: bool) -> Verdict:
-        if not await self._record(lambda: mark_issued(self.db, sending.pk, receipt, document)):
-            # Settled meanwhile (recovery repaired it, or an operator acted): nothing to add.
-            bound.warning("outcome_superseded", outcome="issued")
-            return Verdict(Action.ACK, "superseded")
-        bound.info("invoice_issued", ref=receipt.ref, duplicate=duplicate,
-                   sha256=document.sha256)
-        return await self._settled("issued")
-
-    async def _alarm(self, sending: Sending, document: Document, exc: DuplicateOfAnother,
-                     bound: BoundLogger) -> Verdict:
-        recorded = await self._record(lambda: mark_alarm(self.db, sending, exc, document))
-        bound.error("number_held_by_another", holder_invoice_id=exc.holder_invoice_id,
-                    holder_number=exc.holder_number, recorded=recorded, hint=DUPLICATE_HINT)
-        return await self._settled("alarm" if recorded else "superseded")
-
-    async def _rejected(self, sending: Sending, document: Document, reason: str,
-                        bound: BoundLogger) -> Verdict:
-        if not await self._record(lambda: mark_rejected(self.db, sending, reason, document)):
-            bound.warning("outcome_superseded", outcome="rejected")
-            return Verdict(Action.ACK, "superseded")
-        bound.warning("invoice_rejected", reason=reason)
-        return await self._settled("rejected")
-
-    async def _auth_refused(self, sending: Sending, document: Document,
-                            exc: IntegratorAuthError, bound: BoundLogger) -> Verdict:
-        """The integrator refuses our credentials: a configuration error, never the invoice's.
-        Nothing was accepted; the invoice waits in ERROR with its number (recovery sends it
-        once the credentials work) and the worker stops taking messages until a probe passes."""
-        retry_at = datetime.now(UTC) + timedelta(
-            seconds=max(retry_delay(sending.attempt), self.settings.breaker_reset_timeout_s))
-        error = f"{type(exc).__name__}: {exc}"
-        self.credentials_refused = True
-        await self._record(lambda: mark_error(self.db, sending, error, retry_at, document))
-        bound.error("integrator_credentials_refused", error=str(exc))
-        return Verdict(Action.ACK, "error", pause=True)
-
-    async def _wrong_channel(self, sending: Sending, document: Document, reason: str,
-                             bound: BoundLogger) -> Verdict:
-        """The integrator refused the document for its channel: REJECTED (marked), then
-        corrected (see :mod:`gapless.issuing.correction`)."""
-        marked = WRONG_CHANNEL_PREFIX + reason
-        if not await self._record(lambda: mark_rejected(self.db, sending, marked, document)):
-            bound.warning("outcome_superseded", outcome="rejected")
-            return Verdict(Action.ACK, "superseded")
-        bound.warning("invoice_wrong_channel", reason=reason)
-        return await self._correct(sending.invoice_id, bound)
+        result = await self._record(
+            lambda: self.outcomes.settle(sending, document, answer, bound))
+        if result.credentials_refused:
+            self.credentials_refused = True
+        if result.settled is Settled.WRONG_CHANNEL:
+            return await self._correct(sending.invoice_id, bound)
+        verdict = await self._settled(_OUTCOME_LABELS.get(result.settled, result.settled))
+        return Verdict(verdict.action, verdict.outcome,
+                       pause=result.credentials_refused or not self.guard.accepting())
 
     async def _correct(self, invoice_id: str, bound: BoundLogger) -> Verdict:
         """Seal and send the successor of an invoice refused for its channel. When the
@@ -489,33 +397,17 @@ class IssuingFlow:
         return await self._after_claim(correction.claim, correction.message,
                                        bound.bind(invoice_id=correction.successor_id))
 
-    async def _error(self, sending: Sending, document: Document, exc: TransientIntegratorError,
-                     bound: BoundLogger) -> Verdict:
-        delay = retry_delay(sending.attempt)
-        if not self.guard.accepting():
-            delay = max(delay, self.settings.breaker_reset_timeout_s)
-        retry_at = datetime.now(UTC) + timedelta(seconds=delay)
-        error = f"{type(exc).__name__}: {exc}"
-        if not await self._record(
-                lambda: mark_error(self.db, sending, error, retry_at, document)):
-            bound.warning("outcome_superseded", outcome="error")
-            return Verdict(Action.ACK, "superseded", pause=not self.guard.accepting())
-        bound.warning("invoice_error", error=error, retry_at=retry_at.isoformat())
-        verdict = await self._settled("error")
-        return Verdict(verdict.action, verdict.outcome, pause=not self.guard.accepting())
-
     async def _unrenderable(self, sending: Sending, reason: str, bound: BoundLogger) -> Verdict:
         """A sealed invoice whose stored message cannot make its document: nothing was sent; it
         waits in ERROR (not retried by itself) for an operator to fix the payload or void it."""
-        recorded = await self._record(lambda: mark_unrenderable(self.db, sending, reason))
-        bound.error("document_unrenderable", reason=reason, recorded=recorded)
-        return await self._settled("error" if recorded else "superseded")
+        result = await self._record(lambda: self.outcomes.unrenderable(sending, reason, bound))
+        return await self._settled(_OUTCOME_LABELS.get(result.settled, result.settled))
 
-    async def _settled(self, outcome: str) -> Verdict:
+    async def _settled(self, label: str) -> Verdict:
         await self.hooks.reached("after_outcome_commit")
-        return Verdict(Action.ACK, outcome)
+        return Verdict(Action.ACK, label)
 
-    async def _record(self, write: Callable[[], Awaitable[bool]]) -> bool:
+    async def _record(self, write: Callable[[], Awaitable[T]]) -> T:
         """Commit an outcome, retrying a lost database connection for a while.
 
         The integrator has answered, so the answer must not be dropped for a passing database

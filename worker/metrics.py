@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from gapless.issuing.outcome import Said
+
 #: What happened to each delivery. ``issued``, ``error``, ``rejected``, ``alarm`` are invoice
 #: outcomes; the rest say why a message was acked or requeued without one.
 OUTCOMES = ("issued", "error", "rejected", "alarm", "superseded", "dead_lettered",
             "already_final", "busy", "parked", "requeued", "failed")
 
-#: Results of a guarded integrator send (the ``result`` label of INTEGRATOR_SECONDS).
-SEND_RESULTS = ("ok", "duplicate_of_mine", "duplicate_of_another", "rejected", "wrong_channel",
-                "auth_refused", "transient")
+#: Results of a guarded integrator send (the ``result`` label of INTEGRATOR_SECONDS): what the
+#: integrator said (``unavailable``: the breaker refused the call; ``found`` is recovery's).
+SEND_RESULTS = tuple(said.value for said in Said if said is not Said.FOUND)
 
 MESSAGES = Counter("gapless_worker_messages_total", "Deliveries handled, by outcome",
                    ["outcome"])

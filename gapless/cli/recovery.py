@@ -47,9 +47,9 @@ def recovery(
 ) -> None:
     """Run the orphan-recovery loop (ask the integrator first; resend with the same number), and
     follow GİB's verdict on issued documents."""
+    from gapless.issuing.outcome import Backoff
     from gapless.ledger.verdicts import GibPolicy
     from gapless.recovery.loop import RecoveryOptions
-    from gapless.recovery.reconcile import Backoff
 
     settings = settings_from(database_url=database_url, integrator_url=integrator_url,
                              cluster_id=cluster_id)

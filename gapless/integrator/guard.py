@@ -21,6 +21,10 @@ the guard decides admission (one trial at a time) and reports only real outcomes
 answer (rejection, duplicate) is a success — the integrator is up and answering — a transient
 error is a failure, and a cancellation is neither. Outcomes of calls admitted before the last
 state change are ignored, so a slow call from before the breaker opened cannot close it.
+
+:class:`Guard` is the one protocol the worker, recovery and the channel correction type the
+guarded integrator with; what its answers mean for an invoice is decided in one place,
+:mod:`gapless.issuing.outcome`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 from pybreaker import (
@@ -92,6 +96,40 @@ class IntegratorUnavailable(TransientIntegratorError):
 
     Keep the number pinned and retry after the breaker's reset timeout (``accepting()`` says when).
     """
+
+
+class Guard(Protocol):
+    """How every loop calls the guarded integrator (:class:`GuardedIntegrator` is the one
+    implementation; tests may script another).
+
+    Each call goes through the breaker and the retries; it returns the integrator's answer or
+    raises one of the outcome exceptions of :mod:`gapless.integrator.base`
+    (``IntegratorUnavailable`` when the breaker refused it: nothing was sent).
+    """
+
+    #: The adapter can look a number up (``lookup``); without, callers ask by UUID.
+    looks_up_numbers: bool
+    #: The adapter answers GİB's verdict (``status``); without, nobody asks it.
+    follows_gib_status: bool
+
+    @property
+    def state(self) -> str:
+        """``"closed"``, ``"open"`` or ``"half-open"``."""
+        ...
+
+    def accepting(self) -> bool:
+        """Whether a call now would be let through (so a number may be sealed for it)."""
+        ...
+
+    async def send(self, document: Document) -> Receipt: ...
+
+    async def lookup(self, tenant: str, number: str) -> Receipt | None: ...
+
+    async def lookup_uuid(self, tenant: str, uuid: str) -> Receipt | None: ...
+
+    async def recipient(self, tax_id: str) -> Recipient: ...
+
+    async def status(self, tenant: str, uuid: str) -> GibStatus | None: ...
 
 
 class _Failure(Exception):

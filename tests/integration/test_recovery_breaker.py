@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.constants import Status
 from gapless.integrator.base import TransientIntegratorError, load_integrator
 from gapless.integrator.guard import GuardedIntegrator
+from gapless.issuing.outcome import Backoff
 from gapless.ledger.database import make_engine
 from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
-from gapless.recovery.reconcile import Backoff
 from gapless.settings import Settings
 from tests.helpers import await_until
 from tests.mock_client import MockIntegratorClient

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from gapless.integrator.base import UNKNOWN, Document, Receipt
+from gapless.issuing.outcome import Said
 from gapless.ledger.invoices import Sending
-from gapless.recovery.reconcile import Outcome, _ask_then_send
+from gapless.recovery.reconcile import _ask_then_send
 
 SENDING = Sending(pk=1, invoice_id="inv-1", tenant="acme", series="ABC",
                   number="ABC2026000000007", reserved_no=7, payload={}, attempt=2,
@@ -44,30 +45,30 @@ class ScriptedGuard:
                        document.uuid)
 
 
-@pytest.mark.parametrize(("by_number", "found", "outcome", "asked"), [
-    (True, None, Outcome.RESENT, [("number", SENDING.number), ("send", SENDING.number)]),
-    (True, Receipt("acme", SENDING.number, "inv-1", "REF"), Outcome.REPAIRED,
+@pytest.mark.parametrize(("by_number", "found", "said", "asked"), [
+    (True, None, Said.ACCEPTED, [("number", SENDING.number), ("send", SENDING.number)]),
+    (True, Receipt("acme", SENDING.number, "inv-1", "REF"), Said.FOUND,
      [("number", SENDING.number)]),
-    (True, Receipt("acme", SENDING.number, "someone-else", "REF"), Outcome.ALARM,
+    (True, Receipt("acme", SENDING.number, "someone-else", "REF"), Said.DUPLICATE_OF_ANOTHER,
      [("number", SENDING.number)]),
-    (False, None, Outcome.RESENT, [("uuid", SENDING.uuid), ("send", SENDING.number)]),
-    (False, Receipt("acme", UNKNOWN, UNKNOWN, "REF", SENDING.uuid), Outcome.REPAIRED,
+    (False, None, Said.ACCEPTED, [("uuid", SENDING.uuid), ("send", SENDING.number)]),
+    (False, Receipt("acme", UNKNOWN, UNKNOWN, "REF", SENDING.uuid), Said.FOUND,
      [("uuid", SENDING.uuid)]),
-    (False, Receipt("acme", SENDING.number, UNKNOWN, "REF", SENDING.uuid), Outcome.REPAIRED,
+    (False, Receipt("acme", SENDING.number, UNKNOWN, "REF", SENDING.uuid), Said.FOUND,
      [("uuid", SENDING.uuid)]),
-    (False, Receipt("acme", "ABC2026000000099", UNKNOWN, "REF", SENDING.uuid), Outcome.ALARM,
-     [("uuid", SENDING.uuid)]),
+    (False, Receipt("acme", "ABC2026000000099", UNKNOWN, "REF", SENDING.uuid),
+     Said.DUPLICATE_OF_ANOTHER, [("uuid", SENDING.uuid)]),
 ])
 async def test_recovery_asks_by_number_or_by_uuid(by_number: bool, found: Receipt | None,
-                                                  outcome: Outcome,
+                                                  said: Said,
                                                   asked: list[tuple[str, str]]) -> None:
     guard: Any = ScriptedGuard(by_number=by_number, found=found)
     answer = await _ask_then_send(guard, SENDING, DOCUMENT)
-    assert answer.outcome is outcome
+    assert answer.said is said
     assert guard.asked == asked
-    if outcome is Outcome.REPAIRED:
+    if said is Said.FOUND:
         assert answer.receipt is not None
         assert (answer.receipt.number, answer.receipt.invoice_id) == (SENDING.number, "inv-1")
-    if outcome is Outcome.ALARM and not by_number:
+    if said is Said.DUPLICATE_OF_ANOTHER and not by_number:
         assert answer.duplicate is not None
         assert answer.duplicate.holder_number == "ABC2026000000099"
