@@ -211,7 +211,7 @@ def _postgres(link: BaseException, settings: Settings | None) -> ServiceFailure 
 
 def _rabbitmq(link: BaseException, settings: Settings | None) -> ServiceFailure | None:
     module = type(link).__module__
-    if not module.startswith(("aiormq", "aio_pika", "gapless.amqp.publisher")):
+    if not module.startswith(("aiormq", "aio_pika", "gapless.amqp")):
         return None
     import aiormq
 
