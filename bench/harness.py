@@ -128,7 +128,7 @@ def conninfo(url: str) -> str:
     return driver_conninfo(url)
 
 
-def _admin(statement: sql.Composable) -> None:
+def _admin(statement: sql.Composed) -> None:
     with psycopg.connect(conninfo(database_url("postgres")), autocommit=True) as conn:
         conn.execute(statement)
 
@@ -460,7 +460,7 @@ def _validator() -> Any:
     clock as GİB's is (its schematron refuses an IssueDate after its own today)."""
     os.environ["TZ"] = "Europe/Istanbul"
     time.tzset()
-    from efatura_kontrol import kontrol
+    from efatura_kontrol import kontrol  # type: ignore[import-untyped]
 
     kontrol.hazirla()
     return kontrol.kontrol_et
