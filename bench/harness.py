@@ -39,6 +39,7 @@ import string
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -137,9 +138,19 @@ def _drop(name: str) -> None:
     _admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM end this process through SystemExit, so that its ``finally`` blocks and
+    atexit handlers still drop its databases (``timeout``, a killed run_all.py); the default
+    action would leave them behind. Only where no handler was set already."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 @functools.cache
 def _template() -> str:
     """This process's migrated template database (made on first use, dropped at exit)."""
+    _exit_on_sigterm()
     name = f"gapless_bench_template_{uuid.uuid4().hex[:8]}"
     atexit.register(_drop, name)
     migrate(database_url(name), 0)
