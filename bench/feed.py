@@ -255,10 +255,13 @@ async def interleaved(engines: dict[str, AsyncEngine], urls: dict[str, str], dra
 async def warm(engines: dict[str, AsyncEngine], urls: dict[str, str], drafts: Drafts,
                connections: int, estimate: int) -> None:
     """Warm every pooled connection's plans (plpgsql caches them per session)."""
+    # Connection i claims in series i mod n: fewer connections than series use only the first
+    # ones, each at up to estimate / connections claims a second.
+    in_use = min(connections, len(SERIES))
     for v, engine in engines.items():
-        for code in SERIES:
-            drafts.ensure(urls[v], code, int(estimate / len(SERIES)) + 100)
-        await claims(engine, urls[v], drafts, connections, len(SERIES), 1.0)
+        for code in SERIES[:in_use]:
+            drafts.ensure(urls[v], code, int(estimate / in_use) + 100)
+        await claims(engine, urls[v], drafts, connections, in_use, 1.0)
 
 
 def rotating(variants: Sequence[str]) -> Callable[[int], Sequence[str]]:
