@@ -19,8 +19,11 @@ TEST_WORKERS ?= 2
 test:
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
+## ruff, then the import contracts of pyproject.toml's [tool.importlinter] (roles import downward;
+## message and documents stay pure), then mypy strict.
 lint:
 	$(PY) -m ruff check gapless worker recovery tests bench
+	.venv/bin/lint-imports --no-cache
 	$(PY) -m mypy
 
 bench:

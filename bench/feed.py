@@ -45,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -54,14 +53,27 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import aio_pika
 import httpx
 import psycopg
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bench.common import bench_database, conninfo, machine, median, percentile, print_table
-from gapless.constants import dead_exchange_name, dead_queue_name
+from bench.harness import (
+    GAPLESS,
+    Proc,
+    bench_database,
+    clean_env,
+    conninfo,
+    delete_queues,
+    free_port,
+    machine,
+    median,
+    percentile,
+    print_table,
+    queue_prefix,
+    settings_of,
+    wait_until,
+)
 from gapless.ledger.database import make_engine
 from gapless.ledger.feed import events_after
 from gapless.ledger.invoices import claim_for_sending
@@ -70,7 +82,6 @@ from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("on", "events", "lock", "off")
 #: How each variant differs from the migrated schema (bench databases only).
 VARIANT_DDL = {
@@ -244,10 +255,13 @@ async def interleaved(engines: dict[str, AsyncEngine], urls: dict[str, str], dra
 async def warm(engines: dict[str, AsyncEngine], urls: dict[str, str], drafts: Drafts,
                connections: int, estimate: int) -> None:
     """Warm every pooled connection's plans (plpgsql caches them per session)."""
+    # Connection i claims in series i mod n: fewer connections than series use only the first
+    # ones, each at up to estimate / connections claims a second.
+    in_use = min(connections, len(SERIES))
     for v, engine in engines.items():
-        for code in SERIES:
-            drafts.ensure(urls[v], code, int(estimate / len(SERIES)) + 100)
-        await claims(engine, urls[v], drafts, connections, len(SERIES), 1.0)
+        for code in SERIES[:in_use]:
+            drafts.ensure(urls[v], code, int(estimate / in_use) + 100)
+        await claims(engine, urls[v], drafts, connections, in_use, 1.0)
 
 
 def rotating(variants: Sequence[str]) -> Callable[[int], Sequence[str]]:
@@ -480,50 +494,28 @@ async def walk_sql(url: str, limit: int) -> tuple[int, float]:
 
 
 def start_api(url: str, token: str, stack: ExitStack) -> str:
-    port = _free_port()
-    queue = f"gapless_bench_feed_{uuid.uuid4().hex[:8]}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAPLESS_")}
-    env.update(GAPLESS_DATABASE_URL=url, GAPLESS_QUEUE=queue, GAPLESS_API_TOKEN=token,
-               GAPLESS_LOG_LEVEL="warning", GAPLESS_AMQP_URL=Settings().amqp_url)
-    proc = subprocess.Popen([sys.executable, "-m", "gapless", "api", "--port", str(port)],
-                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-    stack.callback(_delete_queues, queue)
-    stack.callback(_stop, proc)
-    deadline = time.monotonic() + 30
-    while True:
+    """``gapless api`` on the database, on a free port, answering /healthz; stopped (and its
+    queues deleted) when ``stack`` closes."""
+    port = free_port()
+    env = clean_env()
+    env.update(GAPLESS_DATABASE_URL=url, GAPLESS_QUEUE=queue_prefix("feed"),
+               GAPLESS_API_TOKEN=token, GAPLESS_LOG_LEVEL="warning",
+               GAPLESS_AMQP_URL=Settings().amqp_url)
+    proc = Proc([*GAPLESS, "api", "--port", str(port)], env, "feed-api")
+    stack.callback(lambda: asyncio.run(delete_queues(settings_of(env))))
+    stack.callback(proc.stop)
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if proc.proc.poll() is not None:
+            raise RuntimeError("gapless api exited:\n" + proc.log_tail())
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return f"http://127.0.0.1:{port}"
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
         except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("gapless api did not start")
-        time.sleep(0.1)
+            return False
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
-def _delete_queues(prefix: str) -> None:
-    async def delete() -> None:
-        connection = await aio_pika.connect(Settings().amqp_url)
-        async with connection:
-            channel = await connection.channel()
-            for name in (prefix, dead_queue_name(prefix)):
-                await channel.queue_delete(name)
-            await channel.exchange_delete(dead_exchange_name(prefix))
-
-    asyncio.run(delete())
+    wait_until(healthy, 30, interval=0.1, message="gapless api answering /healthz")
+    return base
 
 
 def read_bench(url: str, total: int, repeats: int) -> list[list[object]]:

@@ -10,13 +10,13 @@ integrator ``gapless mock-integrator`` at a fixed latency):
 
 * **issued/s** at ``processes × concurrency`` in flight: classic mode on the shared broker (the
   baseline), quorum mode on the shared broker (one node: a quorum queue of one member), and
-  quorum mode on a private three-node cluster (tests/ha/rabbit_cluster.py: every message
+  quorum mode on a private three-node cluster (bench/harness.py: every message
   replicated to a majority before its confirm, every ack too). Ideal = in flight ÷ latency.
   Goal: quorum ≥ 0.8 of the ideal.
 * **priority**: one user message published behind a ``--backlog`` of batch messages, one worker
   with 8 in flight: how much of the backlog it overtook (the batch invoices issued after it),
   classic and quorum (on the cluster). Goal: ≥ 0.9 overtaken.
-* **synchronous standby on ÷ off** (tests/ha/pg_pair.py: a private primary with a streaming
+* **synchronous standby on ÷ off** (bench/harness.py: a private primary with a streaming
   standby, synchronous or not): claims/s on one series (the worker's claim statement, from 1
   and from 16 connections) and issued/s of the workers with the database on the pair. Goal:
   on ÷ off ≥ 0.8.
@@ -33,7 +33,8 @@ import contextlib
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +42,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
 
-from bench.common import machine, median, print_table
-from bench.issue import (
-    _wait_issued,
+from bench.harness import (
+    PrivatePostgresPair,
+    PrivateRabbitCluster,
     environment,
-    invoice,
+    issued_before,
+    machine,
+    median,
     mock_integrator,
+    print_table,
     publish,
     settings_of,
     start_workers,
-    throughput_run,
+    wait_issued,
 )
+from bench.issue import invoice, throughput_run
 from bench.reserve import run_path
 from gapless.amqp.publisher import Publisher
 from gapless.ledger.database import make_engine
@@ -68,8 +73,6 @@ QUORUM = {"GAPLESS_QUEUE_TYPE": "quorum"}
 @contextlib.contextmanager
 def private_cluster() -> Iterator[str]:
     """A private three-node RabbitMQ cluster; its comma-separated node URLs."""
-    from tests.ha.rabbit_cluster import PrivateRabbitCluster
-
     cluster = PrivateRabbitCluster(3)
     try:
         cluster.start()
@@ -79,9 +82,7 @@ def private_cluster() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def private_pair(*, synchronous: bool) -> Iterator[Any]:
-    from tests.ha.pg_pair import PrivatePostgresPair
-
+def private_pair(*, synchronous: bool) -> Iterator[PrivatePostgresPair]:
     pair = PrivatePostgresPair(synchronous=synchronous)
     try:
         pair.start()
@@ -90,8 +91,8 @@ def private_pair(*, synchronous: bool) -> Iterator[Any]:
         pair.close()
 
 
-def pair_database(pair: Any) -> Any:
-    """``database(label)`` for :func:`bench.issue.environment`: a fresh database on the pair,
+def pair_database(pair: PrivatePostgresPair) -> Callable[[str], AbstractContextManager[str]]:
+    """``database(label)`` for :func:`bench.harness.environment`: a fresh database on the pair,
     cloned from its migrated template, as the multi-host URL."""
 
     @contextlib.contextmanager
@@ -128,10 +129,10 @@ def overtaken(mock_url: str, backlog: int, *, extra: dict[str, str] | None = Non
     """(share of the backlog the user message overtook, seconds to its ISSUED)."""
     with environment("prio", mock_url, extra=extra) as env:
         asyncio.run(publish(env, [invoice(f"b-{i}") for i in range(backlog)]))
-        procs = start_workers("gapless", env, 1, 8)
+        procs = start_workers(env, 1, 8, "prio")
         try:
             seconds = asyncio.run(_publish_probe(env))
-            before = asyncio.run(_issued_before_probe(env))
+            before = asyncio.run(issued_before(env, "probe"))
         finally:
             for proc in procs:
                 proc.stop()
@@ -142,17 +143,7 @@ async def _publish_probe(env: dict[str, str]) -> float:
     async with Publisher(settings_of(env)) as publisher:
         started = time.perf_counter()
         await publisher.publish(invoice("probe", priority="user"))
-    return await _wait_issued(env, "probe", started)
-
-
-async def _issued_before_probe(env: dict[str, str]) -> int:
-    from tests.worker_support import issued_before
-
-    engine = make_engine(env["GAPLESS_DATABASE_URL"], actor="bench", pool_size=1)
-    try:
-        return await issued_before(engine, "probe")
-    finally:
-        await engine.dispose()
+    return await wait_issued(env, "probe", started)
 
 
 async def claims_per_s(url: str, connections: int, series: int, seconds: float,

@@ -51,15 +51,12 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -70,23 +67,29 @@ import aio_pika
 import httpx
 from sqlalchemy import text
 
-from bench.common import bench_database, machine, median, print_table
-from gapless.amqp.connection import connect_once
+from bench import harness
+from bench.harness import (
+    GAPLESS,
+    ROOT,
+    Proc,
+    bench_database,
+    environment,
+    issued_count,
+    machine,
+    median,
+    mock_integrator,
+    print_table,
+    publish,
+    settings_of,
+    wait_issued,
+)
 from gapless.amqp.publisher import Publisher
-from gapless.amqp.topology import work_queues
-from gapless.constants import dead_exchange_name, dead_queue_name
 from gapless.demo.samples import KIND_WEIGHTS, sample_messages
 from gapless.documents import build_issuer, check_ubl_inputs
 from gapless.ledger.database import make_engine
 from gapless.logging import configure_logging
 from gapless.message import validate_message
 from gapless.settings import Settings
-
-ROOT = Path(__file__).resolve().parent.parent
-GAPLESS = [sys.executable, "-m", "gapless"]
-#: Process logs of the last run (outside the tree).
-LOGS = Path(tempfile.gettempdir()) / "gapless-bench-issue"
-
 
 #: The issuer profile of the UBL-TR runs (``gapless tenant set``).
 PROFILE_ARGS = ["tenant", "set", "bench", "--tax-id", "1234567803", "--name",
@@ -261,164 +264,31 @@ async def baseline_worker(design: str, concurrency: int) -> None:
     await pool.close()
 
 
-# -- harness -----------------------------------------------------------------------------------
+# -- a run: its environment and workers (bench/harness.py) -----------------------------------------
 
 
-class Proc:
-    def __init__(self, args: list[str], env: dict[str, str], name: str,
-                 metrics_port: int | None = None) -> None:
-        self.metrics_port = metrics_port
-        LOGS.mkdir(exist_ok=True)
-        self.log_path = LOGS / f"{name}.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=ROOT)
-
-    def wait_for(self, marker: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while marker not in self.log_path.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.log_path.name}: no {marker!r}:\n"
-                                   + self.log_path.read_text(errors="replace")[-2000:])
-            time.sleep(0.05)
-
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def cpu_s(self) -> float:
-        """User + system CPU seconds used so far (Linux /proc)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-
-@contextmanager
-def mock_integrator(latency_ms: float) -> Iterator[str]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAPLESS_")}
-    proc = Proc([*GAPLESS, "mock-integrator", "--port", str(port), "--latency-ms",
-                 f"{latency_ms:g}", "--seed", "1"], env, "mock")
-    try:
-        proc.wait_for("mock_integrator_started")
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"{url}/admin/stats", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.stop()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def environment(label: str, mock_url: str, *, extra: dict[str, str] | None = None,
-                database: Callable[[str], AbstractContextManager[str]] = bench_database,
-                ) -> Iterator[dict[str, str]]:
-    """A fresh database with series bench/ABC, a fresh queue prefix, the mock's ledger reset.
-
-    ``extra``: more GAPLESS_* settings of the run (the broker's nodes, the queue type);
-    ``database``: makes the run's database (default: a fresh one on the shared server).
-    """
-    httpx.post(f"{mock_url}/admin/reset", timeout=10).raise_for_status()
-    prefix = f"gapless_bench_{label}_{uuid.uuid4().hex[:8]}"
-    with database(label) as url:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GAPLESS_")}
-        env.update({"GAPLESS_DATABASE_URL": url, "GAPLESS_QUEUE": prefix,
-                    "GAPLESS_INTEGRATOR_URL": mock_url, "GAPLESS_LOG_FORMAT": "json",
-                    **(extra or {})})
-        subprocess.run([*GAPLESS, "series", "add", "bench", "ABC"], env=env, check=True,
-                       capture_output=True, cwd=ROOT)
-        if label.startswith(UBL_DESIGNS):
+def prepare(design: str, mock_url: str) -> Callable[[dict[str, str]], None]:
+    """The design's preparation of a run's environment: the issuer profile of the UBL-TR designs,
+    and the routed design's series and recipients."""
+    def setup(env: dict[str, str]) -> None:
+        if design in UBL_DESIGNS:
             subprocess.run([*GAPLESS, *PROFILE_ARGS], env=env, check=True, capture_output=True,
                            cwd=ROOT)
-        if label.startswith("routed"):
+        if design == "routed":
             route_recipients(env, mock_url)
-        try:
-            yield env
-        finally:
-            asyncio.run(_delete_queues(settings_of(env)))
 
-
-async def _delete_queues(settings: Settings) -> None:
-    connection = await connect_once(settings)
-    async with connection:
-        channel = await connection.channel()
-        for name in (*work_queues(settings), dead_queue_name(settings.queue)):
-            await channel.queue_delete(name)
-        await channel.exchange_delete(dead_exchange_name(settings.queue))
-
-
-def settings_of(env: dict[str, str]) -> Settings:
-    """The settings of a run's environment (its GAPLESS_* variables)."""
-    given = {key.removeprefix("GAPLESS_").lower(): value for key, value in env.items()
-             if key.startswith("GAPLESS_")}
-    return Settings.model_validate(given)
-
-
-async def publish(env: dict[str, str], messages: list[dict[str, Any]]) -> None:
-    async with Publisher(settings_of(env)) as publisher:
-        for start in range(0, len(messages), 200):
-            await asyncio.gather(*(publisher.publish(m) for m in messages[start:start + 200]))
-
-
-async def issued(env: dict[str, str]) -> int:
-    engine = make_engine(env["GAPLESS_DATABASE_URL"], actor="bench", pool_size=1)
-    try:
-        async with engine.connect() as conn:
-            return int((await conn.execute(text(
-                "SELECT count(*) FROM invoices WHERE status = 'ISSUED'"))).scalar_one())
-    finally:
-        await engine.dispose()
+    return setup
 
 
 def start_workers(design: str, env: dict[str, str], processes: int,
                   concurrency: int) -> list[Proc]:
-    procs = []
-    gapless = design in GAPLESS_DESIGNS
-    marker = "worker_started" if gapless else f"{design}_worker_started"
-    try:
-        for index in range(processes):
-            port = _free_port()
-            if gapless:
-                args = [*GAPLESS, "worker", "--concurrency", str(concurrency),
-                        "--metrics-port", str(port)]
-            else:
-                args = [sys.executable, str(Path(__file__).resolve()), "--baseline-worker",
-                        design, "--concurrency", str(concurrency)]
-            procs.append(Proc(args, env, f"{design}-{processes}x{concurrency}-{index}", port))
-        for proc in procs:
-            proc.wait_for(marker)
-    except BaseException:
-        for proc in procs:
-            proc.stop()
-        raise
-    return procs
-
+    """The design's workers: ``gapless worker`` processes, or this script's baseline loop."""
+    if design in GAPLESS_DESIGNS:
+        return harness.start_workers(env, processes, concurrency, design)
+    return harness.start_workers(
+        env, processes, concurrency, design, marker=f"{design}_worker_started",
+        command=lambda _port: [sys.executable, str(Path(__file__).resolve()),
+                               "--baseline-worker", design, "--concurrency", str(concurrency)])
 
 def claim_ms(procs: list[Proc]) -> float:
     """Mean duration of the claim transaction (lock, number, lease, commit), from /metrics."""
@@ -446,16 +316,16 @@ def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
     expected = 1 / latency_s if design == "naive" else ideal
     backlog = min(40_000, int(expected * (warmup + window) * 1.5) + 50)
     with environment(f"{label or design}{processes}x{concurrency}", mock_url, extra=extra,
-                     database=database) as env:
+                     database=database, setup=prepare(design, mock_url)) as env:
         asyncio.run(publish(env, backlog_of(design, backlog)))
         procs = start_workers(design, env, processes, concurrency)
         try:
             time.sleep(warmup)  # a benchmark measures wall time; the warm-up is not a sync
-            first = asyncio.run(issued(env))
+            first = asyncio.run(issued_count(env))
             cpu_first = sum(proc.cpu_s() for proc in procs)
             started = time.perf_counter()
             time.sleep(window)
-            last = asyncio.run(issued(env))
+            last = asyncio.run(issued_count(env))
             elapsed = time.perf_counter() - started
             cpu = sum(proc.cpu_s() for proc in procs) - cpu_first
             rss = procs[0].rss_mb()
@@ -490,24 +360,7 @@ async def _publish_and_wait(env: dict[str, str], message: dict[str, Any]) -> flo
     async with Publisher(settings_of(env)) as publisher:
         started = time.perf_counter()
         await publisher.publish(message)
-    return await _wait_issued(env, message["invoice_id"], started)
-
-
-async def _wait_issued(env: dict[str, str], invoice_id: str, started: float) -> float:
-    engine = make_engine(env["GAPLESS_DATABASE_URL"], actor="bench", pool_size=1)
-    try:
-        while True:
-            async with engine.connect() as conn:
-                status = (await conn.execute(text(
-                    "SELECT status FROM invoices WHERE invoice_id = :i"),
-                    {"i": invoice_id})).scalar_one_or_none()
-            if status == "ISSUED":
-                return time.perf_counter() - started
-            if time.perf_counter() - started > 600:
-                raise RuntimeError("the probe invoice was not issued in 10 minutes")
-            await asyncio.sleep(0.01)
-    finally:
-        await engine.dispose()
+    return await wait_issued(env, message["invoice_id"], started)
 
 
 def main() -> None:

@@ -34,8 +34,21 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import (
+    ROOT,
+    Proc,
+    clean_env,
+    cpu_seconds,
+    free_port,
+    json_document,
+    machine,
+    percentile,
+    print_table,
+    start_mock,
+    wait_for_port,
+)
 
 WARMUP_S = 1.0
 
@@ -174,7 +187,6 @@ def run_adapter_load(args: argparse.Namespace) -> None:
 
     from gapless.integrator.http import HttpIntegrator, request_body
     from gapless.settings import Settings
-    from tests.helpers import json_document
 
     url = f"http://127.0.0.1:{args.port}"
 
@@ -237,39 +249,24 @@ def measure_adapter(port: int, client: str, in_flight: int, calls: int) -> dict[
 
 # -- orchestration ---------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"port {port} did not open")
-
-
-def start_server(kind: str, port: int) -> subprocess.Popen[bytes]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GAPLESS_")}
-    if kind == "baseline":
-        argv = [sys.executable, __file__, "--serve-baseline", "--port", str(port)]
-    else:
-        argv = [sys.executable, "-m", "gapless", "mock-integrator", "--port", str(port),
-                "--seed", "1"]
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    wait_for_port(port)
+def start_server(kind: str) -> Proc:
+    """The baseline app or the real mock integrator, answering on a free port."""
+    if kind == "mock":
+        return start_mock(name="bench-mock-server")
+    port = free_port()
+    proc = Proc([sys.executable, __file__, "--serve-baseline", "--port", str(port)], clean_env(),
+                "bench-mock-baseline", url=f"http://127.0.0.1:{port}")
+    try:
+        wait_for_port(port)
+    except BaseException:
+        proc.stop()
+        raise
     return proc
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def port_of(server: Proc) -> int:
+    assert server.url is not None
+    return int(server.url.rsplit(":", 1)[1])
 
 
 def measure(port: int, pid: int, scenario: str, connections: int, loaders: int,
@@ -307,12 +304,6 @@ def measure(port: int, pid: int, scenario: str, connections: int, loaders: int,
             "statuses": ", ".join(f"{code}: {n}" for code, n in sorted(statuses.items()))}
 
 
-def percentile(ordered: list[float], q: float) -> float:
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -340,8 +331,6 @@ def main() -> None:
         run_loader(args)
         return
 
-    from bench.common import machine, print_table
-
     print(f"machine: {machine()}; {args.connections} connections from {args.loaders} loader "
           f"processes, {args.seconds:g} s measured after {WARMUP_S:g} s warm-up, "
           f"{args.rounds} interleaved rounds; load average {os.getloadavg()[0]:.1f} at start")
@@ -349,11 +338,13 @@ def main() -> None:
             ("mock integrator", "mock", "POST /invoices, new number (201)", "accept"),
             ("mock integrator", "mock", "POST /invoices, taken number (409)", "duplicate"),
             ("mock integrator", "mock", "GET /invoices/{t}/{n} (200)", "lookup")]
-    ports = {kind: free_port() for kind in ("baseline", "mock")}
-    servers = {kind: start_server(kind, port) for kind, port in ports.items()}
+    servers: dict[str, Proc] = {}
     results: list[list[dict[str, Any]]] = [[] for _ in plan]
     adapter_runs: dict[str, list[dict[str, float]]] = {client: [] for client in CLIENTS}
     try:
+        for kind in ("baseline", "mock"):
+            servers[kind] = start_server(kind)
+        ports = {kind: port_of(server) for kind, server in servers.items()}
         # Rounds interleave the servers, so a burst of load from elsewhere hits both alike.
         for _ in range(args.rounds):
             for index, (_label, kind, _what, scenario) in enumerate(plan):
@@ -364,8 +355,7 @@ def main() -> None:
                                                              ADAPTER_IN_FLIGHT, args.calls))
     finally:
         for server in servers.values():
-            server.terminate()
-            server.wait(timeout=30)
+            server.stop()
     rows = []
     for (label, _kind, what, _scenario), runs in zip(plan, results, strict=True):
         rps = sorted(run["rps"] for run in runs)

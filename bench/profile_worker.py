@@ -31,16 +31,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine, print_table
-from bench.issue import (
+from bench.harness import (
     GAPLESS,
     Proc,
     environment,
-    invoice,
-    issued,
+    issued_count,
+    machine,
     mock_integrator,
+    print_table,
     publish,
 )
+from bench.issue import invoice
 from gapless.logging import configure_logging
 
 #: (group, substrings of a frame's file path), first match wins, innermost frame first.
@@ -102,14 +103,14 @@ def main() -> None:
         try:
             worker.wait_for("worker_started")
             time.sleep(args.warmup)  # wall-clock warm-up of a benchmark, not a synchronisation
-            first, cpu_first = asyncio.run(issued(env)), worker.cpu_s()
+            first, cpu_first = asyncio.run(issued_count(env)), worker.cpu_s()
             started = time.perf_counter()
             subprocess.run([py_spy, "record", "--pid", str(worker.proc.pid), "--rate", "250",
                             "--duration", str(int(args.seconds)), "--format", "raw",
                             "--output", str(raw), "--nonblocking"],
                            check=True, capture_output=True)
             elapsed = time.perf_counter() - started
-            last, cpu = asyncio.run(issued(env)), worker.cpu_s() - cpu_first
+            last, cpu = asyncio.run(issued_count(env)), worker.cpu_s() - cpu_first
         finally:
             worker.stop()
     done = last - first

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,16 +33,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 import psycopg
 
-from bench.common import bench_database, conninfo, machine, median, percentile, print_table
+from bench.harness import (
+    GAPLESS,
+    Proc,
+    bench_database,
+    clean_env,
+    conninfo,
+    cpu_seconds,
+    machine,
+    median,
+    percentile,
+    print_table,
+    start_mock,
+    wait_until,
+)
 from gapless.ledger.database import make_engine
 from gapless.ledger.invoices import claim_orphans
 from gapless.ledger.queries import invoices as q
 from gapless.ops.audit import check_database
-from tests.helpers import free_port, wait_for_port
 
-ROOT = Path(__file__).resolve().parent.parent
-GAPLESS = [sys.executable, "-m", "gapless"]
-LOGS = ROOT / "bench" / ".logs"
 TENANT, SERIES = "bench", "ABC"
 
 DOCUMENT = ("jsonb_build_object('invoice_id', 'orphan-' || g, 'tenant', 'bench', 'series', 'ABC',"
@@ -97,18 +104,6 @@ async def fill_ledger(mock_url: str, count: int) -> None:
         await asyncio.gather(*(post(n) for n in range(1, count + 1)))
 
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
 def backend_pids(url: str, application: str) -> list[int]:
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         return [row[0] for row in conn.execute(
@@ -118,60 +113,52 @@ def backend_pids(url: str, application: str) -> list[int]:
 
 def settled_rate(url: str, count: int, timeout: float) -> tuple[float, float]:
     """Wait until every orphan is ISSUED; (orphans per second, seconds) from issued_at."""
-    deadline = time.monotonic() + timeout
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
-        while True:
+        def settled() -> tuple[int, float] | None:
             row = conn.execute("SELECT count(*) FILTER (WHERE status = 'ISSUED'),"
                                " extract(epoch FROM max(issued_at) - min(issued_at))"
                                " FROM invoices").fetchone()
             assert row is not None
             done, span = int(row[0]), float(row[1] or 0.0)
-            if done == count:
-                return (count - 1) / span, span
-            if time.monotonic() > deadline:
-                raise SystemExit(f"recovery settled only {done}/{count} in {timeout:.0f} s")
-            time.sleep(0.2)
+            return (done, span) if done == count else None
+
+        try:
+            _, span = wait_until(settled, timeout, interval=0.2,
+                                 message=f"recovery settling {count} orphans")
+        except TimeoutError as exc:
+            raise SystemExit(str(exc)) from None
+    return (count - 1) / span, span
 
 
 def throughput(kind: str, count: int, latency_ms: float, concurrency: int,
                batch: int) -> dict[str, object]:
-    LOGS.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAPLESS_")}
-    with (LOGS / f"recovery-mock-{kind}-{concurrency}.log").open("wb") as mock_log:
-        mock = subprocess.Popen([*GAPLESS, "mock-integrator", "--port", str(port), "--seed", "1"],
-                                env=env, stdout=mock_log, stderr=subprocess.STDOUT, cwd=ROOT)
+    mock = start_mock(name=f"recovery-mock-{kind}-{concurrency}")
     try:
-        wait_for_port(port)
-        mock_url = f"http://127.0.0.1:{port}"
+        mock_url = str(mock.url)
         with bench_database("recovery") as url:
             make_orphans(url, count)
             if kind == "repair":
                 asyncio.run(fill_ledger(mock_url, count))
             httpx.put(f"{mock_url}/admin/faults",
                       json={"latency_ms": [latency_ms, latency_ms]}).raise_for_status()
-            run_env = {**env, "GAPLESS_DATABASE_URL": url, "GAPLESS_INTEGRATOR_URL": mock_url,
-                       "GAPLESS_LOG_LEVEL": "warning", "GAPLESS_LOG_FORMAT": "json"}
-            log_path = LOGS / f"recovery-{kind}-{concurrency}.log"
-            with log_path.open("wb") as log:
-                proc = subprocess.Popen(
-                    [*GAPLESS, "recovery", "--interval", "0.05", "--stuck-after", "60",
-                     "--concurrency", str(concurrency), "--batch", str(batch)],
-                    env=run_env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-            mock_cpu_before = cpu_seconds(mock.pid)
+            run_env = {**clean_env(), "GAPLESS_DATABASE_URL": url,
+                       "GAPLESS_INTEGRATOR_URL": mock_url, "GAPLESS_LOG_LEVEL": "warning",
+                       "GAPLESS_LOG_FORMAT": "json"}
+            proc = Proc([*GAPLESS, "recovery", "--interval", "0.05", "--stuck-after", "60",
+                         "--concurrency", str(concurrency), "--batch", str(batch)],
+                        run_env, f"recovery-{kind}-{concurrency}")
+            mock_cpu_before = mock.cpu_s()
             try:
                 rate, span = settled_rate(url, count, timeout=max(600.0, count / 10))
-                recovery_cpu = cpu_seconds(proc.pid)
+                recovery_cpu = proc.cpu_s()
                 # The recovery's PostgreSQL backends (its pool keeps them for the whole run).
                 db_cpu = sum(cpu_seconds(pid) for pid in backend_pids(url, "gapless-recovery"))
             finally:
-                proc.terminate()
-                proc.wait(timeout=60)
-            mock_cpu = cpu_seconds(mock.pid) - mock_cpu_before
+                proc.stop()
+            mock_cpu = mock.cpu_s() - mock_cpu_before
             stats = httpx.get(f"{mock_url}/admin/stats").json()
     finally:
-        mock.terminate()
-        mock.wait(timeout=30)
+        mock.stop()
     calls = 1 if kind == "repair" else 2
     ideal = concurrency / (calls * latency_ms / 1000)
     goal = 0.8 * concurrency / (latency_ms / 1000)

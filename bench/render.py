@@ -19,8 +19,8 @@ Two tables:
 * **by kind** — one message of ``--kind-lines`` lines for each document kind gapless renders
   (:data:`KINDS`: every invoice type, the IHRACAT, KAMU and EARSIVFATURA profiles, line
   discounts, withholding and exemption codes), each valid for GİB (``check_ubl_inputs`` passes;
-  ``--validate`` also runs GİB's XSD and schematron on each, through the tests' efatura-kontrol
-  helper, before measuring). ``--kinds`` picks some of them by label, ``none`` skips the table.
+  ``--validate`` also runs GİB's XSD and schematron on each, with efatura-kontrol,
+  before measuring). ``--kinds`` picks some of them by label, ``none`` skips the table.
 
 Each variant runs in batches until it has used ``--seconds`` of CPU; the variants take turns,
 ``--rounds`` times, so that outside load hits all of them alike. The tables show the best round
@@ -43,7 +43,7 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine, print_table
+from bench.harness import gib_findings, machine, print_table
 from gapless.documents import (
     Issuer,
     build_issuer,
@@ -297,13 +297,13 @@ def measure(message: InvoiceMessage, the_issuer: Issuer, seconds: float,
 
 
 def validate_documents(messages: dict[str, InvoiceMessage], the_issuer: Issuer) -> None:
-    """GİB's XSD and schematron on each kind's document (tests/ubl.py, efatura-kontrol)."""
+    """GİB's XSD and schematron on each kind's document (efatura-kontrol, a dev dependency)."""
     try:
-        from tests.ubl import findings
+        import efatura_kontrol  # noqa: F401
     except ImportError as exc:  # pragma: no cover - needs the dev dependencies
-        sys.exit(f"--validate needs the tests' efatura-kontrol helper: {exc}")
+        sys.exit(f"--validate needs efatura-kontrol (pip install -e '.[dev]'): {exc}")
     bad = {label: found for label, message in messages.items()
-           if (found := findings(render(message, the_issuer)))}
+           if (found := gib_findings(render(message, the_issuer)))}
     if bad:
         sys.exit(f"documents GİB would refuse: {bad}")
     print(f"validated: {len(messages)} documents pass GİB's XSD and schematron "

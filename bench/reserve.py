@@ -28,7 +28,7 @@ import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bench.common import bench_database, conninfo, machine, median, percentile, print_table
+from bench.harness import bench_database, conninfo, machine, median, percentile, print_table
 from gapless.ledger.counters import reserve_number
 from gapless.ledger.database import make_engine
 from gapless.ledger.invoices import claim_for_sending

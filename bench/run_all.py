@@ -3,7 +3,7 @@
     .venv/bin/python bench/run_all.py [--only reserve,issue] [--seconds S]
                                       [--args "issue=--window 4"] [--output PATH] [--dry-run]
 
-Each ``bench/<name>.py`` (but this file, ``common.py`` and ``__init__.py``) runs in turn, as a
+Each ``bench/<name>.py`` (but this file, ``harness.py`` and ``__init__.py``) runs in turn, as a
 subprocess with its default arguments, its output shown as it goes. What it prints from its
 ``machine:`` line on (its tables, Markdown already) is captured.
 
@@ -32,11 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine  # noqa: E402 - after the path is set up
+from bench.harness import machine  # noqa: E402 - after the path is set up
 
 BENCH_DIR = ROOT / "bench"
 DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks.md"
-NOT_BENCHMARKS = {"common", "run_all", "__init__"}
+NOT_BENCHMARKS = {"harness", "run_all", "__init__"}
 #: The order they run in (cheap and independent first); others follow alphabetically.
 PREFERRED_ORDER = ("reserve", "feed", "mock", "issue", "recovery")
 HEADER = "header"

@@ -33,7 +33,7 @@ def test_capture_keeps_context_and_tables_but_not_progress_or_json() -> None:
 def test_discover_skips_helpers() -> None:
     names = discover()
     assert "reserve" in names
-    assert not {"common", "run_all", "__init__"} & set(names)
+    assert not {"harness", "run_all", "__init__"} & set(names)
 
 
 def test_a_new_document_gets_a_header_and_a_section_per_benchmark() -> None:
