@@ -24,7 +24,7 @@ from typing import Any
 
 import typer
 
-from gapless.cli.common import AmqpUrlOption, QueueOption, run, settings_from
+from gapless.cli.options import AmqpUrlOption, QueueOption, run, settings_from
 from gapless.constants import (
     CONTENT_TYPE_JSON,
     HEADER_DEAD_AT,

@@ -33,20 +33,18 @@ from typing import Any
 
 import typer
 
-from gapless.cli.common import (
-    DATABASE_HINT,
-    INTEGRATOR_HINT,
+from gapless.cli.options import (
     AmqpUrlOption,
     ClusterIdOption,
     DatabaseUrlOption,
     IntegratorUrlOption,
-    describe_unreachable,
-    first_line,
     installed_version,
+    invocation_settings,
     probe_integrator,
     run,
     settings_from,
 )
+from gapless.ops.unreachable import DATABASE_HINT, INTEGRATOR_HINT, describe_unreachable, first_line
 from gapless.settings import Settings
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -203,7 +201,7 @@ async def bounded(name: str, timeout_s: float, hint: str,
     except TimeoutError:
         return Check(name, FAIL, f"no answer within {timeout_s:g} s", hint)
     except Exception as exc:
-        failure = describe_unreachable(exc)
+        failure = describe_unreachable(exc, invocation_settings())
         if failure is not None:
             return Check(name, FAIL, failure.summary, failure.hint)
         first = first_line(str(exc))

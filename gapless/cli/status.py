@@ -27,7 +27,7 @@ from typing import Any
 
 import typer
 
-from gapless.cli.common import AmqpUrlOption, DatabaseUrlOption, QueueOption, run, settings_from
+from gapless.cli.options import AmqpUrlOption, DatabaseUrlOption, QueueOption, run, settings_from
 from gapless.constants import PRIORITY_USER, dead_queue_name, user_queue_name
 from gapless.settings import Settings
 from gapless.urls import split_urls
