@@ -89,16 +89,3 @@ def installed_version() -> str:
 
         return f"{__version__} (not installed)"
 
-
-async def probe_integrator(settings: Settings) -> Any:
-    """Look up the probe document UUID through the configured adapter, as a paused worker does:
-    a lookup consumes no number and changes nothing. Returns the answer (None, "not found", is
-    the expected one); raises TransientIntegratorError when the integrator cannot answer."""
-    from gapless.integrator.base import load_integrator
-    from gapless.worker.consumer import PROBE_TENANT, PROBE_UUID
-
-    integrator = load_integrator(settings)
-    try:
-        return await integrator.lookup_uuid(PROBE_TENANT, PROBE_UUID)
-    finally:
-        await integrator.aclose()
