@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from gapless.cli.options import AmqpUrlOption, QueueOption, run, settings_from
+from gapless.cli.printable import plain, printable
 from gapless.constants import dead_queue_name
-from gapless.ops.dead import InvalidFix, list_dead, parse_fixes, replay_dead
+from gapless.ops.dead import DeadLetters, InvalidFix, list_dead, parse_fixes, replay_dead
 
 dead_app = typer.Typer(help="Inspect the dead-letter queue and replay fixed messages.",
                        no_args_is_help=True)
@@ -35,6 +37,25 @@ def load_fixes(path: Path) -> dict[str, tuple[bytes, str | None]]:
         raise typer.BadParameter(f"--file line {exc.line}: {exc.reason}") from None
 
 
+def letters_table(dead: DeadLetters) -> Any:
+    """The dead letters read, one row each: position, invoice_id, when, why (as printable text,
+    never markup: they come from the messages)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
+                  title=f"{dead.queue}: showing {len(dead.messages)} of {dead.total}")
+    table.add_column("#", justify="right")
+    table.add_column("invoice_id", overflow="fold", max_width=24)
+    table.add_column("dead at (UTC)", no_wrap=True)
+    table.add_column("reason", overflow="fold")
+    for letter in dead.messages:
+        dead_at = (letter.dead_at or "-")[:19].replace("T", " ")
+        table.add_row(str(letter.position), plain(letter.invoice_id or "(unreadable body)"),
+                      plain(dead_at), plain(letter.reason or "-"))
+    return table
+
+
 @dead_app.command("list")
 def dead_list(
     limit: int = typer.Option(20, "--limit", min=1, max=10000,
@@ -44,9 +65,7 @@ def dead_list(
     queue: str | None = QueueOption,
 ) -> None:
     """Show dead messages (reason, invoice_id, when) without removing any."""
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
     settings = settings_from(amqp_url=amqp_url, queue=queue)
     dead = run(list_dead(settings, limit))
@@ -57,17 +76,7 @@ def dead_list(
     if not dead.messages:
         console.print(f"{dead.queue}: no dead letters")
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
-                  title=f"{dead.queue}: showing {len(dead.messages)} of {dead.total}")
-    table.add_column("#", justify="right")
-    table.add_column("invoice_id", overflow="fold", max_width=24)
-    table.add_column("dead at (UTC)", no_wrap=True)
-    table.add_column("reason", overflow="fold")
-    for letter in dead.messages:
-        dead_at = (letter.dead_at or "-")[:19].replace("T", " ")
-        table.add_row(str(letter.position), letter.invoice_id or "(unreadable body)", dead_at,
-                      letter.reason or "-")
-    console.print(table)
+    console.print(letters_table(dead))
 
 
 @dead_app.command("replay")
@@ -93,11 +102,13 @@ def dead_replay(
     result = run(replay_dead(settings, replay_all=replay_all, invoice_ids=wanted, fixes=fixes))
     for invoice_id in result.replayed:
         suffix = " (fixed body)" if invoice_id in result.fixed else ""
-        typer.echo(f"replayed {invoice_id or '(no invoice_id)'}{suffix}")
+        typer.echo(f"replayed {printable(invoice_id or '(no invoice_id)')}{suffix}")
     for invoice_id in result.not_found:
-        typer.echo(f"not in {dead_queue_name(settings.queue)}: {invoice_id}", err=True)
+        typer.echo(f"not in {dead_queue_name(settings.queue)}: {printable(invoice_id)}",
+                   err=True)
     for invoice_id in result.unused_fixes(fixes):
-        typer.echo(f"fix for {invoice_id} not used (its message was not selected)", err=True)
+        typer.echo(f"fix for {printable(invoice_id)} not used (its message was not selected)",
+                   err=True)
     typer.echo(f"replayed {len(result.replayed)} to {settings.queue}, {len(result.fixed)} with "
                f"a fixed body; {result.kept} left in {dead_queue_name(settings.queue)}")
     if result.not_found:

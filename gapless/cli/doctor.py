@@ -23,15 +23,17 @@ from gapless.cli.options import (
     run,
     settings_from,
 )
+from gapless.cli.printable import printable
 from gapless.ops.doctor import DEFAULT_TIMEOUT_S, FAIL, OK, SKIP, WARN, Check, diagnose, healthy
 
 LABELS = {OK: "ok", WARN: "WARN", FAIL: "FAIL", SKIP: "skip"}
 
 
 def check_line(check: Check) -> str:
-    """``label name detail[; hint: …]``, the columns aligned."""
-    text = f"{LABELS[check.status]:<5} {check.name:<11} {check.detail}"
-    return f"{text}; hint: {check.hint}" if check.hint else text
+    """``label name detail[; hint: …]``, the columns aligned; what a service said of itself
+    (its version, its error) is made printable."""
+    text = f"{LABELS[check.status]:<5} {check.name:<11} {printable(check.detail)}"
+    return f"{text}; hint: {printable(check.hint)}" if check.hint else text
 
 
 def doctor(

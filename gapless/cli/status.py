@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from gapless.cli.options import AmqpUrlOption, DatabaseUrlOption, QueueOption, run, settings_from
+from gapless.cli.printable import plain, printable
 from gapless.ops.status import (
     BreakerStatus,
     FeedStatus,
@@ -83,8 +84,8 @@ def _series_table(status: Status) -> Any:
         table.add_column(column, justify="right", no_wrap=True)
     for row in status.series:
         error = f"{row.error:,}" + ("!" if row.alarms else "")
-        table.add_row(f"{row.tenant}/{row.series}", row.last_number or "-", f"{row.issued:,}",
-                      f"{row.sending:,}", error, f"{row.rejected:,}",
+        table.add_row(plain(f"{row.tenant}/{row.series}"), plain(row.last_number or "-"),
+                      f"{row.issued:,}", f"{row.sending:,}", error, f"{row.rejected:,}",
                       format_age(row.oldest_sending_age_s))
     if not status.series:
         table.add_row("(no series)", "-", "-", "-", "-", "-", "-")
@@ -92,7 +93,8 @@ def _series_table(status: Status) -> Any:
 
 
 def _alarm_lines(lines: Any, series: list[SeriesStatus]) -> None:
-    alarms = [f"{row.tenant}/{row.series}: {row.alarms}" for row in series if row.alarms]
+    alarms = [f"{printable(row.tenant)}/{printable(row.series)}: {row.alarms}"
+              for row in series if row.alarms]
     if alarms:
         # An alarm is an ERROR that is never retried by itself: the integrator holds the number
         # for another invoice. A person must look (see the runbook).
@@ -101,7 +103,7 @@ def _alarm_lines(lines: Any, series: list[SeriesStatus]) -> None:
 
 
 def _queue_lines(lines: Any, queue: QueueStatus) -> None:
-    lines.append(f"queue {queue.name}: ", style="bold")
+    lines.append(f"queue {printable(queue.name)}: ", style="bold")
     lines.append(f"{_count(queue.ready)} ready")
     if queue.unacked is not None:
         lines.append(f", {queue.unacked:,} in flight")
@@ -109,8 +111,8 @@ def _queue_lines(lines: Any, queue: QueueStatus) -> None:
         lines.append(f" (user {queue.by_priority['user']:,}, "
                      f"batch {queue.by_priority['batch']:,})")
     if queue.note:
-        lines.append(f"\n  {queue.note}", style="dim")
-    lines.append(f"\ndead letters {queue.dead_queue}: ", style="bold")
+        lines.append(f"\n  {printable(queue.note)}", style="dim")
+    lines.append(f"\ndead letters {printable(queue.dead_queue)}: ", style="bold")
     lines.append(_count(queue.dead_letters), style="red" if queue.dead_letters else "")
 
 
@@ -118,12 +120,12 @@ def _breaker_lines(lines: Any, breakers: list[BreakerStatus]) -> None:
     for breaker in breakers:
         lines.append("\nbreaker", style="bold")
         if breaker.name:
-            lines.append(f" {breaker.name}", style="bold")
+            lines.append(f" {printable(breaker.name)}", style="bold")
         style = {"closed": "green", "open": "red", "half-open": "yellow"}.get(breaker.state, "")
         lines.append(": ")
         lines.append(breaker.state, style=style)
         if breaker.source != "-":
-            lines.append(f"  {breaker.source}", style="dim")
+            lines.append(f"  {printable(breaker.source)}", style="dim")
         elif breaker.state == "unknown":
             lines.append("  (give --metrics-url of each worker/recovery)", style="dim")
 
@@ -133,8 +135,9 @@ def _profile_lines(lines: Any, profiles: list[ProfileStatus]) -> None:
     if not profiles:
         lines.append("none (every tenant gets JSON documents)", style="dim")
     for profile in profiles:
-        lines.append(f"\n  {profile.tenant} v{profile.version}: {profile.name}, "
-                     f"{profile.tax_office} tax office, {profile.city} (UBL-TR)")
+        lines.append("\n  " + printable(f"{profile.tenant} v{profile.version}: {profile.name}, "
+                                         f"{profile.tax_office} tax office, {profile.city} "
+                                         "(UBL-TR)"))
 
 
 def _feed_lines(lines: Any, feed: FeedStatus) -> None:
@@ -143,7 +146,8 @@ def _feed_lines(lines: Any, feed: FeedStatus) -> None:
                  f"{feed.waiting:,} committed event(s) waiting for a position")
     if feed.holder_pid is not None:
         held = format_age(feed.holder_s)
-        lines.append(f"\n  position lock held by pid {feed.holder_pid} ({feed.holder_state}, "
+        lines.append(f"\n  position lock held by pid {feed.holder_pid} "
+                     f"({printable(str(feed.holder_state))}, "
                      f"transaction open {held})", style="yellow" if (feed.holder_s or 0) > 5
                      else "")
 
@@ -162,8 +166,8 @@ def _gib_lines(lines: Any, status: Status) -> None:
         lines.append(f"\n  refused documents stay ISSUED and keep their numbers: {REFUSED_TODO}",
                      style="dim")
     for refusal in status.gib_refused[:GIB_REFUSED_LINES]:
-        lines.append(f"\n  {refusal.number}  {refusal.invoice_id}: "
-                     f"{refusal.detail or 'no detail'}")
+        lines.append("\n  " + printable(f"{refusal.number}  {refusal.invoice_id}: "
+                                         f"{refusal.detail or 'no detail'}"))
     if refused > min(len(status.gib_refused), GIB_REFUSED_LINES):
         lines.append(f"\n  … {refused - min(len(status.gib_refused), GIB_REFUSED_LINES):,} "
                      "more (gapless audit --json lists them all)", style="dim")
