@@ -1,3 +1,3 @@
 """AMQP: the RabbitMQ nodes and connections, the queue topology, publishing with confirms, and
-the management reader (queue depths).
+the management reader (queue depths, the management API's queue statistics).
 """

@@ -3,7 +3,7 @@
 Usage errors print one line and exit 2; gapless errors print one line and exit 1. So does a
 service that cannot be reached — PostgreSQL, RabbitMQ, the integrator — whatever the command:
 :func:`main` recognises the drivers' connection errors (see
-:func:`gapless.cli.common.describe_unreachable`) and prints the service, its URL without the
+:func:`gapless.ops.unreachable.describe_unreachable`) and prints the service, its URL without the
 password, and what to check, with no traceback.
 """
 
@@ -40,7 +40,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from gapless.cli.common import installed_version
+        from gapless.cli.options import installed_version
 
         typer.echo(f"gapless {installed_version()}")
         raise typer.Exit(0)
@@ -60,7 +60,9 @@ UsageError: type[Exception] = next(
 
 #: Command modules; each has ``register(app)``.
 COMMAND_MODULES = (
-    "gapless.cli.core",
+    "gapless.cli.migrate",
+    "gapless.cli.series",
+    "gapless.cli.ids",
     "gapless.cli.tenant",
     "gapless.cli.mock",
     "gapless.cli.publish",
@@ -104,11 +106,12 @@ def main(argv: list[str] | None = None) -> None:
         print("gapless: aborted", file=sys.stderr)
         raise SystemExit(130) from None
     except Exception as exc:
-        from gapless.cli.common import describe_unreachable
+        from gapless.cli.options import invocation_settings
+        from gapless.ops.unreachable import describe_unreachable
 
         # Before GaplessError: a gapless error raised from a connection error (the broker
         # unavailable, the ledger unreadable) is reported as the service it is about.
-        failure = describe_unreachable(exc)
+        failure = describe_unreachable(exc, invocation_settings())
         if failure is not None:
             message = failure.line()
         elif isinstance(exc, GaplessError | OSError):  # OSError: e.g. a port already in use

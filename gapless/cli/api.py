@@ -7,7 +7,7 @@ from types import FrameType
 
 import typer
 
-from gapless.cli.common import (
+from gapless.cli.options import (
     AmqpUrlOption,
     ClusterIdOption,
     DatabaseUrlOption,

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gapless.cli.chain import CheckpointsOption, PublicKeyOption, load_checkpoints
-from gapless.cli.common import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
+from gapless.cli.options import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
 from gapless.settings import Settings
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gapless.cli.common import DatabaseUrlOption, run, settings_from
+from gapless.cli.options import DatabaseUrlOption, run, settings_from
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

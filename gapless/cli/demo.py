@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gapless.cli.common import AmqpUrlOption, DatabaseUrlOption, run, settings_from
+from gapless.cli.options import AmqpUrlOption, DatabaseUrlOption, run, settings_from
 from gapless.settings import Settings
 
 #: The demo drops and re-creates its database: only names with this prefix are accepted.

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gapless.cli.common import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
+from gapless.cli.options import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
 from gapless.constants import EARSIV_PROFILE, Channel
 from gapless.settings import Settings
 
@@ -334,13 +334,13 @@ async def _retry(settings: Settings, invoice_id: str,
                  corrected: dict[str, Any] | None) -> tuple[int, str]:
     from datetime import UTC, timedelta
 
-    from gapless.cli.common import probe_integrator
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
     from gapless.issuing.render import Renderer
     from gapless.ledger.catalog import Catalog
     from gapless.ledger.database import as_database
     from gapless.ledger.invoices import get_invoice, mark_error, start_retry
+    from gapless.ops.doctor import probe_integrator
     from gapless.recovery.reconcile import Backoff, Outcome, reconcile
 
     # An integrator that cannot answer fails the command before the invoice is touched (and

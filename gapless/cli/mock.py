@@ -38,7 +38,7 @@ def mock_integrator(
     """Run the mock integrator (ledger, lookups, run-time faults) until SIGINT/SIGTERM."""
     from pydantic import ValidationError
 
-    from gapless.cli.common import settings_from
+    from gapless.cli.options import settings_from
     from gapless.integrator.mock.server import run_mock_integrator
     from gapless.integrator.mock.state import Faults
 

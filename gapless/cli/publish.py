@@ -19,7 +19,7 @@ from typing import IO, Any
 
 import typer
 
-from gapless.cli.common import AmqpUrlOption, QueueOption, run, settings_from
+from gapless.cli.options import AmqpUrlOption, QueueOption, run, settings_from
 from gapless.constants import PRIORITIES
 from gapless.demo.samples import REJECTED_TAX_ID, sample_messages
 from gapless.settings import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from gapless.cli.common import (
+from gapless.cli.options import (
     ClusterIdOption,
     DatabaseUrlOption,
     IntegratorUrlOption,

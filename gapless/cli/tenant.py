@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gapless.cli.common import DatabaseUrlOption, run, settings_from
+from gapless.cli.options import DatabaseUrlOption, run, settings_from
 from gapless.settings import Settings
 
 tenant_app = typer.Typer(help="Issuer profiles: who issues a tenant's documents.",

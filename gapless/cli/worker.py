@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gapless.cli.common import (
+from gapless.cli.options import (
     AmqpUrlOption,
     ClusterIdOption,
     DatabaseUrlOption,

@@ -653,7 +653,7 @@ async def _observe(settings: Settings, progress: Progress, players: Cast,
     """Refresh the counts, the queue depths and (every two seconds) the breakers."""
     from gapless.amqp.management import queue_depths
     from gapless.amqp.topology import work_queues
-    from gapless.cli.status import read_breakers
+    from gapless.ops.status import read_breakers
 
     await update_progress(engine, progress)
     try:

@@ -13,7 +13,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.amqp.publisher import Publisher
-from gapless.cli.status import management_target, metrics_endpoint, split_priorities
 from gapless.documents import build_issuer
 from gapless.integrator.base import DuplicateOfAnother, Receipt
 from gapless.ledger.invoices import (
@@ -232,13 +231,3 @@ def test_status_watch_refreshes_until_interrupted(settings: Settings,
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
-
-
-def test_helpers_derive_endpoints() -> None:
-    assert management_target("amqp://u:p%40ss@broker:5672/prod", None) == (
-        "http://broker:15672", ("u", "p@ss"))
-    assert management_target("amqp://u:p@broker/", "https://admin:pw@mq.example:443/rmq/") == (
-        "https://mq.example:443/rmq", ("admin", "pw"))
-    assert metrics_endpoint("10.0.0.5:9100") == "http://10.0.0.5:9100/metrics"
-    assert metrics_endpoint("http://w:9100/custom") == "http://w:9100/custom"
-    assert split_priorities({"0": 1, "1": 2, "2": 0, "3": 0, "4": 5}) == {"user": 5, "batch": 3}

@@ -23,8 +23,8 @@ import httpx
 import pytest
 from aio_pika.abc import AbstractIncomingMessage
 
+from gapless.amqp.management import NO_MANAGEMENT_NOTE, amqp_vhost, management_target
 from gapless.amqp.publisher import Publisher
-from gapless.cli.status import NO_MANAGEMENT_NOTE, amqp_vhost, management_target
 from gapless.settings import Settings
 from tests.helpers import await_until, free_port, run_gapless, wait_until
 

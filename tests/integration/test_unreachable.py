@@ -126,7 +126,7 @@ def test_unreachable_database_for_a_command_written_later(gapless_env: dict[str,
     (as `gapless tenant` does) gets the same one line without a line of its own."""
     script = textwrap.dedent("""
         from gapless.cli import app, main
-        from gapless.cli.common import DatabaseUrlOption, run, settings_from
+        from gapless.cli.options import DatabaseUrlOption, run, settings_from
 
 
         @app.command("written-later")

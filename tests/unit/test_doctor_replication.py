@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gapless.cli.doctor import (
+from gapless.cli.doctor import check_line
+from gapless.ops.doctor import (
     FAIL,
     OK,
     SKIP,
@@ -42,8 +43,8 @@ def test_a_connected_synchronous_standby_is_ok_and_named(level: str) -> None:
     check = classify_replication(facts(SYNC, level=level))
     assert (check.status, check.hint) == (OK, None)
     assert check.detail == f"commits wait for standby 'standby'; synchronous_commit = {level}"
-    assert check.line() == (f"ok    replication commits wait for standby 'standby'; "
-                            f"synchronous_commit = {level}")
+    assert check_line(check) == (f"ok    replication commits wait for standby 'standby'; "
+                                 f"synchronous_commit = {level}")
 
 
 def test_other_standbys_are_named_beside_the_synchronous_ones() -> None:
@@ -71,7 +72,7 @@ def test_an_asynchronous_standby_warns_that_a_failover_can_hand_out_a_number_twi
                             "failover could hand out a sealed number twice")
     assert check.hint is not None
     assert "synchronous_standby_names" in check.hint
-    assert check.line().startswith("WARN  replication commits are acknowledged before")
+    assert check_line(check).startswith("WARN  replication commits are acknowledged before")
 
 
 @pytest.mark.parametrize("level", ["local", "off"])

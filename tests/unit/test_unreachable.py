@@ -12,11 +12,11 @@ from psycopg import errors as pg_errors
 from sqlalchemy.exc import OperationalError
 
 from gapless.amqp.connection import BrokerUnavailable, broker_unavailable
-from gapless.cli import common
-from gapless.cli.common import describe_unreachable
 from gapless.errors import NotMigratedError
 from gapless.integrator.base import TransientIntegratorError
+from gapless.ops import unreachable
 from gapless.ops.audit import AuditError
+from gapless.ops.unreachable import ServiceFailure
 from gapless.settings import Settings
 from gapless.urls import redact_url
 
@@ -25,9 +25,10 @@ SETTINGS = Settings(database_url="postgresql://app:s3cret-pw@db.example:6543/boo
                     integrator_url="http://int.example:8085")
 
 
-@pytest.fixture(autouse=True)
-def invocation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(common._INVOCATION, "settings", SETTINGS)
+def describe_unreachable(exc: BaseException, settings: Settings = SETTINGS
+                         ) -> ServiceFailure | None:
+    """The one line of ``exc`` for a command configured with ``settings``."""
+    return unreachable.describe_unreachable(exc, settings)
 
 
 def raised(exc: BaseException, cause: BaseException) -> BaseException:
@@ -129,12 +130,9 @@ def test_a_password_echoed_by_a_library_is_masked() -> None:
     assert "s3cret-pw" not in failure.line()
 
 
-def test_masking_leaves_the_url_alone_when_the_user_is_spelled_like_the_password(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(common._INVOCATION, "settings",
-                        Settings(amqp_url="amqp://guest:guest@127.0.0.1:2/"))
+def test_masking_leaves_the_url_alone_when_the_user_is_spelled_like_the_password() -> None:
     failure = describe_unreachable(aiormq.exceptions.AMQPConnectionError(
-        "closed by guest"))
+        "closed by guest"), Settings(amqp_url="amqp://guest:guest@127.0.0.1:2/"))
     assert failure is not None
     assert failure.summary == ("cannot connect to RabbitMQ at amqp://guest:***@127.0.0.1:2/ "
                                "(AMQPConnectionError: closed by ***)")

@@ -22,3 +22,7 @@ REPLICATION = """
                        ORDER BY application_name), '[]')
               FROM pg_stat_replication) AS standbys
 """
+
+#: The server's version string (``15.4 (Debian 15.4-1)``), for ``gapless doctor``'s postgres
+#: line. A driver-level statement; reads nothing, locks nothing.
+SERVER_VERSION = "SHOW server_version"

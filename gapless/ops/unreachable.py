@@ -1,110 +1,19 @@
-"""Helpers shared by the command modules: settings from the environment and flags, the event
-loop, the installed version, and the one-line report of a service that cannot be reached."""
+"""A service that cannot be reached — PostgreSQL, RabbitMQ, the integrator — said in one line.
+
+:func:`describe_unreachable` recognises the drivers' connection errors anywhere in an exception's
+causes and names the service, its URL without the password, what happened and what to check.
+Pure: it inspects the exception and the settings it is given, and touches no network.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import urllib.parse
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import typer
-
-from gapless.logging import configure_logging
-from gapless.settings import Settings, load_settings
-
-T = TypeVar("T")
-
-DatabaseUrlOption = typer.Option(None, "--database-url", help="Overrides GAPLESS_DATABASE_URL.")
-AmqpUrlOption = typer.Option(None, "--amqp-url", help="Overrides GAPLESS_AMQP_URL.")
-QueueOption = typer.Option(None, "--queue", help="Overrides GAPLESS_QUEUE (queue name prefix).")
-IntegratorUrlOption = typer.Option(None, "--integrator-url",
-                                   help="Overrides GAPLESS_INTEGRATOR_URL.")
-ClusterIdOption = typer.Option(None, "--cluster-id", help="Overrides GAPLESS_CLUSTER_ID.")
-
-
-@dataclass
-class _Invocation:
-    """What this process's command was configured with (one command per process)."""
-
-    settings: Settings | None = None
-
-
-_INVOCATION = _Invocation()
-
-
-def settings_from(**overrides: Any) -> Settings:
-    """Environment + flags; an invalid value is a usage error (exit 2).
-
-    The result is also remembered for the process, so that an unreachable service can be
-    reported with the URL the command really used (:func:`describe_unreachable`).
-    """
-    from pydantic import ValidationError
-
-    try:
-        settings = load_settings(**overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "setting"
-        raise typer.BadParameter(f"{field}: {first['msg']}") from None
-    configure_logging(settings.log_format, settings.log_level)
-    _INVOCATION.settings = settings
-    return settings
-
-
-def invocation_settings() -> Settings | None:
-    """The settings of this command (flags included), else the environment's; None when the
-    environment itself is invalid."""
-    if _INVOCATION.settings is not None:
-        return _INVOCATION.settings
-    from pydantic import ValidationError
-
-    try:
-        return load_settings()
-    except ValidationError:
-        return None
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine on uvloop where it is installed (a third of the event loop's
-    CPU per callback), else on asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
-        return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)
-
-
-def installed_version() -> str:
-    """The version of the installed distribution (its metadata), as ``pip`` reports it."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("gapless")
-    except PackageNotFoundError:  # imported from a source tree that was never installed
-        from gapless import __version__
-
-        return f"{__version__} (not installed)"
-
-
-async def probe_integrator(settings: Settings) -> Any:
-    """Look up the probe document UUID through the configured adapter, as a paused worker does:
-    a lookup consumes no number and changes nothing. Returns the answer (None, "not found", is
-    the expected one); raises TransientIntegratorError when the integrator cannot answer."""
-    from gapless.integrator.base import load_integrator
-    from gapless.worker.consumer import PROBE_TENANT, PROBE_UUID
-
-    integrator = load_integrator(settings)
-    try:
-        return await integrator.lookup_uuid(PROBE_TENANT, PROBE_UUID)
-    finally:
-        await integrator.aclose()
-
-
-# ------------------------------------------------------------------------ unreachable services
+from gapless.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -132,16 +41,18 @@ INTEGRATOR_HINT = "is the integrator running? check GAPLESS_INTEGRATOR_URL"
 _CONNECTION_SQLSTATES = ("08", "57P", "28", "3D000")
 
 
-def describe_unreachable(exc: BaseException) -> ServiceFailure | None:
+def describe_unreachable(exc: BaseException, settings: Settings | None
+                         ) -> ServiceFailure | None:
     """The failure of PostgreSQL, RabbitMQ or the integrator behind ``exc``, or None.
 
     Looks through the causes of ``exc`` (``raise … from``), so a gapless error raised from a
     driver's connection error counts as well. Generic on purpose: any command that reaches
     PostgreSQL through psycopg/SQLAlchemy, RabbitMQ through aio-pika, or the integrator through
-    its adapter gets this report without code of its own.
+    its adapter gets this report without code of its own. ``settings`` are those the failing
+    code used (None: unknown, the line then names the environment variable instead of the URL);
+    any password they hold is masked in the line.
     """
     chain = list(_causes(exc))
-    settings = invocation_settings()
     for link in chain:
         failure = (_postgres(link, settings) or _rabbitmq(link, settings)
                    or _integrator(link, chain, settings))
@@ -163,6 +74,7 @@ def _causes(exc: BaseException, *, every_context: bool = False) -> Iterator[Base
 
 
 def first_line(text: str) -> str:
+    """The first non-blank line of ``text``, stripped (empty for blank text)."""
     lines = text.strip().splitlines()
     return lines[0].strip() if lines else ""
 

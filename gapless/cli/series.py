@@ -1,4 +1,4 @@
-"""``gapless migrate``, ``gapless series …`` and ``gapless id …``."""
+"""``gapless series add | list | bump | next``: define and inspect numbering series."""
 
 from __future__ import annotations
 
@@ -9,29 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gapless.cli.common import ClusterIdOption, DatabaseUrlOption, run, settings_from
+from gapless.cli.options import DatabaseUrlOption, run, settings_from
 from gapless.errors import SeriesError
-from gapless.ids import decode_id, encode_id
 
 series_app = typer.Typer(help="Define and inspect numbering series.", no_args_is_help=True)
-id_app = typer.Typer(help="Cluster-encoded ids: cluster_id << 48 | local.", no_args_is_help=True)
-
-
-def migrate(database_url: str | None = DatabaseUrlOption,
-            cluster_id: int | None = ClusterIdOption) -> None:
-    """Create the database if missing and bring the schema up to date (idempotent)."""
-    from gapless.ledger.migrations import migrate as do_migrate
-
-    settings = settings_from(database_url=database_url, cluster_id=cluster_id)
-    result = do_migrate(settings.database_url, settings.cluster_id)
-    parts = []
-    if result.created_database:
-        parts.append("created database")
-    if result.from_revision != result.to_revision:
-        parts.append(f"schema {result.from_revision or 'empty'} -> {result.to_revision}")
-    else:
-        parts.append(f"schema at {result.to_revision}, nothing to do")
-    typer.echo(f"migrate: {', '.join(parts)}; cluster id {result.cluster_id}")
 
 
 @series_app.command("add")
@@ -179,26 +160,5 @@ async def _preview(database_url: str, tenant: str, code: str, at: datetime | Non
         await engine.dispose()
 
 
-@id_app.command("decode")
-def id_decode(value: str = typer.Argument(..., help="A 64-bit gapless id.")) -> None:
-    """Print the cluster and the local part of an id."""
-    try:
-        decoded = decode_id(int(value))
-    except ValueError as exc:
-        raise typer.BadParameter(f"{value!r} is not a gapless id ({exc})") from None
-    typer.echo(f"id {int(value)}: cluster {decoded.cluster_id}, local {decoded.local}")
-
-
-@id_app.command("encode")
-def id_encode(cluster_id: int = typer.Argument(...), local: int = typer.Argument(...)) -> None:
-    """Compose an id from a cluster id and a local part."""
-    try:
-        typer.echo(str(encode_id(cluster_id, local)))
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
 def register(app: typer.Typer) -> None:
-    app.command("migrate")(migrate)
     app.add_typer(series_app, name="series")
-    app.add_typer(id_app, name="id")

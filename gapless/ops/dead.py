@@ -1,0 +1,277 @@
+"""The dead-letter queue ``<prefix>.dead``: list its messages, put (fixed) ones back on the main
+queue — what ``gapless dead list | replay`` run.
+
+Both take dead messages with ``basic.get`` *without* auto-ack, so a message is never lost
+whatever happens to this process: until it is acked it belongs to the broker, and a crash or a
+closed connection returns it to the dead queue.
+
+* :func:`list_dead` gets up to ``limit`` messages, holds them unacked while reading their
+  headers, and then rejects them with ``requeue`` — they stay in the dead queue, in their order.
+* :func:`replay_dead` walks the dead queue the same way; every selected message is re-published
+  to the main queue (persistent, publisher confirm, with its original priority), and only
+  **after the confirm** is its dead copy acked. A crash between the two leaves the message in
+  both queues: the worker maps a repeated ``invoice_id`` onto the same invoice, so the duplicate
+  is harmless. Messages not selected are requeued untouched. A replayed message that is still
+  invalid goes back to the dead queue with its reason the next time a worker sees it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gapless.constants import (
+    CONTENT_TYPE_JSON,
+    HEADER_DEAD_AT,
+    HEADER_DEAD_REASON,
+    HEADER_DEAD_WORKER,
+    HEADER_REPLAYED_AT,
+    dead_queue_name,
+)
+from gapless.errors import GaplessError
+from gapless.logging import get_logger
+from gapless.settings import Settings
+
+log = get_logger("gapless.dead")
+
+#: Headers that describe a previous death; a replayed message starts without them.
+_DEATH_HEADERS = ("x-death", "x-first-death-exchange", "x-first-death-queue",
+                  "x-first-death-reason", "x-last-death-exchange", "x-last-death-queue",
+                  "x-last-death-reason", "x-delivery-count")
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """What an operator needs to decide about one dead message (never its payload)."""
+
+    position: int
+    invoice_id: str | None
+    reason: str | None
+    dead_at: str | None
+    worker: str | None
+    message_id: str | None
+    priority: int | None
+    content_type: str | None
+    body_bytes: int
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def invoice_id_of(body: bytes) -> str | None:
+    """The body's ``invoice_id`` when the body is a JSON object that has one.
+
+    Not the ``message_id``: a publisher that gives none gets a random one from its client
+    library, which would pass for an invoice_id here.
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("invoice_id"), str):
+        return str(data["invoice_id"])
+    return None
+
+
+def dead_reason(headers: dict[str, Any]) -> str | None:
+    """gapless's own reason header, else what RabbitMQ recorded when it dead-lettered it."""
+    reason = _text(headers.get(HEADER_DEAD_REASON))
+    if reason:
+        return reason
+    deaths = headers.get("x-death")
+    if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict):
+        why, queue = _text(deaths[0].get("reason")), _text(deaths[0].get("queue"))
+        if why == "delivery_limit":
+            return (f"broker: delivered too often without an outcome (delivery limit) "
+                    f"in {queue}")
+        return f"broker: {why} in {queue}"
+    return None
+
+
+def describe(position: int, message: Any) -> DeadLetter:
+    """What an operator sees of the dead ``message`` (an incoming aio-pika message) at
+    ``position`` (1: the head of the queue); its body is only measured and searched for an
+    ``invoice_id``."""
+    headers = dict(message.headers or {})
+    dead_at = _text(headers.get(HEADER_DEAD_AT))
+    if dead_at is None and message.timestamp is not None:
+        dead_at = message.timestamp.isoformat()
+    return DeadLetter(
+        position=position, invoice_id=invoice_id_of(message.body),
+        reason=dead_reason(headers), dead_at=dead_at, worker=_text(headers.get(HEADER_DEAD_WORKER)),
+        message_id=message.message_id, priority=message.priority,
+        content_type=message.content_type, body_bytes=len(message.body))
+
+
+async def requeue(messages: list[Any]) -> None:
+    """Give held messages back to the dead queue (a lost channel does the same by itself)."""
+    import aiormq
+
+    for message in messages:
+        try:
+            await message.nack(requeue=True)
+        except (aiormq.exceptions.AMQPError, RuntimeError, ConnectionError):
+            log.warning("dead_requeue_failed", message_id=message.message_id)
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """The dead queue's length when read, and the messages read from its head (in order)."""
+
+    queue: str
+    total: int
+    messages: list[DeadLetter]
+
+
+async def list_dead(settings: Settings, limit: int) -> DeadLetters:
+    """The messages in the dead queue and the first ``limit`` of them; every one stays queued
+    (held unacked while read, then requeued in its place). A missing dead queue has none."""
+    import aiormq
+
+    from gapless.amqp.connection import connect_once
+
+    name = dead_queue_name(settings.queue)
+    connection = await connect_once(settings)
+    held: list[Any] = []
+    async with connection:
+        channel = await connection.channel()
+        try:
+            queue = await channel.declare_queue(name, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return DeadLetters(name, 0, [])
+        total = queue.declaration_result.message_count or 0
+        try:
+            while len(held) < limit:
+                message = await queue.get(no_ack=False, fail=False)
+                if message is None:
+                    break
+                held.append(message)
+            return DeadLetters(name, total, [describe(n, m) for n, m in enumerate(held, start=1)])
+        finally:
+            await requeue(held)
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did: the invoice_ids replayed in order (None: a body without one), those
+    replayed with a fixed body, how many dead messages stayed, and the invoice_ids asked for
+    that the dead queue did not hold (sorted)."""
+
+    replayed: list[str | None] = field(default_factory=list)
+    fixed: list[str] = field(default_factory=list)
+    kept: int = 0
+    not_found: list[str] = field(default_factory=list)
+
+    def unused_fixes(self, fixes: dict[str, Any]) -> list[str]:
+        """The invoice_ids of ``fixes`` whose message was there but not selected (sorted)."""
+        return sorted(set(fixes) - set(self.fixed) - set(self.not_found))
+
+
+class InvalidFix(GaplessError):
+    """A line of a file of fixed messages is not a valid contract message: nothing is
+    replayed."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+def parse_fixes(data: bytes) -> dict[str, tuple[bytes, str | None]]:
+    """Fixed bodies keyed by invoice_id from JSON Lines: ``{id: (body, priority or None)}``.
+
+    Each line must be a valid contract message (the point of a fix), and name an invoice_id no
+    other line names; else :class:`InvalidFix` for the first bad line. Blank lines are skipped.
+    """
+    from gapless.message import InvalidMessage, parse_message
+
+    fixes: dict[str, tuple[bytes, str | None]] = {}
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            message = parse_message(raw, CONTENT_TYPE_JSON)
+        except InvalidMessage as exc:
+            raise InvalidFix(number, exc.reason) from None
+        if message.invoice_id in fixes:
+            raise InvalidFix(number, f"invoice_id {message.invoice_id!r} appears twice")
+        fixes[message.invoice_id] = (raw.strip(), message.priority)
+    return fixes
+
+
+async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[str],
+                      fixes: dict[str, tuple[bytes, str | None]]) -> ReplayResult:
+    """Move the selected dead messages to the main queue: publish (confirmed), then ack.
+
+    Selected: every message with ``replay_all``, else those whose invoice_id is in
+    ``invoice_ids``. A message with a fix in ``fixes`` is published with the fixed body.
+    """
+    from gapless.amqp.connection import connect_once
+    from gapless.amqp.publisher import Publisher
+
+    result = ReplayResult()
+    found: set[str] = set()
+    held: list[Any] = []
+    # Read on a connection of its own: the publisher may move to a fresh connection (another
+    # node) when a confirm does not come, and the held dead copies must stay ackable.
+    async with Publisher(settings) as publisher, await connect_once(settings) as reading:
+        channel = await reading.channel()
+        dead = await channel.declare_queue(dead_queue_name(settings.queue), passive=True)
+        try:
+            while True:
+                message = await dead.get(no_ack=False, fail=False)
+                if message is None:
+                    break
+                held.append(message)
+                invoice_id = invoice_id_of(message.body)
+                if not replay_all and invoice_id not in invoice_ids:
+                    continue
+                if invoice_id is not None:
+                    found.add(invoice_id)
+                await republish(publisher, message, fixes.get(invoice_id or ""))
+                held.remove(message)
+                result.replayed.append(invoice_id)
+                if invoice_id is not None and invoice_id in fixes:
+                    result.fixed.append(invoice_id)
+                log.info("dead_letter_replayed", queue=settings.queue, invoice_id=invoice_id,
+                         fixed=invoice_id in fixes)
+        finally:
+            result.kept = len(held)
+            await requeue(held)
+    if not replay_all:
+        result.not_found = sorted(invoice_ids - found)
+    return result
+
+
+def replay_headers(headers: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The headers a replayed message carries: its own, without gapless's (``x-gapless-…``) and
+    the broker's dead-lettering ones, stamped with the replay's moment."""
+    kept = {key: value for key, value in headers.items()
+            if not key.startswith("x-gapless-") and key not in _DEATH_HEADERS}
+    kept[HEADER_REPLAYED_AT] = now.isoformat()
+    return kept
+
+
+async def republish(publisher: Any, message: Any, fix: tuple[bytes, str | None] | None) -> None:
+    """Publish one dead message (its fixed body, if any) on the main queue, confirmed, then ack
+    the dead copy. The gapless and dead-lettering headers go; a replay stamp is added."""
+    from gapless.amqp.topology import amqp_priority
+
+    body, priority = message.body, message.priority
+    if fix is not None:
+        body, fix_priority = fix
+        if fix_priority is not None:
+            priority = amqp_priority(fix_priority, None)
+    headers = replay_headers(dict(message.headers or {}), datetime.now(UTC))
+    await publisher.publish(body, priority=priority, headers=headers,
+                            content_type=message.content_type or CONTENT_TYPE_JSON,
+                            message_id=message.message_id)
+    # The confirm is in: only now may the dead copy go.
+    await message.ack()
