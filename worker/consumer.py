@@ -46,7 +46,8 @@ from gapless.worker.errors import is_database_unavailable
 from gapless.worker.flow import Action, Clock, Delivery, IssuingFlow, Verdict
 from gapless.worker.hooks import NO_HOOKS, FlowHooks, load_hooks
 
-# The probe's names stay importable from here (``gapless.cli.common`` asks the same probe).
+# The probe's names, importable from here: ``gapless doctor`` (gapless.ops.doctor) asks the
+# same probe.
 __all__ = ["PROBE_TENANT", "PROBE_UUID", "Worker"]
 
 log = get_logger("gapless.worker")
