@@ -5,44 +5,14 @@ The invoice is SENDING under the caller's lease, its number pinned; the caller h
 document (or asked whether it arrived) through the guard, outside any transaction (I5).
 :func:`answer` turns the call into an :class:`Answer`, and :meth:`Outcomes.settle` records it —
 one fenced statement of :mod:`gapless.ledger.invoices` — the same way whichever loop asked:
+accepted or found → ISSUED; the number another invoice's → an alarm; wrong channel → REJECTED
+for the correction; rejected → REJECTED; transient → ERROR due after the one :class:`Backoff`;
+nothing sent (breaker open, credentials refused) → the claim given back, no attempt burned.
+Refused credentials stop both loops alike until a probe passes. A write that finds the invoice
+moved on changes nothing (``SUPERSEDED``).
 
-==============================================  ==============================================
-the integrator said                             the invoice
-==============================================  ==============================================
-accepted; has it for this invoice; our own      ISSUED with its reference, the document stored
-duplicate (an earlier send arrived)
-the number (or the UUID) is another invoice's   ERROR ``ALARM: …``, never retried by itself
-wrong channel (e-Arşiv to an e-Fatura user…)    REJECTED ``WRONG CHANNEL: …``: the caller runs
-                                                the channel correction
-permanent rejection                             REJECTED with the reason, number pinned
-transient (after the guard's retries)           ERROR, due after :class:`Backoff` (never before
-                                                the breaker may half-open); after
-                                                ``max_attempts`` ERROR for an operator
-nothing sent: the breaker refused the call, or  the claim is given back: an orphan exactly as it
-our credentials were refused (401/403)          was (no attempt burned, nothing marked), a fresh
-                                                seal — which has nothing to go back to — ERROR
-                                                due when the breaker may half-open
-==============================================  ==============================================
-
-and, before any call, a stored message that cannot make its document: ERROR ``DOCUMENT: …`` for
-an operator (:meth:`Outcomes.unrenderable`).
-
-**Refused credentials** are a configuration error, never the invoice's: nothing was accepted, so
-nothing is rejected and no attempt is spent on it. Both loops log the alarm
-``integrator_credentials_refused`` (:func:`credentials_refused`) and stop taking work until a
-probe passes: the worker pauses consuming, recovery ends its round and probes with one orphan
-per round after.
-
-**The one retry backoff** (:class:`Backoff`): an invoice left ERROR by its ``attempt``-th claim
-is due again after ``base·2^(attempt-1)`` seconds capped at ``cap``, drawn uniformly from the
-upper half of that (equal jitter: at least half the nominal wait, and retries of many invoices
-never synchronise). Defaults 10 s and 900 s (``gapless recovery --backoff-base/--backoff-max``
-set them for recovery's retries). GİB's poll schedule (:class:`gapless.ledger.verdicts.GibPolicy`)
-is not a retry: it asks about documents that are settled here.
-
-A write that finds the invoice moved on (settled or taken over meanwhile) changes nothing and is
-``SUPERSEDED``: its new owner decides. Each loop names the outcomes in its log with its own
-:class:`Events` (docs/operations.md lists them).
+The whole table, the backoff's formula and the credentials policy: docs/architecture.md,
+"Integrator outcomes".
 """
 
 from __future__ import annotations
