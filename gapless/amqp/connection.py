@@ -1,4 +1,11 @@
-"""connection: split from gapless.amqp.publisher."""
+"""Connections to RabbitMQ: a robust connection for long-running consumers (it moves to the next
+node of ``GAPLESS_AMQP_URL`` when its node goes) and a plain one for short-lived callers, and the
+one error every caller reports when no node answers (:class:`BrokerUnavailable`, the URL without
+its password).
+
+While a connection is attempted, aio-pika's and aiormq's own log records are held back: a
+failed attempt is reported once, by the caller, and a successful one passes them on.
+"""
 
 from __future__ import annotations
 
@@ -93,7 +100,7 @@ _HOLD = _HoldDuringAttempt()
 
 
 @contextlib.contextmanager
-def _library_logs_held() -> Iterator[None]:
+def library_logs_held() -> Iterator[None]:
     """Hold the libraries' log records of this task until the block ends: passed on when it
     succeeds (or at debug level), dropped when it raises."""
     for name in list(logging.root.manager.loggerDict):
@@ -123,7 +130,7 @@ async def connect(settings: Settings) -> NodesConnection:
     BrokerUnavailable when no node answers (with no library log lines).
     """
     try:
-        with _library_logs_held():
+        with library_logs_held():
             return await open_robust(settings.amqp_url)
     except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
         raise broker_unavailable(settings.amqp_url, exc) from exc
@@ -133,7 +140,7 @@ async def connect_once(settings: Settings) -> AbstractConnection:
     """A plain connection for a short task (no reconnection) to the first node that answers;
     BrokerUnavailable when none does (with no library log lines)."""
     try:
-        with _library_logs_held():
+        with library_logs_held():
             connection, _node = await open_plain(settings.amqp_url)
             return connection
     except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:

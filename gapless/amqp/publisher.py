@@ -1,10 +1,5 @@
-"""The queue topology and publishing: what producers, the worker's dead-lettering and
-``gapless publish`` share.
-
-Topology (contract), all durable and declared idempotently by whoever starts first:
-
-* queue ``<prefix>`` with ``x-max-priority: 4`` and ``x-dead-letter-exchange: <prefix>.dlx``;
-* fanout exchange ``<prefix>.dlx`` bound to queue ``<prefix>.dead``.
+"""Publishing with confirms: what producers, the API, the worker's dead-lettering and
+``gapless publish`` share (the queues are :mod:`gapless.amqp.topology`'s).
 
 Publishing guarantee: :meth:`Publisher.publish` returns only after the broker confirmed the
 message (persistent, routed to the queue); a nack or an unroutable message raises
@@ -29,7 +24,7 @@ from aio_pika.abc import (
 )
 from pamqp.common import FieldValue
 
-from gapless.amqp.connection import BrokerUnavailable, _library_logs_held, broker_unavailable
+from gapless.amqp.connection import BrokerUnavailable, broker_unavailable, library_logs_held
 from gapless.amqp.nodes import open_plain
 from gapless.amqp.topology import amqp_priority, declare_topology, work_queue
 from gapless.constants import (
@@ -191,7 +186,7 @@ class Publisher:
 
     async def _open(self, start: int) -> None:
         try:
-            with _library_logs_held():
+            with library_logs_held():
                 connection, self._node = await open_plain(self.settings.amqp_url, start=start)
         except (aiormq.exceptions.AMQPError, OSError, TimeoutError) as exc:
             raise broker_unavailable(self.settings.amqp_url, exc) from exc

@@ -1,4 +1,13 @@
-"""topology: split from gapless.amqp.publisher."""
+"""The queue topology (contract), declared idempotently by whoever starts first — the worker,
+``gapless publish``, the API — with the same arguments:
+
+* classic mode: queue ``<prefix>`` with ``x-max-priority: 4``; quorum mode: quorum queues
+  ``<prefix>`` and ``<prefix>.user`` (at-least-once dead-lettering, a delivery limit);
+* fanout exchange ``<prefix>.dlx`` bound to queue ``<prefix>.dead``.
+
+And where a message of a given priority goes (:func:`work_queue`), and the AMQP priority of
+``user``/``batch`` (:func:`amqp_priority`).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""conninfo: split from gapless.ledger.database."""
+"""``GAPLESS_DATABASE_URL`` as libpq reads it: multi-host URLs passed through intact (a primary
+and its standbys, ``target_session_attrs=read-write``), the database a URL names, and the same
+URL on another database. libpq parses the URL, never SQLAlchemy, whose URL has one host.
+"""
 
 from __future__ import annotations
 

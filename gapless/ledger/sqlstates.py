@@ -1,4 +1,7 @@
-"""sqlstates: split from gapless.ledger.database."""
+"""What a PostgreSQL error means for the connection and the caller, by SQLSTATE: a lock wait
+that timed out, and the states after which a connection must be discarded (the server shutting
+down or starting, or read-only: a standby, such as a demoted primary).
+"""
 
 from __future__ import annotations
 
