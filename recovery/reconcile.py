@@ -46,8 +46,8 @@ from gapless.integrator.base import (
 from gapless.integrator.guard import IntegratorUnavailable
 from gapless.issuing.correction import WRONG_CHANNEL_PREFIX
 from gapless.issuing.render import Renderer, RenderError
+from gapless.ledger.database import Database
 from gapless.ledger.invoices import (
-    DatabaseLike,
     Sending,
     mark_alarm,
     mark_error,
@@ -178,7 +178,7 @@ async def _ask_then_send(guard: Guard, sending: Sending, document: Document) -> 
     return _Answer(Outcome.RESENT, receipt=receipt)
 
 
-async def reconcile(db: DatabaseLike, guard: Guard, renderer: Renderer, sending: Sending, *,
+async def reconcile(db: Database, guard: Guard, renderer: Renderer, sending: Sending, *,
                     backoff: Backoff, max_attempts: int | None,
                     min_delay_s: float = 0.0, record_issued: RecordIssued | None = None,
                     calls_done: Callable[[], None] | None = None) -> Result:
@@ -223,7 +223,7 @@ async def reconcile(db: DatabaseLike, guard: Guard, renderer: Renderer, sending:
     return await _issued(db, sending, answer, document, bound, record_issued)
 
 
-async def _issued(db: DatabaseLike, sending: Sending, answer: _Answer, document: Document,
+async def _issued(db: Database, sending: Sending, answer: _Answer, document: Document,
                   bound: BoundLogger, record_issued: RecordIssued | None) -> Result:
     """The number is the integrator's for this invoice (found, or just resent): ISSUED."""
     receipt = answer.receipt
@@ -241,7 +241,7 @@ async def _issued(db: DatabaseLike, sending: Sending, answer: _Answer, document:
     return Result(answer.outcome, receipt.ref, receipt=receipt)
 
 
-async def _alarm(db: DatabaseLike, sending: Sending, duplicate: DuplicateOfAnother,
+async def _alarm(db: Database, sending: Sending, duplicate: DuplicateOfAnother,
                  document: Document, bound: BoundLogger) -> Result:
     recorded = await mark_alarm(db, sending, duplicate, document)
     # ERROR level: two invoices claim one number, a person must look (the event says so too).
@@ -253,7 +253,7 @@ async def _alarm(db: DatabaseLike, sending: Sending, duplicate: DuplicateOfAnoth
     return Result(Outcome.ALARM, duplicate.describe)
 
 
-async def _unrenderable(db: DatabaseLike, sending: Sending, reason: str,
+async def _unrenderable(db: Database, sending: Sending, reason: str,
                         bound: BoundLogger) -> Result:
     """Nothing was sent; the invoice waits in ERROR, not retried, for an operator."""
     if not await mark_unrenderable(db, sending, reason):
@@ -262,7 +262,7 @@ async def _unrenderable(db: DatabaseLike, sending: Sending, reason: str,
     return Result(Outcome.PARKED, reason)
 
 
-async def _transient(db: DatabaseLike, guard: Guard, sending: Sending, document: Document,
+async def _transient(db: Database, guard: Guard, sending: Sending, document: Document,
                      exc: Exception, bound: BoundLogger, *, backoff: Backoff,
                      max_attempts: int | None, min_delay_s: float) -> Result:
     error = f"{type(exc).__name__}: {exc}"

@@ -22,3 +22,4 @@ REPLICATION = """
                        ORDER BY application_name), '[]')
               FROM pg_stat_replication) AS standbys
 """
+
