@@ -1,8 +1,10 @@
 """The issuing lifecycle: intake, claim, outcome, recovery claims, operator actions.
 
-Every state change fires the history trigger (an ``invoice_events`` row). Each statement is
-run on its own, one statement per transaction in autocommit mode, by
-:class:`gapless.ledger.database.Database`.
+Every state change fires the history trigger (an ``invoice_events`` row). The statements of the
+issuing path run on their own, one statement per transaction in autocommit mode, by
+:class:`gapless.ledger.database.Database`; the reads of one invoice that the API and the CLI show
+together (``GET_INVOICE``, ``INVOICE_EVENTS``, ``STORED_DOCUMENT``) run in one snapshot
+(``Database.snapshot()``).
 
 Recording an outcome also stores the document that was sent, the first time (``_DOCUMENT``):
 an ``invoice_documents`` row, and ``invoices.document_sha256`` naming it — in the same statement,
