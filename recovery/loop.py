@@ -23,8 +23,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from gapless.errors import ReservationLockTimeout
 from gapless.integrator.base import DUPLICATE_HINT, IntegratorAuthError, IntegratorError
 from gapless.integrator.guard import Guard, IntegratorUnavailable
@@ -33,7 +31,7 @@ from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID, Backoff
 from gapless.issuing.render import Renderer
 from gapless.issuing.routing import RecipientUnavailable, Router
 from gapless.ledger.catalog import Catalog
-from gapless.ledger.database import Database, as_database
+from gapless.ledger.database import Database
 from gapless.ledger.invoices import Orphan, claim_orphans, release_orphan
 from gapless.ledger.verdicts import GibPolicy
 from gapless.logging import get_logger
@@ -169,9 +167,9 @@ class _Backlog:
 class RecoveryLoop:
     """Rounds of claim-and-reconcile over one database (actor ``recovery``) and one guard."""
 
-    def __init__(self, db: Database | AsyncEngine, guard: Guard,
+    def __init__(self, db: Database, guard: Guard,
                  options: RecoveryOptions) -> None:
-        self.db = as_database(db)
+        self.db = db
         self.guard = guard
         self.options = options
         catalog = Catalog(self.db)

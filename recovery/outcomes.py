@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 
 from gapless.integrator.base import Document, Receipt
-from gapless.ledger.invoices import DatabaseLike, Sending, mark_issued, mark_issued_many
+from gapless.ledger.database import Database
+from gapless.ledger.invoices import Sending, mark_issued, mark_issued_many
 from gapless.logging import get_logger
 
 log = get_logger("gapless.recovery")
@@ -31,7 +32,7 @@ _Pending = tuple[int, Receipt, Document, "asyncio.Future[bool]"]
 class IssuedWriter:
     """Records ISSUED outcomes of many concurrent tasks in as few transactions as possible."""
 
-    def __init__(self, db: DatabaseLike, *, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, db: Database, *, max_batch: int = MAX_BATCH) -> None:
         self._db = db
         self._max_batch = max_batch
         self._pending: list[_Pending] = []

@@ -48,7 +48,8 @@ from gapless.issuing.outcome import (
     Settled,
 )
 from gapless.issuing.render import Renderer, RenderError
-from gapless.ledger.invoices import DatabaseLike, Orphan, Sending
+from gapless.ledger.database import Database
+from gapless.ledger.invoices import Orphan, Sending
 from gapless.logging import get_logger
 
 __all__ = ["Backoff", "Outcome", "Result", "reconcile"]
@@ -117,7 +118,7 @@ async def _ask_then_send(guard: Guard, sending: Sending, document: Document) -> 
     return await outcome.answer(guard.send(document))
 
 
-async def reconcile(db: DatabaseLike, guard: Guard, renderer: Renderer, sending: Sending, *,
+async def reconcile(db: Database, guard: Guard, renderer: Renderer, sending: Sending, *,
                     backoff: Backoff, max_attempts: int | None,
                     min_delay_s: float = 0.0, record_issued: RecordIssued | None = None,
                     calls_done: Callable[[], None] | None = None,

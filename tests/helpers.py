@@ -24,9 +24,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.integrator.base import Document
 from gapless.issuing.render import JSON_FORMAT, canonical_json
+from gapless.ledger.database import Database
 
 GAPLESS = [sys.executable, "-m", "gapless"]
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def ledger(engine: AsyncEngine) -> Database:
+    """The ledger's handle on ``engine``'s pool: tests keep their engines for their own SQL and
+    hand the domain functions this."""
+    return Database.borrowing(engine)
 
 
 def today(tz: str = "Europe/Istanbul") -> str:

@@ -16,7 +16,7 @@ from gapless.ledger.invoices import ClaimKind, Draft, Sending, claim_for_sending
 from gapless.ledger.series import add_series
 from gapless.message import validate_message
 from gapless.numbers import build_series_spec
-from tests.helpers import GaplessProcess, run_gapless, today, wait_until
+from tests.helpers import GaplessProcess, ledger, run_gapless, today, wait_until
 from tests.mock_client import MockIntegratorClient
 
 GOOD_TAX_ID = "1234567890"
@@ -36,8 +36,8 @@ def message(invoice_id: str, *, tenant: str = "acme", series: str = "ABC",
 
 
 async def define_series(engine: AsyncEngine, tenant: str = "acme", code: str = "ABC") -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec(tenant, code))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec(tenant, code))
 
 
 async def make_sending(engine: AsyncEngine, invoice_ids: Sequence[str], *,
@@ -46,10 +46,11 @@ async def make_sending(engine: AsyncEngine, invoice_ids: Sequence[str], *,
     """Invoices as a worker leaves them after step 2: number pinned, SENDING, lease taken."""
     out = []
     for invoice_id in invoice_ids:
-        await upsert_draft(engine, Draft(invoice_id, tenant, series, 4,
+        await upsert_draft(ledger(engine), Draft(invoice_id, tenant, series, 4,
                                          message(invoice_id, tenant=tenant, series=series,
                                                  tax_id=tax_id)))
-        claim = await claim_for_sending(engine, invoice_id, lease_s=300, lock_timeout_ms=5000)
+        claim = await claim_for_sending(ledger(engine), invoice_id, lease_s=300,
+                                        lock_timeout_ms=5000)
         assert claim.kind is ClaimKind.SEND
         assert claim.sending is not None
         out.append(claim.sending)

@@ -29,7 +29,7 @@ from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import History
 from tests.chaos.scenario import Poller, read_dead_letters
-from tests.helpers import GaplessProcess, wait_until
+from tests.helpers import GaplessProcess, ledger, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes, message
 
@@ -100,8 +100,8 @@ class RestartRun:
         return [*self.workers, *([self.recovery] if self.recovery else [])]
 
     async def start(self) -> None:
-        async with self.engine.begin() as conn:
-            await add_series(conn, build_series_spec("acme", "ABC"))
+        async with ledger(self.engine).transaction() as tx:
+            await add_series(tx, build_series_spec("acme", "ABC"))
         self.mock.set_faults(latency_ms=[20, 50])
         await self.publisher.start()  # declares the topology before any worker consumes
         self.workers = [self.processes.start(f"worker-{n}", ["worker", "--concurrency", "8",

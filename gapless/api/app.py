@@ -1,4 +1,4 @@
-"""The FastAPI application: lifespan (engine, publisher), middleware, error handlers, routers."""
+"""The FastAPI application: lifespan (database, publisher), middleware, error handlers, routers."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -17,7 +18,7 @@ from gapless.api import events, health, invoices
 from gapless.api.auth import Authenticator
 from gapless.api.observe import ApiMetrics, RequestObserver
 from gapless.ledger import feed
-from gapless.ledger.database import check_cluster, make_engine
+from gapless.ledger.database import Database, check_cluster, make_engine
 from gapless.ledger.sqlstates import is_read_only
 from gapless.logging import get_logger
 from gapless.settings import Settings
@@ -27,8 +28,9 @@ log = get_logger("gapless.api")
 
 def lifespan(settings: Settings, auth: Authenticator
              ) -> Callable[[FastAPI], Any]:
-    """Open the engine (checking the cluster id, so an unmigrated or foreign database stops the
-    API at start-up) and a Publisher (which declares the queue topology); position the feed's
+    """Open the database (one per app: a :class:`Database` borrowing the pool of an async
+    engine; checking the cluster id, so an unmigrated or foreign database stops the API at
+    start-up) and a Publisher (which declares the queue topology); position the feed's
     waiting events in the background (:func:`gapless.ledger.feed.keep_positioning`); close all
     after."""
 
@@ -36,18 +38,17 @@ def lifespan(settings: Settings, auth: Authenticator
     async def run(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url, actor="api",
                              pool_size=settings.db_pool_size)
+        db = Database.borrowing(engine)
         try:
-            await check_cluster(engine, settings.cluster_id)
+            await check_cluster(db, settings.cluster_id)
             async with Publisher(settings) as publisher:
-                app.state.engine = engine
-                app.state.snapshot_engine = engine.execution_options(
-                    isolation_level="REPEATABLE READ")
+                app.state.db = db
                 app.state.publisher = publisher
                 log.info("api_started", queue=settings.queue, auth=(
                     "none (insecure)" if auth.insecure_no_auth else "bearer"),
                     tokens=len(auth.tokens),
                     scoped_tenants=sorted({t.tenant for t in auth.tokens if t.tenant}))
-                positioning = asyncio.create_task(feed.keep_positioning(engine))
+                positioning = asyncio.create_task(feed.keep_positioning(db))
                 try:
                     yield
                 finally:
@@ -92,9 +93,13 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.auth = auth
     app.state.metrics = metrics
     app.add_middleware(RequestObserver, metrics=metrics)
-    app.add_exception_handler(OperationalError, database_unavailable)
-    app.add_exception_handler(InterfaceError, database_unavailable)
-    app.add_exception_handler(InternalError, internal_error)
+    # SQLAlchemy's errors come from taking a connection of the engine's pool, psycopg's from
+    # the statements run on it.
+    for unavailable in (OperationalError, InterfaceError, psycopg.OperationalError,
+                        psycopg.InterfaceError):
+        app.add_exception_handler(unavailable, database_unavailable)
+    for internal in (InternalError, psycopg.InternalError):
+        app.add_exception_handler(internal, internal_error)
     for module in (invoices, events, health):
         app.include_router(module.router)
 

@@ -6,21 +6,17 @@ from typing import Any, cast
 from urllib.parse import quote
 
 from fastapi import Request
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.amqp.publisher import Publisher
 from gapless.api.observe import ApiMetrics
 from gapless.ledger import feed
+from gapless.ledger.database import Database
 
 
-def engine(request: Request) -> AsyncEngine:
-    """The API's engine (actor ``api``: the events it causes say so)."""
-    return cast("AsyncEngine", request.app.state.engine)
-
-
-def snapshot_engine(request: Request) -> AsyncEngine:
-    """The same pool, REPEATABLE READ: several reads of one request see one snapshot."""
-    return cast("AsyncEngine", request.app.state.snapshot_engine)
+def database(request: Request) -> Database:
+    """The API's database (actor ``api``: the events it causes say so); several reads of one
+    request that must agree run in ``Database.snapshot()``."""
+    return cast("Database", request.app.state.db)
 
 
 def publisher(request: Request) -> Publisher:

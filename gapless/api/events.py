@@ -6,7 +6,6 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security
 from fastapi.responses import JSONResponse
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.api import deps
 from gapless.api.auth import Principal, principal
@@ -14,6 +13,7 @@ from gapless.api.models import FeedPage
 from gapless.api.observe import ApiMetrics
 from gapless.errors import InvalidFeedRequest
 from gapless.ledger import feed
+from gapless.ledger.database import Database
 from gapless.numbers import TENANT_RE
 
 router = APIRouter()
@@ -49,7 +49,7 @@ async def events(
                                                 f"(default {feed.DEFAULT_LIMIT})."),
     tenant: str | None = Query(None, description="Only this tenant's events."),
     who: Principal = Security(principal),
-    engine: AsyncEngine = Depends(deps.engine),
+    db: Database = Depends(deps.database),
     metrics: ApiMetrics = Depends(deps.metrics),
 ) -> JSONResponse:
     """The commit-ordered event feed.
@@ -64,8 +64,7 @@ async def events(
     except InvalidFeedRequest as exc:
         raise HTTPException(400, str(exc)) from None
     scope = feed_scope(who, tenant)
-    async with engine.connect() as conn:
-        page = await feed.events_after(conn, after, size, scope)
+    page = await feed.events_after(db, after, size, scope)
     metrics.feed_events.inc(len(page))
     last = page[-1].sequence_id if page else after
     # Rendered directly (FeedPage documents the shape): validating 500 events through pydantic

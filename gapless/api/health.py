@@ -8,12 +8,12 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.amqp.publisher import Publisher
 from gapless.api import deps
 from gapless.api.models import Health
 from gapless.api.observe import ApiMetrics
+from gapless.ledger.database import Database
 from gapless.ledger.queries import api as q
 from gapless.logging import get_logger
 from gapless.settings import Settings
@@ -37,14 +37,13 @@ async def check(what: Callable[[], Awaitable[None]], limit_s: float) -> str:
 @router.get("/healthz", response_model=Health,
             responses={503: {"description": "The database or the broker is unreachable",
                              "model": Health}})
-async def healthz(request: Request, engine: AsyncEngine = Depends(deps.engine),
+async def healthz(request: Request, db: Database = Depends(deps.database),
                   publisher: Publisher = Depends(deps.publisher)) -> JSONResponse:
     """200 when the database and the broker both answer; 503 says which did not."""
     settings: Settings = request.app.state.settings
 
     async def database() -> None:
-        async with engine.connect() as conn:
-            await conn.execute(q.PING)
+        await db.one(q.PING)
 
     async def broker() -> None:
         # A real round trip (passive declare of the main queue) on the publisher's channel,

@@ -6,7 +6,6 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Security
 from fastapi.responses import JSONResponse
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.amqp.publisher import Publisher, PublishRefused, PublishUnconfirmed
 from gapless.api import deps
@@ -16,6 +15,7 @@ from gapless.api.observe import ApiMetrics
 from gapless.constants import Status
 from gapless.errors import InvoiceNotFound
 from gapless.ledger import feed
+from gapless.ledger.database import Database
 from gapless.ledger.invoices import get_invoice, invoice_events
 from gapless.logging import get_logger
 from gapless.message import (
@@ -66,15 +66,14 @@ def invalid_status(body: bytes, content_type: str | None) -> int:
     return 422 if isinstance(decoded, dict) else 400
 
 
-async def known_status(engine: AsyncEngine, message: InvoiceMessage) -> Status | None:
+async def known_status(db: Database, message: InvoiceMessage) -> Status | None:
     """What the database knows of the message's invoice (None: nothing); 409 when the
     invoice_id already names another tenant's or series' invoice (a message that names no
     series takes the one routing chose for it)."""
-    async with engine.connect() as conn:
-        try:
-            known = await get_invoice(conn, message.invoice_id)
-        except InvoiceNotFound:
-            return None
+    try:
+        known = await get_invoice(db, message.invoice_id)
+    except InvoiceNotFound:
+        return None
     if (known.tenant, known.series) != (message.tenant, message.series or known.series):
         raise HTTPException(409, "invoice_id already names a different invoice; "
                                  "invoice ids are unique across tenants and series")
@@ -93,7 +92,7 @@ async def known_status(engine: AsyncEngine, message: InvoiceMessage) -> Status |
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/json": {"schema": MESSAGE_SCHEMA}}}})
 async def issue_invoice(request: Request, who: Principal = Security(principal),
-                        engine: AsyncEngine = Depends(deps.engine),
+                        db: Database = Depends(deps.database),
                         publisher: Publisher = Depends(deps.publisher),
                         metrics: ApiMetrics = Depends(deps.metrics)) -> JSONResponse:
     """Validate the contract message and publish it at user priority.
@@ -109,7 +108,7 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
         raise HTTPException(invalid_status(body, content_type), exc.reason) from None
     if not who.may_see(message.tenant):
         raise HTTPException(403, "this token may not issue invoices for that tenant")
-    status = await known_status(engine, message)
+    status = await known_status(db, message)
     publish = status in (None, Status.RECEIVED)
     if publish:
         try:
@@ -132,19 +131,19 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
             responses={401: {"description": "No or invalid token"},
                        404: {"description": "No such invoice (or not this token's tenant)"}})
 async def invoice_status(invoice_id: str, who: Principal = Security(principal),
-                         engine: AsyncEngine = Depends(deps.snapshot_engine)) -> InvoiceOut:
+                         db: Database = Depends(deps.database)) -> InvoiceOut:
     """The invoice's state, its document's UUID and its history. 404 until the worker has
     stored it."""
     # One snapshot for the row and its events, so the history matches the state shown.
-    async with engine.connect() as conn:
+    async with db.snapshot() as snap:
         try:
-            row = await get_invoice(conn, invoice_id)
+            row = await get_invoice(snap, invoice_id)
         except InvoiceNotFound:
             row = None
         if row is None or not who.may_see(row.tenant):
             # Same answer whether it is missing or someone else's: existence is not leaked.
             raise HTTPException(404, "no such invoice")
-        events = await invoice_events(conn, row.id)
+        events = await invoice_events(snap, row.id)
     return InvoiceOut(
         invoice_id=row.invoice_id, tenant=row.tenant, series=row.series, status=row.status,
         number=row.number, reserved_no=row.reserved_no, uuid=str(row.uuid),
@@ -153,5 +152,5 @@ async def invoice_status(invoice_id: str, who: Principal = Security(principal),
         created_at=feed.iso_utc(row.created_at), updated_at=feed.iso_utc(row.updated_at),
         reserved_at=deps.iso(row.reserved_at), issued_at=deps.iso(row.issued_at),
         next_attempt_at=deps.iso(row.next_attempt_at),
-        events=[EventOut(**{**e._mapping, "created_at": feed.iso_utc(e.created_at)})
+        events=[EventOut(**{**e._asdict(), "created_at": feed.iso_utc(e.created_at)})
                 for e in events])

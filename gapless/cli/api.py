@@ -53,13 +53,10 @@ async def _preflight(settings: Settings) -> None:
     """Reach the database and the broker once, so an outage is one line and exit 1 rather
     than a traceback from inside the server's start-up."""
     from gapless.amqp.connection import connect
-    from gapless.ledger.database import check_cluster, make_engine
+    from gapless.ledger.database import check_cluster, short_lived
 
-    engine = make_engine(settings.database_url, actor="api", pool_size=1)
-    try:
-        await check_cluster(engine, settings.cluster_id)
-    finally:
-        await engine.dispose()
+    async with short_lived(settings.database_url, actor="api") as db:
+        await check_cluster(db, settings.cluster_id)
     connection = await connect(settings)
     await connection.close()
 

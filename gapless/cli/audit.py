@@ -69,30 +69,27 @@ async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
                  checkpoints: Checkpoints | None) -> AuditReport:
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
-    from gapless.ledger.database import make_engine
+    from gapless.ledger.database import short_lived
     from gapless.ops.audit import check_chains, check_database, check_integrator
 
-    engine = make_engine(settings.database_url, actor="audit", pool_size=2)
-    try:
-        report = await check_database(engine, tenant=tenant, series=series, horizon_s=horizon_s,
+    async with short_lived(settings.database_url, actor="audit", pool_size=2) as db:
+        report = await check_database(db, tenant=tenant, series=series, horizon_s=horizon_s,
                                       deep=deep)
         if chain:
-            broken, report.chain = await check_chains(engine, tenant=tenant, series=series,
+            broken, report.chain = await check_chains(db, tenant=tenant, series=series,
                                                       checkpoints=checkpoints)
             report.add_counted(broken)
         if integrator:
             guard = GuardedIntegrator(load_integrator(settings), settings, name="audit")
             try:
                 violations, check = await check_integrator(
-                    engine, settings.integrator_url, guard, tenant=tenant, series=series,
+                    db, settings.integrator_url, guard, tenant=tenant, series=series,
                     horizon_s=horizon_s, timeout_s=max(settings.integrator_timeout_s, 30.0))
             finally:
                 await guard.aclose()
             report.violations.extend(violations)
             report.integrator = check
         return report
-    finally:
-        await engine.dispose()
 
 
 def _print(report: AuditReport, *, limit: int) -> None:

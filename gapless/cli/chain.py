@@ -197,39 +197,30 @@ def checkpoint(
 
 async def _checkpoint(url: str, private_key: Ed25519PrivateKey,
                       directory: Path) -> tuple[Path, dict[str, Any]]:
-    from gapless.ledger.database import make_engine
+    from gapless.ledger.database import short_lived
     from gapless.ops.checkpoints import take_checkpoint
 
-    engine = make_engine(url, actor="chain", pool_size=1)
-    try:
-        return await take_checkpoint(engine, private_key, directory)
-    finally:
-        await engine.dispose()
+    async with short_lived(url, actor="chain") as db:
+        return await take_checkpoint(db, private_key, directory)
 
 
 async def _export(url: str, out: Path, tenant: str | None,
                   series: str | None) -> dict[str, Any]:
-    from gapless.ledger.database import make_engine
+    from gapless.ledger.database import short_lived
     from gapless.ops.chain import export as export_chains
 
-    engine = make_engine(url, actor="chain", pool_size=1)
-    try:
-        return await export_chains(engine, out, tenant=tenant, series=series)
-    finally:
-        await engine.dispose()
+    async with short_lived(url, actor="chain") as db:
+        return await export_chains(db, out, tenant=tenant, series=series)
 
 
 async def _verify(url: str, tenant: str | None, series: str | None,
                   signed: Checkpoints | None) -> list[ChainReport]:
-    from gapless.ledger.database import make_engine
+    from gapless.ledger.database import short_lived
     from gapless.ops.chain import verify as verify_chains
 
-    engine = make_engine(url, actor="chain", pool_size=1)
-    try:
-        return await verify_chains(engine, tenant=tenant, series=series,
+    async with short_lived(url, actor="chain") as db:
+        return await verify_chains(db, tenant=tenant, series=series,
                                    heads=signed.heads if signed else ())
-    finally:
-        await engine.dispose()
 
 
 #: A finding is one line, whatever its length, printed as it is (no markup).

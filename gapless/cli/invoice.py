@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -22,16 +23,20 @@ from gapless.cli.options import DatabaseUrlOption, IntegratorUrlOption, run, set
 from gapless.constants import EARSIV_PROFILE, Channel
 from gapless.settings import Settings
 
+if TYPE_CHECKING:
+    from gapless.ledger.database import Database
+
 invoice_app = typer.Typer(help="Inspect and act on one invoice (by its invoice_id).",
                           no_args_is_help=True)
 
 InvoiceIdArgument = typer.Argument(..., metavar="ID", help="The invoice's invoice_id.")
 
 
-def _engine(settings: Settings) -> Any:
-    from gapless.ledger.database import make_engine
+def _database(settings: Settings) -> AbstractAsyncContextManager[Database]:
+    """The command's database (actor ``operator``), closed when the block ends."""
+    from gapless.ledger.database import short_lived
 
-    return make_engine(settings.database_url, actor="operator", pool_size=2)
+    return short_lived(settings.database_url, actor="operator", pool_size=2)
 
 
 # ------------------------------------------------------------------------------------- show
@@ -74,12 +79,9 @@ async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | N
     will send (rendered now, said on stderr). Exit 1 when the invoice has no number yet."""
     from gapless.issuing.render import Renderer, RenderError
     from gapless.ledger.catalog import Catalog
-    from gapless.ledger.database import as_database
     from gapless.ledger.invoices import invoice_as_sent
 
-    engine = _engine(settings)
-    try:
-        db = as_database(engine)
+    async with _database(settings) as db:
         sending = await invoice_as_sent(db, invoice_id)
         if sending is None:
             typer.echo(f"invoice {invoice_id!r} has no number yet, so no document", err=True)
@@ -93,31 +95,24 @@ async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | N
             return document.body, None
         return document.body, (f"invoice {invoice_id!r} has sent no document yet; this is the "
                                f"one its next send sends (sha256 {document.sha256})")
-    finally:
-        await engine.dispose()
 
 
 async def _load(settings: Settings, invoice_id: str) -> tuple[Any, list[Any], bytes | None]:
     """The invoice row, its history, and the UBL-TR document in force (None: it sent none yet,
     or its documents are JSON)."""
     from gapless.integrator.base import MEDIA_XML
-    from gapless.ledger.invoices import get_invoice, invoice_events
-    from gapless.ledger.queries import invoices as q
+    from gapless.ledger.invoices import get_invoice, invoice_events, stored_document
 
-    engine = _engine(settings)
-    try:
-        async with engine.connect() as conn:
-            row = await get_invoice(conn, invoice_id)
-            events = await invoice_events(conn, row.id)
-            body = None
-            if row.document_sha256 is not None:
-                stored = (await conn.execute(q.STORED_DOCUMENT, {
-                    "pk": row.id, "sha256": row.document_sha256})).first()
-                if stored is not None and stored.media_type == MEDIA_XML:
-                    body = bytes(stored.body)
-            return row, events, body
-    finally:
-        await engine.dispose()
+    # One snapshot: the history and the document match the state shown.
+    async with _database(settings) as db, db.snapshot() as snap:
+        row = await get_invoice(snap, invoice_id)
+        events = await invoice_events(snap, row.id)
+        body = None
+        if row.document_sha256 is not None:
+            stored = await stored_document(snap, row.id, row.document_sha256)
+            if stored is not None and stored.media_type == MEDIA_XML:
+                body = bytes(stored.body)
+        return row, events, body
 
 
 def _payload(row: Any) -> dict[str, Any]:
@@ -338,7 +333,6 @@ async def _retry(settings: Settings, invoice_id: str,
     from gapless.integrator.guard import GuardedIntegrator
     from gapless.issuing.render import Renderer
     from gapless.ledger.catalog import Catalog
-    from gapless.ledger.database import as_database
     from gapless.ledger.invoices import get_invoice, mark_error, start_retry
     from gapless.ops.doctor import probe_integrator
     from gapless.recovery.reconcile import Backoff, Outcome, reconcile
@@ -346,27 +340,23 @@ async def _retry(settings: Settings, invoice_id: str,
     # An integrator that cannot answer fails the command before the invoice is touched (and
     # the report is the CLI's one line), rather than after it was moved to SENDING and back.
     await probe_integrator(settings)
-    engine = _engine(settings)
-    try:
-        catalog = Catalog(as_database(engine))
+    async with _database(settings) as db:
+        catalog = Catalog(db)
         if corrected is not None:
-            async with engine.connect() as conn:
-                row = await get_invoice(conn, invoice_id)
+            row = await get_invoice(db, invoice_id)
             await _check_correction(catalog, row, corrected)
-        sending = await start_retry(engine, invoice_id, corrected)
+        sending = await start_retry(db, invoice_id, corrected)
         guard = GuardedIntegrator(load_integrator(settings), settings, name="operator")
         try:
-            result = await reconcile(engine, guard, Renderer(catalog), sending,
+            result = await reconcile(db, guard, Renderer(catalog), sending,
                                      backoff=Backoff(), max_attempts=None,
                                      min_delay_s=settings.breaker_reset_timeout_s)
             if result.outcome is Outcome.UNAVAILABLE:
                 retry_at = datetime.now(UTC) + timedelta(seconds=settings.breaker_reset_timeout_s)
-                await mark_error(engine, sending, f"IntegratorUnavailable: {result.detail}",
+                await mark_error(db, sending, f"IntegratorUnavailable: {result.detail}",
                                  retry_at)
         finally:
             await guard.aclose()
-    finally:
-        await engine.dispose()
     return _retry_answer(f"invoice {invoice_id!r} ({sending.number})", result)
 
 
@@ -410,13 +400,9 @@ async def _void(settings: Settings, invoice_id: str, reason: str) -> str:
     from gapless.ledger.invoices import get_invoice
     from gapless.ledger.invoices import void as void_invoice
 
-    engine = _engine(settings)
-    try:
-        await void_invoice(engine, invoice_id, reason)
-        async with engine.connect() as conn:
-            return str((await get_invoice(conn, invoice_id)).number)
-    finally:
-        await engine.dispose()
+    async with _database(settings) as db:
+        await void_invoice(db, invoice_id, reason)
+        return str((await get_invoice(db, invoice_id)).number)
 
 
 @invoice_app.command("cancel")
@@ -437,11 +423,8 @@ def cancel(
 async def _cancel(settings: Settings, invoice_id: str, reason: str) -> None:
     from gapless.ledger.invoices import cancel as cancel_invoice
 
-    engine = _engine(settings)
-    try:
-        await cancel_invoice(engine, invoice_id, reason)
-    finally:
-        await engine.dispose()
+    async with _database(settings) as db:
+        await cancel_invoice(db, invoice_id, reason)
 
 
 def register(app: typer.Typer) -> None:

@@ -56,7 +56,7 @@ def series_add(
 
 async def _add_series(database_url: str, spec: object) -> bool:
     from gapless.ledger.database import make_engine
-    from gapless.ledger.series import add_series
+    from gapless.ledger.legacy import add_series
     from gapless.numbers import SeriesSpec
 
     assert isinstance(spec, SeriesSpec)
@@ -90,8 +90,8 @@ def series_list(
 
 
 async def _list_series(database_url: str, tenant: str | None, code: str | None) -> list[Any]:
+    from gapless.ledger import legacy as q
     from gapless.ledger.database import make_engine
-    from gapless.ledger.queries import numbering as q
 
     engine = make_engine(database_url, actor="operator", pool_size=1)
     try:
@@ -124,8 +124,8 @@ def series_bump(
 
 
 async def _bump(database_url: str, tenant: str, code: str, past: str) -> Any:
-    from gapless.ledger.counters import bump_counter
     from gapless.ledger.database import make_engine
+    from gapless.ledger.legacy import bump_counter
 
     engine = make_engine(database_url, actor="operator", pool_size=1)
     try:
@@ -150,7 +150,7 @@ def series_next(
 
 async def _preview(database_url: str, tenant: str, code: str, at: datetime | None) -> Any:
     from gapless.ledger.database import make_engine
-    from gapless.ledger.series import preview_next
+    from gapless.ledger.legacy import preview_next
 
     engine = make_engine(database_url, actor="operator", pool_size=1)
     try:

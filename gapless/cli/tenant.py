@@ -63,22 +63,17 @@ def tenant_set(
 
 async def _set(settings: Settings, tenant: str, issuer: Any) -> tuple[int | None, list[str]]:
     """Write the profile; also say which of the tenant's series cannot print GİB numbers."""
-    from gapless.ledger.database import make_engine
-    from gapless.ledger.queries import numbering as nq
-    from gapless.ledger.series import series_spec
+    from gapless.ledger.database import short_lived
+    from gapless.ledger.series import list_series, series_spec
     from gapless.ledger.tenants import set_profile
     from gapless.numbers import gib_layout_problem
 
-    engine = make_engine(settings.database_url, actor="operator", pool_size=1)
-    try:
-        version = await set_profile(engine, tenant, issuer)
-        async with engine.connect() as conn:
-            rows = (await conn.execute(nq.LIST_SERIES, {"tenant": tenant, "code": None})).all()
-        problems = [problem for row in rows
-                    if (problem := gib_layout_problem(series_spec(row))) is not None]
-        return version, problems
-    finally:
-        await engine.dispose()
+    async with short_lived(settings.database_url, actor="operator") as db:
+        version = await set_profile(db, tenant, issuer)
+        rows = await list_series(db, tenant=tenant)
+    problems = [problem for row in rows
+                if (problem := gib_layout_problem(series_spec(row))) is not None]
+    return version, problems
 
 
 @tenant_app.command("show")
@@ -117,14 +112,11 @@ def _as_dict(profile: Any) -> dict[str, Any]:
 
 
 async def _profiles(settings: Settings, tenant: str | None) -> list[Any]:
-    from gapless.ledger.database import make_engine
+    from gapless.ledger.database import short_lived
     from gapless.ledger.tenants import profiles_in_force
 
-    engine = make_engine(settings.database_url, actor="operator", pool_size=1)
-    try:
-        return await profiles_in_force(engine, tenant)
-    finally:
-        await engine.dispose()
+    async with short_lived(settings.database_url, actor="operator") as db:
+        return await profiles_in_force(db, tenant)
 
 
 def register(app: typer.Typer) -> None:

@@ -38,18 +38,22 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import dead_exchange_name, dead_queue_name
 from gapless.errors import GaplessError
 from gapless.settings import Settings, process_environment
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from gapless.ledger.database import Database
 
 DEMO_DATABASE = "gapless_demo"
 #: (tenant, series code, share of the load)
@@ -207,7 +211,7 @@ def drop_database(database_url: str) -> None:
 async def prepare_database(settings: Settings, config: DemoConfig) -> str:
     """A migrated demo database with the demo tenants' series; returns its URL."""
     from gapless.documents import build_issuer
-    from gapless.ledger.database import make_engine
+    from gapless.ledger.database import short_lived
     from gapless.ledger.migrations import migrate
     from gapless.ledger.series import add_series
     from gapless.ledger.tenants import set_profile
@@ -218,14 +222,10 @@ async def prepare_database(settings: Settings, config: DemoConfig) -> str:
     # an earlier run would (rightly) fail the audit's agreement check (I7).
     await asyncio.to_thread(drop_database, url)
     await asyncio.to_thread(migrate, url, settings.cluster_id)
-    engine = make_engine(url, actor="operator", pool_size=1)
-    try:
-        async with engine.begin() as conn:
-            for tenant, code, _ in TENANTS:
-                await add_series(conn, build_series_spec(tenant, code))
-        await set_profile(engine, TENANTS[0][0], build_issuer(**DEMO_ISSUER))
-    finally:
-        await engine.dispose()
+    async with short_lived(url, actor="operator") as db:
+        for tenant, code, _ in TENANTS:
+            await add_series(db, build_series_spec(tenant, code))
+        await set_profile(db, TENANTS[0][0], build_issuer(**DEMO_ISSUER))
     return url
 
 
@@ -381,18 +381,17 @@ TOTAL_FIELDS = ("invoices", "received", "sending", "issued", "error", "retryable
                 "recovered")
 
 
-async def read_totals(engine: AsyncEngine) -> dict[str, int]:
+async def read_totals(db: Database) -> dict[str, int]:
     """The database's invoice counts (``TOTAL_FIELDS``), one snapshot."""
     from gapless.ledger.invoices import ALARM_PREFIX
     from gapless.ledger.queries import status as q
 
-    async with engine.connect() as conn:
-        row = (await conn.execute(q.TOTALS, {"alarm_pattern": ALARM_PREFIX + "%"})).one()
+    row = await db.one(q.TOTALS, {"alarm_pattern": ALARM_PREFIX + "%"})
     return {name: int(getattr(row, name)) for name in TOTAL_FIELDS}
 
 
-async def update_progress(engine: AsyncEngine, progress: Progress) -> None:
-    totals = await read_totals(engine)
+async def update_progress(db: Database, progress: Progress) -> None:
+    totals = await read_totals(db)
     for name in TOTAL_FIELDS:
         setattr(progress, name, totals[name])
     progress.history.append((time.monotonic(), progress.settled_count))
@@ -497,7 +496,7 @@ class Outcome:
 async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Console
                    ) -> DemoResult:
     """Run the whole demo; progress on ``err``, the audit on the process's stdout."""
-    from gapless.ledger.database import make_engine
+    from gapless.ledger.database import Database, make_engine
 
     run_id = uuid.uuid4().hex[:8]
     log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix=f"gapless-demo-{run_id}-"))
@@ -512,12 +511,13 @@ async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Con
     players = cast(settings, config, env, log_dir, mock_port)
     progress = Progress(total=config.invoices)
     engine = make_engine(database_url, actor="demo", pool_size=1)
+    db = Database.borrowing(engine)
     outcome = Outcome()
     publisher: asyncio.Task[None] | None = None
     try:
         publisher = await _start(settings, config, players, progress, run_id)
-        await _play(settings, config, players, progress, engine, publisher, err, outcome)
-        await _conclude(env, engine, outcome)
+        await _play(settings, config, players, progress, db, publisher, err, outcome)
+        await _conclude(env, db, outcome)
     finally:
         await _clean_up(settings, config, players, engine, database_url, publisher)
     elapsed = outcome.elapsed_s if outcome.settled and outcome.elapsed_s else progress.elapsed
@@ -548,12 +548,12 @@ async def _start(settings: Settings, config: DemoConfig, players: Cast, progress
 
 
 async def _play(settings: Settings, config: DemoConfig, players: Cast, progress: Progress,
-                engine: AsyncEngine, publisher: asyncio.Task[None], err: Console,
+                db: Database, publisher: asyncio.Task[None], err: Console,
                 outcome: Outcome) -> None:
     """Watch until settled (or the deadline), then stop workers and recovery gracefully."""
     header = (f"gapless demo · {config.invoices} invoices · {config.workers} workers · "
               f"queue {settings.queue}")
-    outcome.settled = await _watch(settings, config, progress, header, players, engine,
+    outcome.settled = await _watch(settings, config, progress, header, players, db,
                                    publisher, err)
     outcome.elapsed_s = progress.elapsed
     graceful = (*players.workers, players.recovery)
@@ -565,15 +565,15 @@ async def _play(settings: Settings, config: DemoConfig, players: Cast, progress:
                   f"(see {players.mock.log_path.parent})[/]")
 
 
-async def _conclude(env: dict[str, str], engine: AsyncEngine, outcome: Outcome) -> None:
+async def _conclude(env: dict[str, str], db: Database, outcome: Outcome) -> None:
     """``gapless audit --integrator`` on stdout; the issued documents by kind, and one
     document's summary."""
     audit = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gapless", "audit", "--integrator", env=env,
         stdin=asyncio.subprocess.DEVNULL)
     outcome.audit_code = await audit.wait()
-    outcome.issued_by_kind = await issued_by_kind(engine)
-    outcome.sample = await sample_document(engine)
+    outcome.issued_by_kind = await issued_by_kind(db)
+    outcome.sample = await sample_document(db)
 
 
 async def _clean_up(settings: Settings, config: DemoConfig, players: Cast,
@@ -594,31 +594,29 @@ async def _clean_up(settings: Settings, config: DemoConfig, players: Cast,
         await asyncio.to_thread(drop_database, database_url)
 
 
-async def sample_document(engine: AsyncEngine) -> dict[str, Any] | None:
+async def sample_document(db: Database) -> dict[str, Any] | None:
     """The summary of one issued UBL-TR document (the first ISSUED invoice of the profiled
     tenant), or None when there is none."""
     from gapless.documents import summarize
     from gapless.integrator.base import MEDIA_XML
     from gapless.ledger.queries import status as q
 
-    async with engine.connect() as conn:
-        row = (await conn.execute(q.FIRST_ISSUED_DOCUMENT, {
-            "tenant": TENANTS[0][0], "media_type": MEDIA_XML})).first()
+    row = await db.one(q.FIRST_ISSUED_DOCUMENT, {
+        "tenant": TENANTS[0][0], "media_type": MEDIA_XML})
     if row is None:
         return None
     return {"invoice_id": row.invoice_id, "sha256": row.sha256, **summarize(bytes(row.body))}
 
 
-async def issued_by_kind(engine: AsyncEngine) -> list[tuple[str, str, int]]:
+async def issued_by_kind(db: Database) -> list[tuple[str, str, int]]:
     """(type, profile, count) of the ISSUED invoices, read from their stored messages (no type
     is a SATIS, no profile a TEMELFATURA: the document's defaults), in the contract's order of
     types, then of profiles."""
     from gapless.ledger.queries import status as q
     from gapless.message import INVOICE_TYPES, PROFILES
 
-    async with engine.connect() as conn:
-        rows = (await conn.execute(q.ISSUED_BY_KIND, {
-            "default_type": INVOICE_TYPES[0], "default_profile": PROFILES[0]})).all()
+    rows = await db.all(q.ISSUED_BY_KIND, {
+        "default_type": INVOICE_TYPES[0], "default_profile": PROFILES[0]})
 
     def rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
         return (order.index(value) if value in order else len(order), value)
@@ -649,13 +647,13 @@ def _document_summary(sample: dict[str, Any], out: Console) -> None:
 
 
 async def _observe(settings: Settings, progress: Progress, players: Cast,
-                   engine: AsyncEngine) -> None:
+                   db: Database) -> None:
     """Refresh the counts, the queue depths and (every two seconds) the breakers."""
     from gapless.amqp.management import queue_depths
     from gapless.amqp.topology import work_queues
     from gapless.ops.status import read_breakers
 
-    await update_progress(engine, progress)
+    await update_progress(db, progress)
     try:
         depths = await queue_depths(settings)
         progress.ready = sum(depths[name] for name in work_queues(settings))
@@ -705,7 +703,7 @@ class _Display:
 
 
 async def _watch(settings: Settings, config: DemoConfig, progress: Progress, header: str,
-                 players: Cast, engine: AsyncEngine, publisher: asyncio.Task[None],
+                 players: Cast, db: Database, publisher: asyncio.Task[None],
                  err: Console) -> bool:
     """Refresh progress until settled or the deadline; kill and restart a worker midway."""
     killed = not config.kill_worker or not players.workers
@@ -718,7 +716,7 @@ async def _watch(settings: Settings, config: DemoConfig, progress: Progress, hea
             for child in players.children:
                 if child.died():
                     raise child.failure()
-            await _observe(settings, progress, players, engine)
+            await _observe(settings, progress, players, db)
             if not killed and progress.settled_count >= config.invoices // 2:
                 await _kill_and_restart(players.workers[0], progress)
                 killed = True

@@ -38,8 +38,8 @@ from gapless.integrator.base import (
 )
 from gapless.integrator.guard import Guard, IntegratorUnavailable
 from gapless.issuing.correction import WRONG_CHANNEL_PREFIX
+from gapless.ledger.database import Database
 from gapless.ledger.invoices import (
-    DatabaseLike,
     Orphan,
     Sending,
     mark_alarm,
@@ -207,7 +207,7 @@ class Outcomes:
     half-open, when the breaker is what refused.
     """
 
-    def __init__(self, db: DatabaseLike, guard: Guard, *, events: Events,
+    def __init__(self, db: Database, guard: Guard, *, events: Events,
                  backoff: Backoff | None = None, breaker_reset_s: float = 0.0,
                  max_attempts: int | None = None,
                  record_issued: RecordIssued | None = None) -> None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
+import psycopg
 
 from gapless.errors import ReservationLockTimeout, SeriesError, UnknownSeriesError
+from gapless.ledger.database import Database
 from gapless.ledger.queries import numbering as q
 from gapless.ledger.series import series_spec
 from gapless.ledger.sqlstates import is_lock_timeout
@@ -34,10 +34,10 @@ class Bump:
     after: int
 
 
-async def bump_counter(conn: AsyncConnection, tenant: str, code: str, past: str) -> Bump:
+async def bump_counter(db: Database, tenant: str, code: str, past: str) -> Bump:
     """Raise the counter of the period that printed number ``past`` belongs to, so that no seal
-    hands out ``past`` or any number below it again; never lowers a counter. In the caller's
-    transaction (the counter row stays locked until it ends: commit at once).
+    hands out ``past`` or any number below it again; never lowers a counter. One statement: the
+    counter row is locked until it commits (in a caller's transaction: until that ends).
 
     What for: a database that lost seals the integrator holds (a failover to a standby that
     lacked them, a restore) would hand those numbers out again; the audit names the highest
@@ -45,7 +45,7 @@ async def bump_counter(conn: AsyncConnection, tenant: str, code: str, past: str)
     keeps naming them, and the integrator's documents are their record (docs/operations.md).
     Raises UnknownSeriesError, or SeriesError when the series cannot have printed ``past``.
     """
-    row = (await conn.exec_driver_sql(q.GET_SERIES, {"tenant": tenant, "code": code})).first()
+    row = await db.one(q.GET_SERIES, {"tenant": tenant, "code": code})
     if row is None:
         raise UnknownSeriesError(tenant, code)
     spec = series_spec(row)
@@ -55,8 +55,8 @@ async def bump_counter(conn: AsyncConnection, tenant: str, code: str, past: str)
                           f"(it prints {spec.format} with prefix {spec.prefix} and "
                           f"{spec.width} digits)")
     period_key, value = located
-    bumped = (await conn.execute(q.BUMP_COUNTER, {
-        "tenant": tenant, "series": code, "period_key": period_key, "last_no": value})).one()
+    bumped = await db.one(q.BUMP_COUNTER, {
+        "tenant": tenant, "series": code, "period_key": period_key, "last_no": value})
     return Bump(period_key, None if bumped.before is None else int(bumped.before),
                 int(bumped.after))
 
@@ -72,21 +72,22 @@ class Reservation:
     fresh: bool
 
 
-async def reserve_number(conn: AsyncConnection, invoice_id: str, *, at: datetime | None = None,
+async def reserve_number(db: Database, invoice_id: str, *, at: datetime | None = None,
                          lock_timeout_ms: int | None = None) -> Reservation:
-    """Pin a gap-free number on the invoice, inside the caller's transaction.
+    """Pin a gap-free number on the invoice: in the caller's transaction when ``db`` is bound to
+    one (:meth:`Database.transaction`), else in a transaction of its own (one statement).
 
     Locks the invoice row, and — only if it has no number yet — advances its counter and pins
     ``reserved_no``, ``number`` and ``period_key``, dated ``at`` (default: the transaction's start)
-    in the series' time zone. Both locks are held until the caller commits or rolls back: commit
-    at once, and never hold the transaction across I/O. Raises ReservationLockTimeout when a lock
-    is not granted within ``lock_timeout_ms`` (the transaction is then unusable; roll it back).
+    in the series' time zone. Both locks are held until the transaction commits or rolls back:
+    commit at once, and never hold the transaction across I/O. Raises ReservationLockTimeout when
+    a lock is not granted within ``lock_timeout_ms`` (the transaction is then unusable; roll it
+    back).
     """
     try:
-        row = (await conn.execute(q.RESERVE_NUMBER, {
-            "invoice_id": invoice_id, "at": at, "lock_timeout_ms": lock_timeout_ms,
-        })).one()
-    except DBAPIError as exc:
+        row = await db.one(q.RESERVE_NUMBER, {
+            "invoice_id": invoice_id, "at": at, "lock_timeout_ms": lock_timeout_ms})
+    except psycopg.Error as exc:
         if is_lock_timeout(exc):
             raise ReservationLockTimeout(
                 f"invoice {invoice_id!r}: lock not granted within {lock_timeout_ms} ms"

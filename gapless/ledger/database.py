@@ -1,23 +1,25 @@
 """Database access: engines, the hot path's statements, and the start-up checks every process runs.
 
-Two ways to PostgreSQL, both psycopg 3:
+One handle, :class:`Database` (psycopg 3), for every domain function of the ledger: each
+statement is a plain string with psycopg's named parameters (``%(name)s``) from
+``gapless.ledger.queries``, run **in autocommit mode** — one round trip and one transaction —
+with server-side prepared statements. Several statements that must commit together run in
+:meth:`Database.transaction`; reads that must see one state of the database run in
+:meth:`Database.snapshot` (REPEATABLE READ, READ ONLY). Both hand out a :class:`Database` bound
+to that transaction, so the domain functions take the same handle in or out of one.
 
-* :class:`Database` — the issuing path (the worker's intake and outcomes, recovery, operator
-  actions on one invoice): each domain operation is **one statement in autocommit mode**, i.e.
-  one round trip and one transaction, run on the driver connection with server-side prepared
-  statements. A long-running process opens its own psycopg pool (:meth:`Database.open`); a
-  short-lived caller borrows the connections of a SQLAlchemy engine (:meth:`Database.borrowing`).
-* SQLAlchemy's async engine (:func:`make_engine`) — everything else: the API's reads, status,
-  audit, migrations, operator listings, where a statement's client cost does not matter.
+Where the connections come from is the caller's edge: a long-running process (worker, recovery)
+opens a psycopg pool of its own (:meth:`Database.open`); a short-lived one (the API, operator
+commands, the demo, tests) borrows the pool of a SQLAlchemy async engine (:func:`make_engine`,
+:meth:`Database.borrowing`). Migrations use a synchronous engine (:func:`make_sync_engine`).
 
-SQL text lives in ``gapless.ledger.queries``; this module only opens connections and classifies
-driver errors.
+This module only opens connections and runs statements; driver errors are classified in
+:mod:`gapless.ledger.sqlstates`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
@@ -161,16 +163,37 @@ async def _fetch(conn: psycopg.AsyncConnection[Any], query: str, params: Params,
     return await (cursor.fetchall() if every else cursor.fetchone())
 
 
+async def _execute(conn: psycopg.AsyncConnection[Any], query: str, params: Params) -> int:
+    cursor = conn.cursor()
+    await cursor.execute(query, params, prepare=True)
+    return cursor.rowcount
+
+
 Connect = Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]]
 
 
-class Database:
-    """Statements of the issuing path, each one statement in autocommit mode.
+@asynccontextmanager
+async def _transaction(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[Database]:
+    """A transaction on ``conn`` (a savepoint if one is open), and a Database bound to it."""
+    transaction = conn.transaction()
+    await transaction.__aenter__()
+    try:
+        yield Database._bound(conn)
+    except BaseException as exc:
+        if not await transaction.__aexit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        await to_completion(transaction.__aexit__(None, None, None))
 
-    One statement is one transaction and one round trip: a lock it takes (an invoice row, a
-    counter row) is released by its own commit, never held across a client round trip. Rows come
-    back as named tuples. A statement that needs company (the test-only fault hook that pauses
-    inside the claim) runs in :meth:`transaction`.
+
+class Database:
+    """The ledger's database handle: statements in autocommit mode, or in one transaction.
+
+    Out of a transaction, one statement is one transaction and one round trip: a lock it takes
+    (an invoice row, a counter row) is released by its own commit, never held across a client
+    round trip. Rows come back as named tuples. :meth:`transaction` and :meth:`snapshot` hand
+    out a Database bound to one connection inside one transaction: the same domain functions
+    then run in the caller's transaction.
     """
 
     def __init__(self, connect: Connect, *, pool: AsyncConnectionPool | None = None) -> None:
@@ -202,8 +225,9 @@ class Database:
 
     @classmethod
     def borrowing(cls, engine: AsyncEngine) -> Database:
-        """Statements on connections borrowed from ``engine``'s pool (short-lived callers:
-        operator commands, tests). Nothing to close: the engine owns the connections."""
+        """Statements on connections borrowed from ``engine``'s pool (short-lived callers: the
+        API, operator commands, the demo, tests). Nothing to close: the engine owns the
+        connections (dispose of the engine)."""
         autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
         @asynccontextmanager
@@ -218,6 +242,16 @@ class Database:
                     if must_discard(exc):
                         await conn.invalidate()  # the engine's pool makes a new one
                     raise
+
+        return cls(connect)
+
+    @classmethod
+    def _bound(cls, conn: psycopg.AsyncConnection[Any]) -> Database:
+        """Statements on ``conn`` alone, in the transaction open on it."""
+
+        @asynccontextmanager
+        async def connect() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+            yield conn
 
         return cls(connect)
 
@@ -256,22 +290,38 @@ class Database:
             rows: list[Any] = await to_completion(_fetch(conn, query, params, every=True))
             return rows
 
+    async def execute(self, query: str, params: Params = None) -> int:
+        """One statement that returns no rows; how many rows it touched. Awaited to its end
+        like :meth:`one`."""
+        async with self._connection() as conn:
+            return await to_completion(_execute(conn, query, params))
+
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def transaction(self) -> AsyncIterator[Database]:
         """Several statements in one transaction: committed on success, rolled back on error.
+        Yields a Database bound to it (on a bound Database: a savepoint).
 
         A cancellation inside the block rolls back; the COMMIT, once sent, is awaited to its
         end (:func:`to_completion`)."""
+        async with self._connection() as conn, _transaction(conn) as bound:
+            yield bound
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[Database]:
+        """Reads that see one state of the database: one REPEATABLE READ, READ ONLY transaction
+        (``BEGIN`` says so: no extra round trip), no locks beyond MVCC; every statement of the
+        block sees the snapshot its first one took. Yields a Database bound to it. Not on a
+        Database already bound to a transaction."""
         async with self._connection() as conn:
-            transaction = conn.transaction()
-            await transaction.__aenter__()
+            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+            await conn.set_read_only(True)
             try:
-                yield conn
-            except BaseException as exc:
-                if not await transaction.__aexit__(type(exc), exc, exc.__traceback__):
-                    raise
-            else:
-                await to_completion(transaction.__aexit__(None, None, None))
+                async with _transaction(conn) as bound:
+                    yield bound
+            finally:
+                if not conn.closed:  # the connection goes back to its pool as it came
+                    await conn.set_isolation_level(None)
+                    await conn.set_read_only(None)
 
     async def close(self) -> None:
         if self._checking is not None:
@@ -280,31 +330,33 @@ class Database:
             await self._pool.close()
 
 
-_BORROWED: weakref.WeakKeyDictionary[AsyncEngine, Database] = weakref.WeakKeyDictionary()
-
-
-def as_database(db: Database | AsyncEngine) -> Database:
-    """``db`` itself, or the :class:`Database` borrowing an engine's connections (one per
-    engine), so that callers holding an engine can run the issuing path's operations too."""
-    if isinstance(db, Database):
-        return db
-    found = _BORROWED.get(db)
-    if found is None:
-        found = _BORROWED[db] = Database.borrowing(db)
-    return found
-
-
 def _cluster_id(row: Any) -> int:
     if row is None:
         raise NotMigratedError("the database has no cluster id; run `gapless migrate`")
     return int(row.cluster_id)
 
 
+@asynccontextmanager
+async def short_lived(database_url: str, *, actor: str, pool_size: int = 1,
+                      **engine_kwargs: Any) -> AsyncIterator[Database]:
+    """A Database for a short-lived caller (an operator command, the demo): on the pool of an
+    async engine of its own (:func:`make_engine`), disposed of when the block ends."""
+    engine = make_engine(database_url, actor=actor, pool_size=pool_size, **engine_kwargs)
+    try:
+        yield Database.borrowing(engine)
+    finally:
+        await engine.dispose()
+
+
 _NO_SCHEMA = "the database has no gapless schema; run `gapless migrate`"
 
 
 async def stored_cluster_id(conn: AsyncConnection) -> int:
-    """The cluster id recorded by ``gapless migrate`` (NotMigratedError when there is none)."""
+    """The cluster id recorded by ``gapless migrate`` (NotMigratedError when there is none).
+
+    Transitional: takes the SQLAlchemy connection ``gapless doctor`` (gapless/cli/doctor.py,
+    being moved to gapless.ops) still reads on; new callers use :func:`check_cluster` or
+    ``Database.one(q.GET_CLUSTER_ID)``."""
     try:
         row = (await conn.exec_driver_sql(q.GET_CLUSTER_ID)).first()
     except DBAPIError as exc:
@@ -314,14 +366,14 @@ async def stored_cluster_id(conn: AsyncConnection) -> int:
     return _cluster_id(row)
 
 
-async def check_cluster(db: Database | AsyncEngine, configured: int) -> int:
+async def check_cluster(db: Database, configured: int) -> int:
     """Refuse to start when the configured cluster id disagrees with the database's.
 
     Raises NotMigratedError when the database has no gapless schema (or no cluster id),
     ClusterMismatchError on a mismatch; returns the cluster id.
     """
     try:
-        stored = _cluster_id(await as_database(db).one(q.GET_CLUSTER_ID))
+        stored = _cluster_id(await db.one(q.GET_CLUSTER_ID))
     except psycopg.errors.UndefinedTable as exc:
         raise NotMigratedError(_NO_SCHEMA) from exc
     if stored != configured:

@@ -22,10 +22,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gapless.errors import InvalidFeedRequest
-from gapless.ledger.database import to_completion
+from gapless.ledger.database import Database, to_completion
 from gapless.ledger.queries import feed as q
 from gapless.ledger.sqlstates import is_lock_timeout
 
@@ -84,41 +83,35 @@ def iso_utc(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-async def position_events(conn: AsyncConnection, *, wait_ms: int = ASSIGN_WAIT_MS,
+async def position_events(db: Database, *, wait_ms: int = ASSIGN_WAIT_MS,
                           batch: int = ASSIGN_BATCH) -> int:
     """Give the committed events still waiting their feed positions; how many got one.
 
-    Runs in a transaction of its own on ``conn`` (which must have none open) and commits it, so the
-    positions are visible when this returns. Nothing waiting: one index probe, no lock, no write.
-    If another session holds the position lock for longer than ``wait_ms`` this gives up and
-    returns 0: what that session positions appears as soon as it commits.
+    One statement in a transaction of its own (``db`` must not be bound to a transaction),
+    committed, so the positions are visible when this returns. Nothing waiting: one index probe,
+    no lock, no write. If another session holds the position lock for longer than ``wait_ms``
+    this gives up and returns 0: what that session positions appears as soon as it commits.
     """
     try:
-        async with conn.begin():
-            done = (await conn.execute(q.ASSIGN, {"wait_ms": wait_ms, "batch": batch})).one().done
+        row = await db.one(q.ASSIGN, {"wait_ms": wait_ms, "batch": batch})
     except Exception as exc:
         if not is_lock_timeout(exc):
             raise
         log.debug("feed_position_lock_busy", wait_ms=wait_ms)
         return 0
-    return int(done)
+    return int(row.done)
 
 
-async def keep_positioning(engine: AsyncEngine,
-                           interval: float = POSITION_INTERVAL_S) -> None:
+async def keep_positioning(db: Database, interval: float = POSITION_INTERVAL_S) -> None:
     """Position waiting events every ``interval`` seconds until cancelled (``gapless api`` runs
     it). A failed round (database away) is logged once and retried on the next. A cancellation
     waits for the round under way (:func:`gapless.ledger.database.to_completion`): its commit is
     never cancelled, so a synchronous standby never misses positions the primary kept."""
     failing = False
 
-    async def one_round() -> None:
-        async with engine.connect() as conn:
-            await position_events(conn)
-
     while True:
         try:
-            await to_completion(one_round())
+            await to_completion(position_events(db))
         except Exception as exc:  # any failure: the next round retries
             if not failing:
                 log.warning("feed_positioning_failed", error=type(exc).__name__)
@@ -130,26 +123,24 @@ async def keep_positioning(engine: AsyncEngine,
         await asyncio.sleep(interval)
 
 
-async def events_after(conn: AsyncConnection, cursor: int, limit: int,
+async def events_after(db: Database, cursor: int, limit: int,
                        tenant: str | None = None) -> list[FeedEvent]:
     """Committed events with ``sequence_id > cursor``, oldest first, at most ``limit``.
 
     With ``tenant`` only that tenant's events. Positions what is waiting first
-    (:func:`position_events`), then reads in one statement, one snapshot, no lock. ``conn`` must
-    have no transaction open; none is left open. Events of transactions still in flight are not
+    (:func:`position_events`), then reads in one statement, one snapshot, no lock. ``db`` must
+    not be bound to a transaction. Events of transactions still in flight are not
     returned (they are invisible, and have no position yet); they will appear above any position
     this call returns.
     """
     check_cursor(cursor)
     check_limit(limit)
-    await position_events(conn)
+    await position_events(db)
     params: dict[str, Any] = {"cursor": cursor, "limit": limit}
-    async with conn.begin():
-        if tenant is None:
-            result = await conn.execute(q.EVENTS_AFTER, params)
-        else:
-            result = await conn.execute(q.TENANT_EVENTS_AFTER, {**params, "tenant": tenant})
-        rows = result.all()
+    if tenant is None:
+        rows = await db.all(q.EVENTS_AFTER, params)
+    else:
+        rows = await db.all(q.TENANT_EVENTS_AFTER, {**params, "tenant": tenant})
     return [FeedEvent(row.sequence_id, row.invoice_id, row.tenant, row.series, row.kind,
                       row.from_status, row.to_status, row.number, row.attempts, row.detail,
                       row.actor, row.created_at) for row in rows]

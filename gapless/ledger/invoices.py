@@ -3,9 +3,8 @@
 The worker, recovery and the operator commands call only these. None of them holds a
 transaction across a call to the integrator (I5): each is one statement that decides, writes and
 commits (:class:`gapless.ledger.database.Database`, autocommit), except the test-only
-``before_commit`` hook
-of a claim. They accept a :class:`~gapless.ledger.database.Database` or an ``AsyncEngine`` whose
-connections they borrow.
+``before_commit`` hook of a claim. Each takes the one database handle,
+:class:`~gapless.ledger.database.Database`.
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ from enum import StrEnum
 from typing import Any
 
 import psycopg
-from psycopg.rows import namedtuple_row
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gapless.constants import Status
 from gapless.errors import (
@@ -29,7 +26,7 @@ from gapless.errors import (
     UnknownSeriesError,
 )
 from gapless.integrator.base import Document, DuplicateOfAnother, Receipt
-from gapless.ledger.database import Database, as_database
+from gapless.ledger.database import Database
 from gapless.ledger.queries import invoices as q
 from gapless.ledger.sqlstates import is_lock_timeout, sqlstate
 
@@ -39,8 +36,6 @@ ALARM_PREFIX = "ALARM: "
 UNRENDERABLE_PREFIX = "DOCUMENT: "
 #: last_error is bounded (a reason is a line, not a dump).
 MAX_ERROR = 2000
-
-DatabaseLike = Database | AsyncEngine
 
 
 @dataclass(frozen=True)
@@ -61,12 +56,12 @@ class DraftState:
     created: bool
 
 
-async def upsert_draft(db: DatabaseLike, draft: Draft) -> DraftState:
+async def upsert_draft(db: Database, draft: Draft) -> DraftState:
     """Store the draft for ``invoice_id`` without claiming it (created once; a duplicate maps to
     the same row and changes nothing). Raises UnknownSeriesError when the series is not defined.
     The worker does this and the claim in one statement (:func:`intake`)."""
     try:
-        row = await as_database(db).one(q.UPSERT_DRAFT, {
+        row = await db.one(q.UPSERT_DRAFT, {
             "invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
             "priority": draft.priority, "payload": json.dumps(draft.payload)})
     except psycopg.Error as exc:
@@ -157,16 +152,14 @@ async def _claim_statement(db: Database, query: str, params: dict[str, Any],
     transaction, the hook awaited with the locks held, just before the commit."""
     if before_commit is None:
         return await db.one(query, params)
-    async with db.transaction() as conn:
-        cursor = conn.cursor(row_factory=namedtuple_row)
-        await cursor.execute(query, params)
-        row: Any = await cursor.fetchone()
+    async with db.transaction() as tx:
+        row = await tx.one(query, params)
         if row is not None and row.kind in ("sealed", "send"):
             await before_commit()
         return row
 
 
-async def intake(db: DatabaseLike, draft: Draft, *, lease_s: float, lock_timeout_ms: int,
+async def intake(db: Database, draft: Draft, *, lease_s: float, lock_timeout_ms: int,
                  profile_version: int | None, at: datetime | None = None,
                  before_commit: Callable[[], Awaitable[None]] | None = None) -> Claim:
     """Steps 1 and 2 in one statement: store the draft (a duplicate maps to the same row; the
@@ -184,7 +177,7 @@ async def intake(db: DatabaseLike, draft: Draft, *, lease_s: float, lock_timeout
               "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
               "profile_version": profile_version, "at": at}
     try:
-        row = await _claim_statement(as_database(db), q.INTAKE, params, before_commit)
+        row = await _claim_statement(db, q.INTAKE, params, before_commit)
     except psycopg.Error as exc:
         if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
             raise UnknownSeriesError(draft.tenant, draft.series) from exc
@@ -196,7 +189,7 @@ async def intake(db: DatabaseLike, draft: Draft, *, lease_s: float, lock_timeout
     return _claim(row, draft.payload if row.created else None)
 
 
-async def claim_for_sending(db: DatabaseLike, invoice_id: str, *, lease_s: float,
+async def claim_for_sending(db: Database, invoice_id: str, *, lease_s: float,
                             lock_timeout_ms: int, at: datetime | None = None,
                             before_commit: Callable[[], Awaitable[None]] | None = None) -> Claim:
     """Step 2 for a stored draft: lock it, seal a number if it has none (pinning the issuer
@@ -209,7 +202,7 @@ async def claim_for_sending(db: DatabaseLike, invoice_id: str, *, lease_s: float
     params = {"invoice_id": invoice_id, "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
               "at": at}
     try:
-        row = await _claim_statement(as_database(db), q.CLAIM, params, before_commit)
+        row = await _claim_statement(db, q.CLAIM, params, before_commit)
     except psycopg.Error as exc:
         if is_lock_timeout(exc):
             raise ReservationLockTimeout(
@@ -228,16 +221,16 @@ def _document_params(pk: int, document: Document | None) -> dict[str, Any]:
             "format": document.format, "body": document.body}
 
 
-async def mark_issued(db: DatabaseLike, pk: int, receipt: Receipt,
+async def mark_issued(db: Database, pk: int, receipt: Receipt,
                       document: Document | None = None) -> bool:
     """Step 4 (success): ISSUED with the integrator's reference, storing ``document`` (the bytes
     that were sent) if it is not stored yet. False if the invoice was settled already."""
-    row = await as_database(db).one(q.MARK_ISSUED, {**_document_params(pk, document),
+    row = await db.one(q.MARK_ISSUED, {**_document_params(pk, document),
                                                     "ref": receipt.ref})
     return row is not None
 
 
-async def mark_issued_many(db: DatabaseLike,
+async def mark_issued_many(db: Database,
                            outcomes: dict[int, tuple[str, Document | None]]) -> set[int]:
     """Step 4 (success) for many invoices (pk -> (integrator ref, document)) in one statement.
 
@@ -247,44 +240,44 @@ async def mark_issued_many(db: DatabaseLike,
         return set()
     pks = sorted(outcomes)
     docs = [_document_params(pk, outcomes[pk][1]) for pk in pks]
-    rows = await as_database(db).all(q.MARK_ISSUED_MANY, {
+    rows = await db.all(q.MARK_ISSUED_MANY, {
         "pks": pks, "refs": [outcomes[pk][0] for pk in pks],
         "shas": [d["sha256"] for d in docs], "media_types": [d["media_type"] for d in docs],
         "formats": [d["format"] for d in docs], "bodies": [d["body"] for d in docs]})
     return {row.id for row in rows}
 
 
-async def mark_error(db: DatabaseLike, sending: Sending, error: str,
+async def mark_error(db: Database, sending: Sending, error: str,
                      retry_at: datetime | None, document: Document | None = None) -> bool:
     """Step 4 (transient failure): ERROR, due again at ``retry_at`` (None: parked for a person).
 
     Fenced by the attempt: False when a newer attempt has taken the invoice over. ``document``:
     the bytes that were sent (their outcome is unknown, so they are what every resend sends).
     """
-    row = await as_database(db).one(q.MARK_ERROR, {
+    row = await db.one(q.MARK_ERROR, {
         **_document_params(sending.pk, document), "error": error[:MAX_ERROR],
         "retry_at": retry_at, "attempt": sending.attempt})
     return row is not None
 
 
-async def mark_alarm(db: DatabaseLike, sending: Sending, duplicate: DuplicateOfAnother,
+async def mark_alarm(db: Database, sending: Sending, duplicate: DuplicateOfAnother,
                      document: Document | None = None) -> bool:
     """The number (or the document's UUID) is another invoice's at the integrator: ERROR, never
     retried by itself."""
     return await mark_error(db, sending, ALARM_PREFIX + duplicate.describe, None, document)
 
 
-async def mark_unrenderable(db: DatabaseLike, sending: Sending, reason: str) -> bool:
+async def mark_unrenderable(db: Database, sending: Sending, reason: str) -> bool:
     """A sealed invoice whose stored message cannot make its document: nothing was sent; ERROR,
     never retried by itself — an operator fixes the payload (``gapless invoice retry
     --payload``) or voids it. Fenced like mark_error."""
     return await mark_error(db, sending, UNRENDERABLE_PREFIX + reason, None)
 
 
-async def mark_rejected(db: DatabaseLike, sending: Sending, reason: str,
+async def mark_rejected(db: Database, sending: Sending, reason: str,
                         document: Document | None = None) -> bool:
     """Step 4 (permanent rejection): REJECTED, the number stays pinned. Fenced like mark_error."""
-    row = await as_database(db).one(q.MARK_REJECTED, {
+    row = await db.one(q.MARK_REJECTED, {
         **_document_params(sending.pk, document), "reason": reason[:MAX_ERROR],
         "attempt": sending.attempt})
     return row is not None
@@ -300,55 +293,62 @@ class Orphan:
     prev_next_attempt_at: datetime | None
 
 
-async def claim_orphans(db: DatabaseLike, *, stuck_after_s: float, batch: int,
+async def claim_orphans(db: Database, *, stuck_after_s: float, batch: int,
                         max_attempts: int | None = None) -> list[Orphan]:
     """Recovery: claim stuck SENDING and due ERROR invoices (SKIP LOCKED), taking their lease.
 
     ERROR invoices that already had ``max_attempts`` attempts are left alone (None: no limit).
     Returns each claimed invoice with the status, lease and due time it had before.
     """
-    rows = await as_database(db).all(q.CLAIM_ORPHANS, {
+    rows = await db.all(q.CLAIM_ORPHANS, {
         "stuck_after_s": stuck_after_s, "batch": batch, "max_attempts": max_attempts})
     return [Orphan(_sending(row), Status(row.was), row.prev_since, row.prev_due) for row in rows]
 
 
-async def release_orphan(db: DatabaseLike, orphan: Orphan) -> bool:
+async def release_orphan(db: Database, orphan: Orphan) -> bool:
     """Put a claimed orphan back as it was (status, attempts, lease, due time).
 
     Only for a claim no integrator call was made for (e.g. the circuit breaker is open), so the
     claim burns no attempt; the history records it as 'released'. Fenced by the claim's attempt:
     False when it has moved on since.
     """
-    row = await as_database(db).one(q.RELEASE_ORPHAN, {
+    row = await db.one(q.RELEASE_ORPHAN, {
         "pk": orphan.sending.pk, "attempt": orphan.sending.attempt, "was": orphan.was.value,
         "prev_since": orphan.prev_sending_since, "prev_due": orphan.prev_next_attempt_at})
     return row is not None
 
 
-async def get_invoice(conn: AsyncConnection, invoice_id: str) -> Any:
+async def get_invoice(db: Database, invoice_id: str) -> Any:
     """The invoice row (no lock); raises InvoiceNotFound."""
-    row = (await conn.execute(q.GET_INVOICE, {"invoice_id": invoice_id})).first()
+    row = await db.one(q.GET_INVOICE, {"invoice_id": invoice_id})
     if row is None:
         raise InvoiceNotFound(invoice_id)
     return row
 
 
-async def invoice_events(conn: AsyncConnection, pk: int) -> list[Any]:
-    return list((await conn.execute(q.INVOICE_EVENTS, {"pk": pk})).all())
+async def invoice_events(db: Database, pk: int) -> list[Any]:
+    """The history of one invoice, oldest first (no lock)."""
+    return await db.all(q.INVOICE_EVENTS, {"pk": pk})
 
 
-async def invoice_as_sent(db: DatabaseLike, invoice_id: str) -> Sending | None:
+async def stored_document(db: Database, pk: int, sha256: str) -> Any:
+    """The stored bytes of one document an invoice sent (``media_type``, ``format``, ``body``),
+    or None (no lock)."""
+    return await db.one(q.STORED_DOCUMENT, {"pk": pk, "sha256": sha256})
+
+
+async def invoice_as_sent(db: Database, invoice_id: str) -> Sending | None:
     """The invoice as its next send would see it, with the document in force if it sent one;
     None when it has no number yet. Raises InvoiceNotFound."""
-    row = await as_database(db).one(q.INVOICE_AS_SENT, {"invoice_id": invoice_id})
+    row = await db.one(q.INVOICE_AS_SENT, {"invoice_id": invoice_id})
     if row is None:
         raise InvoiceNotFound(invoice_id)
     return None if row.number is None else _sending(row)
 
 
-async def _operator_update(db: DatabaseLike, statement: str, params: dict[str, Any],
+async def _operator_update(db: Database, statement: str, params: dict[str, Any],
                            action: str) -> Any:
-    row = await as_database(db).one(statement, params)
+    row = await db.one(statement, params)
     if row is None:
         current = await _current(db, params["invoice_id"])
         raise InvalidTransition(
@@ -357,31 +357,31 @@ async def _operator_update(db: DatabaseLike, statement: str, params: dict[str, A
     return row
 
 
-async def invoice_state(db: DatabaseLike, invoice_id: str) -> Any:
+async def invoice_state(db: Database, invoice_id: str) -> Any:
     """The status and number of an invoice (no lock), or None when there is none."""
-    return await as_database(db).one(q.INVOICE_STATE, {"invoice_id": invoice_id})
+    return await db.one(q.INVOICE_STATE, {"invoice_id": invoice_id})
 
 
-async def _current(db: DatabaseLike, invoice_id: str) -> Any:
+async def _current(db: Database, invoice_id: str) -> Any:
     row = await invoice_state(db, invoice_id)
     if row is None:
         raise InvoiceNotFound(invoice_id)
     return row
 
 
-async def cancel(db: DatabaseLike, invoice_id: str, reason: str) -> None:
+async def cancel(db: Database, invoice_id: str, reason: str) -> None:
     """RECEIVED → CANCELLED; only before a number is reserved (no number consumed)."""
     await _operator_update(db, q.CANCEL, {"invoice_id": invoice_id, "reason": reason}, "cancel")
 
 
-async def void(db: DatabaseLike, invoice_id: str, reason: str) -> None:
+async def void(db: Database, invoice_id: str, reason: str) -> None:
     """ERROR/REJECTED → VOIDED with a reason; the number stays pinned and accounted for."""
     if not reason.strip():
         raise InvalidTransition("a void needs a reason")
     await _operator_update(db, q.VOID, {"invoice_id": invoice_id, "reason": reason}, "void")
 
 
-async def start_retry(db: DatabaseLike, invoice_id: str,
+async def start_retry(db: Database, invoice_id: str,
                       payload: dict[str, Any] | None = None) -> Sending:
     """ERROR/REJECTED → SENDING under the caller's lease, same number and UUID, with an optional
     corrected payload (then the next send renders a new document from it)."""

@@ -25,12 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from gapless.constants import Channel
 from gapless.integrator.base import GibState
-from gapless.ledger.database import Database, as_database
+from gapless.ledger.database import Database
 from gapless.ledger.queries import gib as q
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
     from gapless.settings import Settings
 
 #: What an operator does about a document GİB refused after acceptance (status, audit, README).
@@ -113,10 +111,10 @@ def _check(row: Any) -> GibCheck:
                     row.claimed_until, row.prev_due, float(row.age_s), row.channel)
 
 
-async def claim_gib_checks(db: Database | AsyncEngine, policy: GibPolicy) -> list[GibCheck]:
+async def claim_gib_checks(db: Database, policy: GibPolicy) -> list[GibCheck]:
     """Claim the due questions (at most ``policy.batch`` due and as many never asked; SKIP
     LOCKED), holding each for ``policy.lease_s``; one statement, committed at once."""
-    rows = await as_database(db).all(q.CLAIM_GIB_CHECKS, {
+    rows = await db.all(q.CLAIM_GIB_CHECKS, {
         "batch": policy.batch, "first_s": policy.first_s, "give_up_s": policy.give_up_s,
         "lease_s": policy.lease_s})
     return [_check(row) for row in rows]
@@ -127,20 +125,20 @@ def _one_line(text: str) -> str:
     return line if len(line) <= MAX_DETAIL else line[:MAX_DETAIL - 1] + "…"
 
 
-async def record_gib_status(db: Database | AsyncEngine, check: GibCheck, state: GibState,
+async def record_gib_status(db: Database, check: GibCheck, state: GibState,
                             detail: str, next_in_s: float | None) -> bool:
     """Record an answer: ``state`` with the integrator's ``detail``, the next question in
     ``next_in_s`` seconds (None: none — final, or given up). A final verdict or giving up
     writes its history event in the same statement. False when the claim was taken over by
     another claimer (its lease ran out) and this answer is not written."""
-    row = await as_database(db).one(q.RECORD_GIB_STATUS, {
+    row = await db.one(q.RECORD_GIB_STATUS, {
         "pk": check.pk, "claimed_until": check.claimed_until, "state": state.value,
         "detail": _one_line(detail), "next_s": next_in_s})
     return row is not None
 
 
-async def release_gib_check(db: Database | AsyncEngine, check: GibCheck) -> bool:
+async def release_gib_check(db: Database, check: GibCheck) -> bool:
     """Put a claimed question back as it was (nobody asked). Fenced like the answer."""
-    row = await as_database(db).one(q.RELEASE_GIB_CHECK, {
+    row = await db.one(q.RELEASE_GIB_CHECK, {
         "pk": check.pk, "claimed_until": check.claimed_until, "prev_due": check.prev_due})
     return row is not None

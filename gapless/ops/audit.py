@@ -22,11 +22,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
 from gapless.errors import GaplessError
 from gapless.integrator.base import UNKNOWN, Integrator, TransientIntegratorError
+from gapless.ledger.database import Database
 from gapless.ledger.queries import audit as q
 from gapless.ledger.series import series_spec
 from gapless.ledger.verdicts import REFUSED_TODO, UNRESOLVED_TODO
@@ -255,21 +255,17 @@ class _Snapshot:
     findings: list[Any]
 
 
-async def _read_snapshot(engine: AsyncEngine, params: dict[str, Any], deep: bool) -> _Snapshot:
-    """Every statement of the checks in one REPEATABLE READ snapshot; no row locks."""
-    async with engine.connect() as conn:
-        await conn.execute(q.SET_SNAPSHOT)
-        snapshot = _Snapshot(
-            counters=list((await conn.execute(q.COUNTER_SUMMARY, params)).all()),
-            walked=list((await conn.execute(q.NUMBER_WALK, params)).all()),
-            beyond=list((await conn.execute(q.BEYOND_COUNTER, params)).all()),
-            printed=list((await conn.execute(q.DUPLICATE_PRINTED, params)).all()),
-            mismatched=list((await conn.execute(q.NUMBER_MISMATCH, params)).all())
-            if deep else [],
-            not_issued=list((await conn.execute(q.NOT_ISSUED, params)).all()),
-            findings=list((await conn.execute(q.GIB_FINDINGS, params)).all()))
-        await conn.rollback()
-    return snapshot
+async def _read_snapshot(db: Database, params: dict[str, Any], deep: bool) -> _Snapshot:
+    """Every statement of the checks in one REPEATABLE READ, READ ONLY snapshot; no row locks."""
+    async with db.snapshot() as snap:
+        return _Snapshot(
+            counters=await snap.all(q.COUNTER_SUMMARY, params),
+            walked=await snap.all(q.NUMBER_WALK, params),
+            beyond=await snap.all(q.BEYOND_COUNTER, params),
+            printed=await snap.all(q.DUPLICATE_PRINTED, params),
+            mismatched=await snap.all(q.NUMBER_MISMATCH, params) if deep else [],
+            not_issued=await snap.all(q.NOT_ISSUED, params),
+            findings=await snap.all(q.GIB_FINDINGS, params))
 
 
 def _duplicates(snapshot: _Snapshot) -> Iterator[Violation]:
@@ -356,7 +352,7 @@ def _counter_reports(snapshot: _Snapshot, violations: list[Violation]) -> list[C
             for row in snapshot.counters]
 
 
-async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str | None,
+async def check_database(db: Database, *, tenant: str | None, series: str | None,
                          horizon_s: float, deep: bool = False) -> AuditReport:
     """I1–I3 (and I4's horizon) over counters and invoices, in one snapshot; no row locks.
 
@@ -364,7 +360,7 @@ async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str
     per row) to catch a number edited by hand.
     """
     snapshot = await _read_snapshot(
-        engine, {"tenant": tenant, "series": series, "horizon_s": horizon_s}, deep)
+        db, {"tenant": tenant, "series": series, "horizon_s": horizon_s}, deep)
     not_issued = _not_issued(snapshot, horizon_s)
     violations = [*_duplicates(snapshot), *_holes(snapshot), *_strays(snapshot),
                   *_stuck(not_issued)]
@@ -377,7 +373,7 @@ async def check_database(engine: AsyncEngine, *, tenant: str | None, series: str
 # ----------------------------------------------------------------------------- I8: the chain
 
 
-async def check_chains(engine: AsyncEngine, *, tenant: str | None, series: str | None,
+async def check_chains(db: Database, *, tenant: str | None, series: str | None,
                        checkpoints: Checkpoints | None = None
                        ) -> tuple[list[Violation], ChainCheck]:
     """I8: every chain in scope verified (gapless.ops.chain.verify: one snapshot, no lock), and
@@ -385,7 +381,7 @@ async def check_chains(engine: AsyncEngine, *, tenant: str | None, series: str |
     per checkpoint a chain no longer matches, and per checkpoint file refused."""
     from gapless.ops.chain import verify
 
-    reports = await verify(engine, tenant=tenant, series=series,
+    reports = await verify(db, tenant=tenant, series=series,
                            heads=checkpoints.heads if checkpoints is not None else ())
     violations: list[Violation] = []
     for r in reports:
@@ -440,11 +436,10 @@ async def fetch_ledger(integrator_url: str, *, timeout_s: float) -> list[dict[st
             for d in body]
 
 
-async def numbered_invoices(engine: AsyncEngine, *, tenant: str | None,
+async def numbered_invoices(db: Database, *, tenant: str | None,
                             series: str | None) -> list[Any]:
-    async with engine.connect() as conn:
-        return list((await conn.execute(q.NUMBERED_INVOICES,
-                                        {"tenant": tenant, "series": series})).all())
+    """Every pinned number in scope with its holder (no lock)."""
+    return await db.all(q.NUMBERED_INVOICES, {"tenant": tenant, "series": series})
 
 
 async def ledger_by_lookup(integrator: Integrator, invoices: Sequence[Any], *,
@@ -479,14 +474,13 @@ async def ledger_by_lookup(integrator: Integrator, invoices: Sequence[Any], *,
     return [entry for entry in found if entry is not None]
 
 
-async def db_now(engine: AsyncEngine) -> datetime:
-    async with engine.connect() as conn:
-        value = (await conn.execute(q.DB_NOW)).scalar_one()
+async def db_now(db: Database) -> datetime:
+    value = (await db.one(q.DB_NOW))[0]
     assert isinstance(value, datetime)
     return value
 
 
-async def compare_with_ledger(engine: AsyncEngine, ledger: Sequence[dict[str, Any]], *,
+async def compare_with_ledger(db: Database, ledger: Sequence[dict[str, Any]], *,
                               tenant: str | None, series: str | None, horizon_s: float,
                               read_at: datetime, source: str) -> tuple[list[Violation],
                                                                       IntegratorCheck]:
@@ -498,12 +492,10 @@ async def compare_with_ledger(engine: AsyncEngine, ledger: Sequence[dict[str, An
     """
     params = {"ledger": json.dumps(list(ledger)), "tenant": tenant, "series": series,
               "read_at": read_at, "horizon_s": horizon_s}
-    async with engine.connect() as conn:
-        await conn.execute(q.SET_SNAPSHOT)
-        rows = (await conn.execute(q.LEDGER_MISMATCH, params)).all()
-        documents = int((await conn.execute(q.LEDGER_IN_SCOPE, params)).scalar_one())
-        places = await _Places.read(conn, [row for row in rows if row.kind in LOST_SEAL_TODO])
-        await conn.rollback()
+    async with db.snapshot() as snap:
+        rows = await snap.all(q.LEDGER_MISMATCH, params)
+        documents = int((await snap.one(q.LEDGER_IN_SCOPE, params)).documents)
+        places = await _Places.read(snap, [row for row in rows if row.kind in LOST_SEAL_TODO])
     check = IntegratorCheck(source, documents)
     violations: list[Violation] = []
     for row in rows:
@@ -542,18 +534,18 @@ class _Places:
     invoices: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    async def read(cls, conn: Any, rows: Sequence[Any]) -> _Places:
+    async def read(cls, snap: Database, rows: Sequence[Any]) -> _Places:
         places = cls()
         if not rows:
             return places
         tenants = sorted({row.tenant for row in rows})
-        for spec_row in (await conn.execute(q.SERIES_OF_TENANTS, {"tenants": tenants})).all():
+        for spec_row in await snap.all(q.SERIES_OF_TENANTS, {"tenants": tenants}):
             places.series.setdefault(spec_row.tenant, []).append(series_spec(spec_row))
-        for counter in (await conn.execute(q.COUNTERS_OF_TENANTS, {"tenants": tenants})).all():
+        for counter in await snap.all(q.COUNTERS_OF_TENANTS, {"tenants": tenants}):
             places.counters[(counter.tenant, counter.series, counter.period_key)] = int(
                 counter.last_no)
         ids = sorted({row.integrator_invoice_id for row in rows if row.integrator_invoice_id})
-        for invoice in (await conn.execute(q.INVOICES_BY_ID, {"ids": ids})).all():
+        for invoice in await snap.all(q.INVOICES_BY_ID, {"ids": ids}):
             places.invoices[invoice.invoice_id] = invoice
         return places
 
@@ -604,20 +596,20 @@ class _Places:
                        todo=LOST_SEAL_TODO[violation.kind])
 
 
-async def check_integrator(engine: AsyncEngine, integrator_url: str,
+async def check_integrator(db: Database, integrator_url: str,
                            integrator: Integrator | None, *, tenant: str | None,
                            series: str | None, horizon_s: float,
                            timeout_s: float) -> tuple[list[Violation], IntegratorCheck]:
     """I7 with the integrator's ledger if it has one, else a lookup of every pinned number."""
-    read_at = await db_now(engine)
+    read_at = await db_now(db)
     ledger = await fetch_ledger(integrator_url, timeout_s=timeout_s)
     source = "ledger"
     if ledger is None:
         if integrator is None:
             raise AuditError("the integrator has no ledger and no adapter was given for lookups")
         source = "lookup"
-        read_at = await db_now(engine)
-        rows = await numbered_invoices(engine, tenant=tenant, series=series)
+        read_at = await db_now(db)
+        rows = await numbered_invoices(db, tenant=tenant, series=series)
         ledger = await ledger_by_lookup(integrator, rows)
-    return await compare_with_ledger(engine, ledger, tenant=tenant, series=series,
+    return await compare_with_ledger(db, ledger, tenant=tenant, series=series,
                                      horizon_s=horizon_s, read_at=read_at, source=source)

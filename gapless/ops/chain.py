@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from gapless.ledger.database import Database
 
 VERSION = "gapless-chain/1"
 
@@ -259,18 +259,17 @@ def _check_invoices(by_no: Mapping[int, Mapping[str, Any]],
 _Rows = list[dict[str, Any]]
 
 
-async def _read(engine: AsyncEngine, tenant: str | None, series: str | None
+async def _read(db: Database, tenant: str | None, series: str | None
                 ) -> tuple[_Rows, _Rows, _Rows, list[tuple[int, bytes]]]:
-    """Counters, records, numbered invoices and their documents (pk, bytes), one snapshot."""
+    """Counters, records, numbered invoices and their documents (pk, bytes), one snapshot
+    (REPEATABLE READ, READ ONLY; no lock)."""
     params = {"tenant": tenant, "series": series}
-    async with engine.connect() as conn:
-        await conn.execute(q.SET_SNAPSHOT)
-        counters = [dict(r) for r in (await conn.execute(q.COUNTERS, params)).mappings()]
-        records = [dict(r) for r in (await conn.execute(q.RECORDS, params)).mappings()]
-        invoices = [dict(r) for r in (await conn.execute(q.INVOICES, params)).mappings()]
+    async with db.snapshot() as snap:
+        counters = [r._asdict() for r in await snap.all(q.COUNTERS, params)]
+        records = [r._asdict() for r in await snap.all(q.RECORDS, params)]
+        invoices = [r._asdict() for r in await snap.all(q.INVOICES, params)]
         documents = [(row.invoice_pk, bytes(row.body))
-                     async for row in await conn.stream(q.DOCUMENTS, params)]
-        await conn.rollback()
+                     for row in await snap.all(q.DOCUMENTS, params)]
     return counters, records, invoices, documents
 
 
@@ -354,12 +353,12 @@ def in_scope(heads: Sequence[SignedHead], tenant: str | None,
             and (series is None or h.series == series)]
 
 
-async def verify(engine: AsyncEngine, *, tenant: str | None = None,
+async def verify(db: Database, *, tenant: str | None = None,
                  series: str | None = None,
                  heads: Sequence[SignedHead] = ()) -> list[ChainReport]:
     """Verify every chain in scope from one snapshot, and against the signed ``heads`` in
     scope; one report per counter (and per signed chain that is missing)."""
-    counters, records, invoices, bodies = await _read(engine, tenant, series)
+    counters, records, invoices, bodies = await _read(db, tenant, series)
     documents: dict[Any, set[str]] = defaultdict(set)
     for pk, body in bodies:
         documents[pk].add(hashlib.sha256(body).hexdigest())
@@ -372,11 +371,11 @@ EXPORT_FORMAT = "gapless-chain-export/1"
 RECORD_COLUMNS = ("version", *RECORD_FIELDS, "hash")
 
 
-async def export(engine: AsyncEngine, out: Path, *, tenant: str | None = None,
+async def export(db: Database, out: Path, *, tenant: str | None = None,
                  series: str | None = None) -> dict[str, Any]:
     """Write the chains in scope to ``out`` (docs/chain.md, "Export"): manifest.json (with the
     scope), records.jsonl, invoices.jsonl and documents/<sha256>; returns the manifest."""
-    counters, records, invoices, bodies = await _read(engine, tenant, series)
+    counters, records, invoices, bodies = await _read(db, tenant, series)
     (out / "documents").mkdir(parents=True, exist_ok=True)
     by_pk: dict[int, list[str]] = defaultdict(list)
     for pk, body in bodies:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from pathlib import Path
 
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from gapless.ledger.database import Database
 
 FORMAT = "gapless-chain-checkpoint/1"
 #: The checkpoint files of a directory (other files there are not read).
@@ -215,18 +215,16 @@ def write_checkpoint(directory: Path, envelope: Mapping[str, Any]) -> Path:
     return path
 
 
-async def read_heads(engine: AsyncEngine, signed: Sequence[Mapping[str, Any]] = ()
+async def read_heads(db: Database, signed: Sequence[Mapping[str, Any]] = ()
                      ) -> tuple[list[dict[str, Any]], list[str | None]]:
     """Every chain's head (and its last sealed number), and the hash each chain now has at the
     seq of each ``signed`` head (None: no such record); one snapshot, no lock."""
     probes = json.dumps([{"tenant": h["tenant"], "series": h["series"],
                           "period_key": h["period_key"], "seq": h["head_seq"]} for h in signed])
-    async with engine.connect() as conn:
-        await conn.execute(q.SET_SNAPSHOT)
-        rows = [dict(r) for r in (await conn.execute(q.HEADS)).mappings()]
+    async with db.snapshot() as snap:
+        rows = [r._asdict() for r in await snap.all(q.HEADS)]
         found = {(r.tenant, r.series, r.period_key, r.seq): r.hash
-                 for r in (await conn.execute(q.SIGNED_RECORDS, {"signed": probes}))}
-        await conn.rollback()
+                 for r in await snap.all(q.SIGNED_RECORDS, {"signed": probes})}
     heads = [{"tenant": r["tenant"], "series": r["series"], "period_key": r["period_key"],
               "last_no": r["last_no"], "last_number": r["last_number"],
               "head_seq": r["chain_seq"], "head_hash": r["chain_hash"]} for r in rows]
@@ -249,7 +247,7 @@ def latest_checkpoint(directory: Path,
     return None
 
 
-async def take_checkpoint(engine: AsyncEngine, private_key: Ed25519PrivateKey,
+async def take_checkpoint(db: Database, private_key: Ed25519PrivateKey,
                           directory: Path) -> tuple[Path, dict[str, Any]]:
     """Sign the heads of every chain, as read now, and write the checkpoint into
     ``directory``; returns its path and body. Its time is this machine's clock when the heads
@@ -260,7 +258,7 @@ async def take_checkpoint(engine: AsyncEngine, private_key: Ed25519PrivateKey,
     checkpoint, not signed over."""
     previous = latest_checkpoint(directory, private_key.public_key())
     signed = previous[1]["chains"] if previous else []
-    heads, now = await read_heads(engine, signed)
+    heads, now = await read_heads(db, signed)
     diverged = [h for h, hash_now in zip(signed, now, strict=True) if hash_now != h["head_hash"]]
     if previous and diverged:
         first = diverged[0]

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
+from tests.helpers import ledger
 from tests.private_services import private_postgres, private_rabbitmq
 from tests.recovery_support import Processes
 
@@ -30,5 +31,5 @@ def procs(integrated_env: dict[str, str], log_dir: Path) -> Iterator[Processes]:
 @pytest.fixture
 async def series(engine: AsyncEngine) -> None:
     """Series acme/ABC (the series of tests.worker_support.sale)."""
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))

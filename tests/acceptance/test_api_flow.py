@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from tests.conftest import ApiServers
-from tests.helpers import GaplessProcess, await_until, today, wait_until
+from tests.helpers import GaplessProcess, await_until, ledger, today, wait_until
 from tests.mock_client import MockIntegratorClient
 
 
@@ -30,8 +30,8 @@ def invoice_message(invoice_id: str, tax_id: str = "1234567890") -> dict[str, An
 async def test_posted_invoice_reaches_issued_and_its_history_is_on_the_feed(
         api_servers: ApiServers, engine: AsyncEngine, integrated_env: dict[str, str],
         mock_integrator: MockIntegratorClient, log_dir: Path) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
     token = secrets.token_urlsafe(24)
     url, _ = api_servers.start(f"acme:{token}")
     worker = GaplessProcess(["worker", "--concurrency", "4"], integrated_env, log_dir, "worker")
@@ -64,8 +64,8 @@ async def test_posted_invoice_reaches_issued_and_its_history_is_on_the_feed(
             assert {e["actor"] for e in invoice["events"]} == {"worker"}
 
             # The integrator holds exactly this document under this number.
-            ledger = mock_integrator.ledger()
-            assert [(d["number"], d["invoice_id"]) for d in ledger] == [
+            accepted = mock_integrator.ledger()
+            assert [(d["number"], d["invoice_id"]) for d in accepted] == [
                 (invoice["number"], "flow-1")]
 
             # Posting it again is harmless: 202, same status URL, nothing published.

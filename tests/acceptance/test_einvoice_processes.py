@@ -17,7 +17,7 @@ from gapless.demo.samples import sample_messages
 from gapless.documents import build_issuer
 from gapless.ledger.tenants import set_profile
 from tests.faults import fault_env
-from tests.helpers import await_until, run_gapless, wait_until
+from tests.helpers import await_until, ledger, run_gapless, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes, count_status, define_series, recovery_once
 from tests.ubl import assert_valid, field
@@ -29,7 +29,7 @@ ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "
 @pytest.fixture
 async def profiled(engine: AsyncEngine) -> None:
     await define_series(engine)
-    await set_profile(engine, "acme", build_issuer(**ISSUER))
+    await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
 
 
 def publish_file(env: dict[str, str], tmp_path: Path, messages: list[dict[str, Any]]) -> None:

@@ -21,7 +21,7 @@ from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from gapless.urls import node_urls, redact_url
-from tests.helpers import TcpProxy, await_until, free_port, today
+from tests.helpers import TcpProxy, await_until, free_port, ledger, today
 from tests.recovery_support import Processes, log_events
 from tests.worker_support import rows
 
@@ -95,8 +95,8 @@ async def test_a_publisher_whose_node_goes_publishes_on_the_next(
 async def test_a_worker_whose_node_goes_moves_to_the_next_and_loses_nothing(
         engine: AsyncEngine, settings: Settings, nodes: tuple[TcpProxy, TcpProxy],
         procs: Processes) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
     first, second = nodes
     listed = settings.with_overrides(amqp_url=node_list(first.port, second.port))
     assert len(node_urls(listed.amqp_url)) == 2

@@ -55,7 +55,7 @@ from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import DeadLetter, Expect, FeedRecord, History
-from tests.helpers import GaplessProcess, await_until, today, wait_until
+from tests.helpers import GaplessProcess, await_until, ledger, today, wait_until
 from tests.mock_client import MockIntegratorClient
 
 # ------------------------------------------------------------------------------------ the knobs
@@ -404,8 +404,7 @@ class Poller:
 
     async def poll_once(self, limit: int = 500) -> int:
         """One page; the cursor moves only over what was received."""
-        async with self.engine.connect() as conn:
-            page = await events_after(conn, self.cursor, limit)
+        page = await events_after(ledger(self.engine), self.cursor, limit)
         self.seen += [FeedRecord.of(event) for event in page]
         if page:
             self.cursor = page[-1].sequence_id
@@ -464,9 +463,9 @@ class ChaosRun:
     # -- set-up ------------------------------------------------------------------------------
 
     async def define_series(self) -> None:
-        async with self.engine.begin() as conn:
+        async with ledger(self.engine).transaction() as tx:
             for tenant, code, reset in SERIES:
-                await add_series(conn, build_series_spec(tenant, code, reset=reset))
+                await add_series(tx, build_series_spec(tenant, code, reset=reset))
 
     def integrator_faults(self) -> dict[str, Any]:
         kinds = self.config.faults

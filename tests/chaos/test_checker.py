@@ -40,6 +40,7 @@ from tests.chaos.checker import (
     Report,
     check,
 )
+from tests.helpers import ledger
 
 ISSUED = [("acme", "ABC", f"acme-{i}") for i in range(1, 5)] + [
     ("acme", "DLY", "acme-d1"), ("acme", "DLY", "acme-d2"), ("beta", "XYZ", "beta-1")]
@@ -67,10 +68,9 @@ class World:
         """The poller's view: every committed event from cursor 0."""
         records: list[FeedRecord] = []
         cursor = 0
-        async with self.engine.connect() as conn:
-            while page := await events_after(conn, cursor, 100):
-                records += [FeedRecord.of(event) for event in page]
-                cursor = page[-1].sequence_id
+        while page := await events_after(ledger(self.engine), cursor, 100):
+            records += [FeedRecord.of(event) for event in page]
+            cursor = page[-1].sequence_id
         self.history.feed = records
 
     def check(self, **expect: bool) -> Report:
@@ -78,22 +78,23 @@ class World:
 
 
 async def claim(engine: AsyncEngine, invoice_id: str) -> Sending:
-    result = await claim_for_sending(engine, invoice_id, lease_s=60, lock_timeout_ms=5000)
+    result = await claim_for_sending(ledger(engine), invoice_id, lease_s=60, lock_timeout_ms=5000)
     assert result.kind is ClaimKind.SEND
     assert result.sending is not None
     return result.sending
 
 
 async def draft(engine: AsyncEngine, tenant: str, series: str, invoice_id: str) -> None:
-    await upsert_draft(engine, Draft(invoice_id, tenant, series, 1, {"invoice_id": invoice_id}))
+    await upsert_draft(ledger(engine),
+                       Draft(invoice_id, tenant, series, 1, {"invoice_id": invoice_id}))
 
 
 @pytest.fixture
 async def world(engine: AsyncEngine, db_url: str) -> World:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-        await add_series(conn, build_series_spec("acme", "DLY", reset="daily"))
-        await add_series(conn, build_series_spec("beta", "XYZ", reset="never"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("acme", "DLY", reset="daily"))
+        await add_series(tx, build_series_spec("beta", "XYZ", reset="never"))
     history = History()
     built = World(engine, db_url, history)
     for tenant, series, invoice_id in ISSUED + REJECTED + ERRORED:
@@ -102,12 +103,12 @@ async def world(engine: AsyncEngine, db_url: str) -> World:
         sending = await claim(engine, invoice_id)
         built.numbers[invoice_id] = sending.number
         if (tenant, series, invoice_id) in REJECTED:
-            assert await mark_rejected(engine, sending, "customer not registered")
+            assert await mark_rejected(ledger(engine), sending, "customer not registered")
         elif (tenant, series, invoice_id) in ERRORED:
-            assert await mark_error(engine, sending, "ALARM: parked for a person", None)
+            assert await mark_error(ledger(engine), sending, "ALARM: parked for a person", None)
         else:
             ref = f"ref-{invoice_id}"
-            assert await mark_issued(engine, sending.pk, Receipt(tenant, sending.number,
+            assert await mark_issued(ledger(engine), sending.pk, Receipt(tenant, sending.number,
                                                                   invoice_id, ref))
             history.ledger.append({"tenant": tenant, "number": sending.number,
                                    "invoice_id": invoice_id, "ref": ref})

@@ -30,7 +30,7 @@ from gapless.settings import Settings
 from tests.chaos.checker import Expectations, History, check
 from tests.chaos.scenario import Poller, invoice_message, read_dead_letters
 from tests.faults import fault_env
-from tests.helpers import GaplessProcess, await_sql, await_until, run_gapless
+from tests.helpers import GaplessProcess, await_sql, await_until, ledger, run_gapless
 from tests.mock_client import MockIntegratorClient
 
 INVOICES = [f"kp-{n}" for n in range(1, 6)]
@@ -112,8 +112,8 @@ STEPS: dict[str, Callable[[AsyncEngine, MockIntegratorClient], Awaitable[None]]]
 async def test_kill_at_each_step_then_restart_ends_all_issued_without_gap_or_duplicate(
         step: str, settings: Settings, engine: AsyncEngine, chaos_env: dict[str, str],
         chaos_mock: MockIntegratorClient, log_dir: Path) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
     # A call slow enough that "during_call" lands while it is in flight (kill after 50 ms).
     chaos_mock.set_faults(latency_ms=[150, 150])
     env = {**chaos_env, "GAPLESS_LEASE_S": str(LEASE_S), "GAPLESS_LOG_LEVEL": "info"}

@@ -66,7 +66,7 @@ from tests.chaos.scenario import Poller, read_dead_letters
 from tests.conftest import ApiServers
 from tests.ha import pg_pair
 from tests.ha.pg_pair import PrivatePostgresPair
-from tests.helpers import GaplessProcess, await_until, run_gapless, wait_until
+from tests.helpers import GaplessProcess, await_until, ledger, run_gapless, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import make_sending, message
 from tests.restart_support import DATABASE_TROUBLE, PROCESS_ENV, RECOVERY_ARGS
@@ -130,8 +130,8 @@ class Scene:
         return [*self.workers, *([self.recovery] if self.recovery else [])]
 
     async def start(self, *, workers: int = 2, api: bool = False) -> None:
-        async with self.engine.begin() as conn:
-            await add_series(conn, build_series_spec("acme", "ABC"))
+        async with ledger(self.engine).transaction() as tx:
+            await add_series(tx, build_series_spec("acme", "ABC"))
         self.mock.set_faults(latency_ms=[20, 50])
         await self.publisher.start()  # the topology exists before any worker consumes
         self.workers = [GaplessProcess(["worker", "--concurrency", "8",
@@ -537,9 +537,9 @@ async def test_a_commit_waiting_for_the_standby_is_never_cancelled(
     scene = scene_of(pair)
     # A series for each seal: a seal waiting for the standby holds its counter row until the
     # standby answers, so seals of one series would queue behind it.
-    async with scene.engine.begin() as conn:
+    async with ledger(scene.engine).transaction() as tx:
         for code in ("RAW", "ABC", "WRK"):
-            await add_series(conn, build_series_spec("acme", code))
+            await add_series(tx, build_series_spec("acme", code))
     primary_db = pair.primary_url(scene.name)
     # statement_timeout does not reach the wait either: PostgreSQL disables it before the
     # commit (set here for every session of the database, gapless's included).

@@ -28,7 +28,7 @@ from gapless.message import MAX_BODY_BYTES
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.conftest import ApiServers
-from tests.helpers import TcpProxy, await_until, free_port, run_gapless, today
+from tests.helpers import TcpProxy, await_until, free_port, ledger, run_gapless, today
 from tests.worker_support import take_queue
 
 
@@ -42,9 +42,9 @@ def invoice_message(invoice_id: str, tenant: str = "acme", series: str = "ABC",
 
 
 async def define_series(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-        await add_series(conn, build_series_spec("globex", "GLX"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("globex", "GLX"))
 
 
 @dataclass
@@ -80,13 +80,13 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 async def issued_invoice(engine: AsyncEngine, invoice_id: str, tenant: str = "acme",
                          series: str = "ABC") -> str:
     """An invoice taken through the real domain operations to ISSUED; returns its number."""
-    await upsert_draft(engine, Draft(invoice_id, tenant, series, 4,
+    await upsert_draft(ledger(engine), Draft(invoice_id, tenant, series, 4,
                                      invoice_message(invoice_id, tenant, series)))
-    claim = await claim_for_sending(engine, invoice_id, lease_s=60, lock_timeout_ms=5000)
+    claim = await claim_for_sending(ledger(engine), invoice_id, lease_s=60, lock_timeout_ms=5000)
     assert claim.sending is not None
     receipt = Receipt(tenant=tenant, number=claim.sending.number, invoice_id=invoice_id,
                       ref="REF-1")
-    assert await mark_issued(engine, claim.sending.pk, receipt)
+    assert await mark_issued(ledger(engine), claim.sending.pk, receipt)
     return claim.sending.number
 
 
@@ -277,7 +277,7 @@ async def test_repeated_posts_are_idempotent(api: Api, http: httpx.AsyncClient,
     assert [m.message_id for m in await take_queue(settings)] == ["r-1", "r-1"]
 
     # Known to the database and still RECEIVED: published again (someone must move it on).
-    await upsert_draft(engine, Draft("r-2", "acme", "ABC", 4, invoice_message("r-2")))
+    await upsert_draft(ledger(engine), Draft("r-2", "acme", "ABC", 4, invoice_message("r-2")))
     received = await http.post(f"{api.url}/v1/invoices", json=invoice_message("r-2"),
                                headers=headers)
     assert received.status_code == 202

@@ -24,6 +24,7 @@ from gapless.ledger.queries import invoices as qi
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from tests.conftest import ApiServers
+from tests.helpers import ledger
 
 FEED_COLUMNS = ("sequence_id", "invoice_id", "tenant", "series", "kind", "from_status",
                 "to_status", "number", "attempts", "detail", "actor")
@@ -58,13 +59,17 @@ class Feed:
 
 @pytest.fixture
 async def feed_api(api_servers: ApiServers, engine: AsyncEngine) -> AsyncIterator[Feed]:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-        await add_series(conn, build_series_spec("globex", "GLX"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("globex", "GLX"))
     token = secrets.token_urlsafe(24)
     url, _ = api_servers.start(token)
     async with httpx.AsyncClient(timeout=30) as http:
         yield Feed(http, url, token)
+
+
+class RolledBack(Exception):
+    """Ends a test transaction with a rollback."""
 
 
 async def insert_draft(conn: AsyncConnection, invoice_id: str, tenant: str = "acme",
@@ -76,8 +81,8 @@ async def insert_draft(conn: AsyncConnection, invoice_id: str, tenant: str = "ac
 async def table(engine: AsyncEngine) -> list[dict[str, Any]]:
     """The whole invoice_events table in sequence_id order, as the feed renders it (every
     committed event positioned first)."""
+    await position_events(ledger(engine))
     async with engine.connect() as conn:
-        await position_events(conn)
         rows = await conn.execute(text(
             f"SELECT {', '.join(FEED_COLUMNS)} FROM invoice_events "
             "ORDER BY sequence_id"))
@@ -205,39 +210,40 @@ class Writer:
 
     async def long_sql_transaction(self) -> None:
         """Drafts and a reservation in one transaction that sleeps while open."""
-        async with self.engine.connect() as conn:
-            await conn.begin()
-            for _ in range(self.rng.randint(1, 3)):
-                invoice_id = self.new_id()
-                tenant, series = self.tenant()
-                await insert_draft(conn, invoice_id, tenant, series)
-                await asyncio.sleep(self.rng.uniform(0, 0.15))
-            if self.rng.random() < 0.7:
-                await reserve_number(conn, invoice_id, lock_timeout_ms=10_000)
-                await conn.execute(text(
-                    "UPDATE invoices SET status = 'SENDING', attempts = attempts + 1, "
-                    "sending_since = now() WHERE invoice_id = :i"), {"i": invoice_id})
-            await asyncio.sleep(self.rng.uniform(0, 0.3))
-            if self.rng.random() < 0.15:
-                await conn.rollback()
-                self.rolled_back += 1
-            else:
-                await conn.commit()
+        try:
+            async with ledger(self.engine).transaction() as tx:
+                for _ in range(self.rng.randint(1, 3)):
+                    invoice_id = self.new_id()
+                    tenant, series = self.tenant()
+                    await tx.one(qi.UPSERT_DRAFT, {"invoice_id": invoice_id, "tenant": tenant,
+                                                   "series": series, "priority": 1,
+                                                   "payload": "{}"})
+                    await asyncio.sleep(self.rng.uniform(0, 0.15))
+                if self.rng.random() < 0.7:
+                    await reserve_number(tx, invoice_id, lock_timeout_ms=10_000)
+                    await tx.execute(
+                        "UPDATE invoices SET status = 'SENDING', attempts = attempts + 1, "
+                        "sending_since = now() WHERE invoice_id = %(i)s", {"i": invoice_id})
+                await asyncio.sleep(self.rng.uniform(0, 0.3))
+                if self.rng.random() < 0.15:
+                    raise RolledBack
+        except RolledBack:
+            self.rolled_back += 1
 
     async def domain_flow(self) -> None:
         """The worker's steps through the domain operations, each its own short transaction."""
         invoice_id = self.new_id()
         tenant, series = self.tenant()
-        await upsert_draft(self.engine, Draft(invoice_id, tenant, series, 4, {}))
-        claim = await claim_for_sending(self.engine, invoice_id, lease_s=60,
+        await upsert_draft(ledger(self.engine), Draft(invoice_id, tenant, series, 4, {}))
+        claim = await claim_for_sending(ledger(self.engine), invoice_id, lease_s=60,
                                         lock_timeout_ms=10_000)
         assert claim.sending is not None
         await asyncio.sleep(self.rng.uniform(0, 0.05))
         if self.rng.random() < 0.8:
-            await mark_issued(self.engine, claim.sending.pk, Receipt(
+            await mark_issued(ledger(self.engine), claim.sending.pk, Receipt(
                 tenant, claim.sending.number, invoice_id, f"ref-{invoice_id}"))
         else:
-            await mark_error(self.engine, claim.sending, "integrator down", None)
+            await mark_error(ledger(self.engine), claim.sending, "integrator down", None)
 
 
 class SqlPoller:
@@ -250,8 +256,7 @@ class SqlPoller:
         self.seen: list[dict[str, Any]] = []
 
     async def poll_once(self) -> bool:
-        async with self.engine.connect() as conn:
-            page = await events_after(conn, self.cursor, 50)
+        page = await events_after(ledger(self.engine), self.cursor, 50)
         self.seen.extend(e.as_json() for e in page)
         if page:
             self.cursor = page[-1].sequence_id

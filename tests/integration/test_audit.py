@@ -28,7 +28,7 @@ from gapless.ledger.invoices import (
 )
 from gapless.ops.audit import check_integrator
 from gapless.settings import Settings
-from tests.helpers import run_gapless
+from tests.helpers import ledger, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import audit, define_series, kinds, make_sending, message, post
 
@@ -38,7 +38,7 @@ async def issue(engine: AsyncEngine, mock: MockIntegratorClient, ids: list[str],
     """Issue invoices the way the worker does: pinned, sent to the integrator, ISSUED."""
     for sending in await make_sending(engine, ids, tenant=tenant, series=series):
         ref = post(mock, sending)
-        assert await mark_issued(engine, sending.pk,
+        assert await mark_issued(ledger(engine), sending.pk,
                                  Receipt(sending.tenant, sending.number, sending.invoice_id, ref))
 
 
@@ -68,12 +68,13 @@ async def test_clean_database_passes_and_every_number_not_issued_is_explained(
     await issue(engine, mock_integrator, ["beta-1"], tenant="beta", series="XYZ")
     rejected, errored, voided, alarmed, sending = await make_sending(
         engine, ["rejected", "errored", "voided", "alarmed", "sending"])
-    await mark_rejected(engine, rejected, "invalid tax id")
-    await mark_error(engine, errored, "TransientIntegratorError: HTTP 503", None)
-    await mark_rejected(engine, voided, "customer not registered")
-    await void(engine, "voided", "issued on paper instead")
-    await mark_alarm(engine, alarmed, DuplicateOfAnother(alarmed.number, "someone-else"))
-    await upsert_draft(engine, Draft("no-number-yet", "acme", "ABC", 1, message("no-number-yet")))
+    await mark_rejected(ledger(engine), rejected, "invalid tax id")
+    await mark_error(ledger(engine), errored, "TransientIntegratorError: HTTP 503", None)
+    await mark_rejected(ledger(engine), voided, "customer not registered")
+    await void(ledger(engine), "voided", "issued on paper instead")
+    await mark_alarm(ledger(engine), alarmed, DuplicateOfAnother(alarmed.number, "someone-else"))
+    await upsert_draft(ledger(engine),
+                       Draft("no-number-yet", "acme", "ABC", 1, message("no-number-yet")))
 
     code, report = audit(integrated_env, "--integrator")
 
@@ -201,7 +202,8 @@ async def test_renumbered_invoice_is_caught(
 async def test_issued_invoice_unknown_to_the_integrator_is_caught(
         engine: AsyncEngine, five_issued: None, integrated_env: dict[str, str]) -> None:
     [never_sent] = await make_sending(engine, ["ghost"])
-    await mark_issued(engine, never_sent.pk, Receipt("acme", never_sent.number, "ghost", "made-up"))
+    await mark_issued(ledger(engine), never_sent.pk,
+                      Receipt("acme", never_sent.number, "ghost", "made-up"))
 
     assert audit(integrated_env)[0] == 0  # the database alone cannot tell
 
@@ -217,7 +219,7 @@ async def test_integrator_document_not_issued_here_is_caught_unless_in_flight(
     errored, in_flight = await make_sending(engine, ["errored", "in-flight"])
     post(mock_integrator, errored)
     post(mock_integrator, in_flight)
-    await mark_error(engine, errored, "TransientIntegratorError: HTTP 500", None)
+    await mark_error(ledger(engine), errored, "TransientIntegratorError: HTTP 500", None)
 
     code, report = audit(integrated_env, "--integrator")
 
@@ -265,17 +267,18 @@ async def test_integrator_without_a_ledger_is_checked_by_lookups(
         engine: AsyncEngine, five_issued: None, settings: Settings,
         mock_integrator: MockIntegratorClient) -> None:
     [never_sent] = await make_sending(engine, ["ghost"])
-    await mark_issued(engine, never_sent.pk, Receipt("acme", never_sent.number, "ghost", "x"))
+    await mark_issued(ledger(engine), never_sent.pk,
+                      Receipt("acme", never_sent.number, "ghost", "x"))
     [lost] = await make_sending(engine, ["lost"])
     post(mock_integrator, lost)
-    await mark_error(engine, lost, "TransientIntegratorError: HTTP 500", None)
+    await mark_error(ledger(engine), lost, "TransientIntegratorError: HTTP 500", None)
     at_mock = settings.with_overrides(integrator_url=mock_integrator.url)
     guard = GuardedIntegrator(load_integrator(at_mock), at_mock, name="test-audit")
     try:
         # No /ledger at this address (404): the audit asks about every pinned number instead.
         violations, check = await check_integrator(
-            engine, f"{mock_integrator.url}/no-ledger-here", guard, tenant=None, series=None,
-            horizon_s=600, timeout_s=10)
+            ledger(engine), f"{mock_integrator.url}/no-ledger-here", guard, tenant=None,
+            series=None, horizon_s=600, timeout_s=10)
     finally:
         await guard.aclose()
 
@@ -312,7 +315,7 @@ async def test_numbers_the_database_lost_are_named_with_what_to_do(
               "ALTER TABLE invoices ENABLE TRIGGER invoices_guard",
               "UPDATE number_counters SET last_no = 3")
     [newcomer] = await make_sending(engine, ["newcomer"])
-    await mark_alarm(engine, newcomer, DuplicateOfAnother(newcomer.number, "inv-4"))
+    await mark_alarm(ledger(engine), newcomer, DuplicateOfAnother(newcomer.number, "inv-4"))
     four, five = newcomer.number, newcomer.number[:-1] + "5"
     period = four[3:7]
 

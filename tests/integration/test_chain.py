@@ -33,7 +33,7 @@ from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.conftest import create_database, database_url, drop_database
-from tests.helpers import await_until, run_gapless, today
+from tests.helpers import await_until, ledger, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.worker_support import publish, running_worker
 
@@ -232,9 +232,9 @@ async def settled_run(engine: AsyncEngine, settings: Settings, gapless_env: dict
                       tmp_path: Path) -> dict[str, Any]:
     """A few hundred invoices through the real worker with faults, settled by recovery; two
     rejections voided, one retried with a corrected message; the database, frozen."""
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-        await add_series(conn, build_series_spec("acme", "XYZ"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("acme", "XYZ"))
     env = {**gapless_env, "GAPLESS_INTEGRATOR_URL": mock_integrator.url}
     worker_settings = settings.with_overrides(integrator_url=mock_integrator.url,
                                               retry_wait_s=0.02, retry_max_s=2.0)
@@ -495,8 +495,8 @@ def check_inserted_record(settled_run: dict[str, Any]) -> None:
 
 async def test_sql_clients_sealing_directly_get_seal_records(
         engine: AsyncEngine, db_url: str, gapless_env: dict[str, str]) -> None:
+    await add_series(ledger(engine), build_series_spec("acme", "ABC"))
     async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
         await conn.execute(text(
             "INSERT INTO invoices (invoice_id, tenant, series, payload) "
             "VALUES ('shop-1', 'acme', 'ABC', "
@@ -766,8 +766,8 @@ async def test_keys_checkpoints_and_a_chain_truncated_below_a_signed_head(
     counter, head), and the whole chain removed: the chain alone passes, the checkpoint does
     not, and the next checkpoint refuses to sign. The private key is nowhere in the
     database."""
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
     for _ in range(5):
         async with engine.begin() as conn:
             await conn.execute(text("SELECT next_number('acme', 'ABC')"))

@@ -16,7 +16,7 @@ from gapless.ledger.conninfo import driver_conninfo
 from gapless.ledger.database import check_cluster, make_engine
 from gapless.ledger.migrations import downgrade, migrate
 from tests.conftest import RUN_ID, create_database, database_url, drop_database
-from tests.helpers import run_gapless
+from tests.helpers import ledger, run_gapless
 
 EVENT_COLUMNS = ("invoice_events (id, invoice_pk, invoice_id, tenant, series, kind, from_status, "
                  "to_status, number, attempts, detail, actor, created_at)")
@@ -95,7 +95,7 @@ def test_a_process_whose_cluster_id_disagrees_refuses_to_start(regional: dict[in
     async def check(configured: int) -> int:
         engine = make_engine(regional[1])
         try:
-            return await check_cluster(engine, configured)
+            return await check_cluster(ledger(engine), configured)
         finally:
             await engine.dispose()
 
@@ -114,7 +114,7 @@ def test_an_unmigrated_database_is_reported_clearly() -> None:
         async def check() -> int:
             engine = make_engine(database_url(name))
             try:
-                return await check_cluster(engine, 0)
+                return await check_cluster(ledger(engine), 0)
             finally:
                 await engine.dispose()
 

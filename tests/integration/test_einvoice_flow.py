@@ -25,7 +25,7 @@ from gapless.ledger.series import add_series
 from gapless.ledger.tenants import set_profile
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
-from tests.helpers import await_until, run_gapless, today
+from tests.helpers import await_until, ledger, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, field
 from tests.worker_support import all_in, counter, drain_dead, publish, rows, running_worker
@@ -58,11 +58,11 @@ def ubl_message(invoice_id: str, *, issue_date: str | None = None,
 @pytest.fixture
 async def profiled(engine: AsyncEngine) -> None:
     """Tenant acme with an issuer profile and a GİB series ABC; tenant globex without."""
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-        await add_series(conn, build_series_spec("acme", "MON", reset="monthly"))
-        await add_series(conn, build_series_spec("globex", "GLX"))
-    await set_profile(engine, "acme", build_issuer(**ISSUER))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("acme", "MON", reset="monthly"))
+        await add_series(tx, build_series_spec("globex", "GLX"))
+    await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
 
 
 @pytest.fixture
@@ -230,14 +230,15 @@ async def test_numbers_and_issue_dates_agree_across_a_year_boundary(
 async def test_a_profile_set_while_the_worker_runs_applies_to_the_next_seal(
         engine: AsyncEngine, worker_settings: Settings,
         mock_integrator: MockIntegratorClient) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
     before = ubl_message("before")
     async with running_worker(worker_settings, concurrency=2):
         await publish(worker_settings, before)
         await await_until(lambda: all_in(engine, {"before"}, "ISSUED"), 60,
                           message="the first invoice ISSUED")
-        await set_profile(engine, "acme", build_issuer(**ISSUER))  # the worker cached "none"
+        # The worker cached "none".
+        await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
         person = {"tax_id": tckn(random.Random(3)), "name": "Ayşe Yılmaz",
                   "person": {"first_name": "Ayşe", "family_name": "Yılmaz"},
                   "address": {"district": "Konak", "city": "İzmir"}}
@@ -290,8 +291,8 @@ async def test_invoice_show_document_prints_the_bytes_sent_or_what_the_next_send
     assert shown.stderr == ""
 
     # Sealed under the profile, nothing sent yet: the document its next send will send.
-    await upsert_draft(engine, Draft("sealed-1", "acme", "ABC", 4, ubl_message("sealed-1")))
-    claim = await claim_for_sending(engine, "sealed-1", lease_s=300, lock_timeout_ms=5000)
+    await upsert_draft(ledger(engine), Draft("sealed-1", "acme", "ABC", 4, ubl_message("sealed-1")))
+    claim = await claim_for_sending(ledger(engine), "sealed-1", lease_s=300, lock_timeout_ms=5000)
     assert claim.sending is not None
     shown = run_gapless(["invoice", "show", "sealed-1", "--document"], gapless_env)
     assert shown.returncode == 0, shown.stderr
@@ -303,7 +304,7 @@ async def test_invoice_show_document_prints_the_bytes_sent_or_what_the_next_send
     assert "has sent no document yet" in shown.stderr
 
     # A draft without a number has no document.
-    await upsert_draft(engine, Draft("draft-1", "acme", "ABC", 4, ubl_message("draft-1")))
+    await upsert_draft(ledger(engine), Draft("draft-1", "acme", "ABC", 4, ubl_message("draft-1")))
     shown = run_gapless(["invoice", "show", "draft-1", "--document"], gapless_env)
     assert shown.returncode == 1
     assert shown.stdout == ""

@@ -30,12 +30,12 @@ from gapless.ledger.queries import feed as q_feed
 from gapless.ledger.queries import invoices as qi
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
-from tests.helpers import await_until
+from tests.helpers import await_until, ledger
 
 
 async def define(engine: AsyncEngine, tenant: str = "acme", code: str = "ABC") -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec(tenant, code))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec(tenant, code))
 
 
 async def insert_draft(conn: AsyncConnection, invoice_id: str, tenant: str = "acme",
@@ -47,8 +47,7 @@ async def insert_draft(conn: AsyncConnection, invoice_id: str, tenant: str = "ac
 
 async def poll(engine: AsyncEngine, cursor: int, limit: int = MAX_LIMIT,
                tenant: str | None = None) -> list[FeedEvent]:
-    async with engine.connect() as conn:
-        return await events_after(conn, cursor, limit, tenant)
+    return await events_after(ledger(engine), cursor, limit, tenant)
 
 
 async def backend_waits_for_lock(engine: AsyncEngine, pid: int) -> bool:
@@ -139,8 +138,8 @@ async def test_a_position_giver_waits_for_another_and_numbers_above_its_batch(
                           message="L2 to wait for the position lock")
         assert not l2_assign.done()
         async with engine.connect() as reader:  # a plain read: L1's batch is not visible yet
-            assert (await reader.execute(q_feed.EVENTS_AFTER,
-                                         {"cursor": 0, "limit": 10})).all() == []
+            assert (await reader.exec_driver_sql(q_feed.EVENTS_AFTER,
+                                                 {"cursor": 0, "limit": 10})).all() == []
 
         await l1.commit()
         assert (await asyncio.wait_for(l2_assign, 10)).scalar_one() == 1
@@ -230,8 +229,8 @@ async def _has(follow: Any, count: int) -> bool:
 async def test_events_of_the_issuing_flow_in_commit_order_with_actor(
         engine: AsyncEngine) -> None:
     await define(engine)
-    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
-    claim = await claim_for_sending(engine, "inv-1", lease_s=60, lock_timeout_ms=5000)
+    await upsert_draft(ledger(engine), Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
+    claim = await claim_for_sending(ledger(engine), "inv-1", lease_s=60, lock_timeout_ms=5000)
     assert claim.sending is not None
     events = await poll(engine, 0)
     assert [(e.kind, e.from_status, e.to_status) for e in events] == [
@@ -306,7 +305,7 @@ async def test_a_sealing_or_positioning_commit_is_never_asynchronous(
     hold it) or a feed position (a poller may have passed it). A transaction that changes a
     counter, or gives positions, upgrades an asynchronous commit to a locally flushed one."""
     await define(engine)
-    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
+    await upsert_draft(ledger(engine), Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
     async with engine.connect() as conn:
         await conn.begin()
         await conn.execute(text("SELECT set_config('synchronous_commit', :v, true)"),
@@ -365,15 +364,12 @@ def test_query_string_defaults_and_bounds() -> None:
 async def test_an_invoice_history_is_in_order_before_and_after_its_events_are_positioned(
         engine: AsyncEngine) -> None:
     await define(engine)
-    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
-    claim = await claim_for_sending(engine, "inv-1", lease_s=60, lock_timeout_ms=5000)
+    await upsert_draft(ledger(engine), Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
+    claim = await claim_for_sending(ledger(engine), "inv-1", lease_s=60, lock_timeout_ms=5000)
     assert claim.sending is not None
-    async with engine.connect() as conn:
-        waiting = await invoice_events(conn, claim.sending.pk)
-    async with engine.connect() as conn:
-        await position_events(conn)
-    async with engine.connect() as conn:
-        positioned = await invoice_events(conn, claim.sending.pk)
+    waiting = await invoice_events(ledger(engine), claim.sending.pk)
+    await position_events(ledger(engine))
+    positioned = await invoice_events(ledger(engine), claim.sending.pk)
     assert [(e.kind, e.sequence_id) for e in waiting] == [
         ("received", None), ("reserved", None), ("sending", None)]
     assert [e.kind for e in positioned] == ["received", "reserved", "sending"]
@@ -387,7 +383,7 @@ async def test_an_update_that_fails_after_its_history_trigger_leaves_no_event(
     """An update's event is written before the row (schema 0006, BEFORE UPDATE); a constraint
     that refuses the row afterwards takes the event with it."""
     await define(engine)
-    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
+    await upsert_draft(ledger(engine), Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
     with pytest.raises(DBAPIError, match="payload"):
         async with engine.begin() as conn:
             await conn.execute(text("UPDATE invoices SET status = 'CANCELLED', payload = NULL "
@@ -395,7 +391,7 @@ async def test_an_update_that_fails_after_its_history_trigger_leaves_no_event(
     async with engine.connect() as conn:
         pk = (await conn.execute(text("SELECT id FROM invoices WHERE invoice_id = 'inv-1'"))
               ).scalar_one()
-        assert [e.kind for e in await invoice_events(conn, pk)] == ["received"]
+        assert [e.kind for e in await invoice_events(ledger(engine), pk)] == ["received"]
 
 
 async def test_an_update_that_waited_for_a_row_records_the_state_it_found(
@@ -404,8 +400,8 @@ async def test_an_update_that_waited_for_a_row_records_the_state_it_found(
     against the row that transaction committed. Its event starts from that state, and an
     update whose condition no longer holds writes nothing."""
     await define(engine)
-    await upsert_draft(engine, Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
-    await upsert_draft(engine, Draft("inv-2", "acme", "ABC", 4, {"lines": []}))
+    await upsert_draft(ledger(engine), Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
+    await upsert_draft(ledger(engine), Draft("inv-2", "acme", "ABC", 4, {"lines": []}))
     async with engine.connect() as holder, engine.connect() as erring, \
             engine.connect() as cancelling:
         await holder.begin()

@@ -34,7 +34,7 @@ from gapless.ledger.invoices import Sending, mark_issued
 from gapless.ledger.verdicts import REFUSED_TODO, GibPolicy
 from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
 from gapless.settings import Settings
-from tests.helpers import await_until, run_gapless
+from tests.helpers import await_until, ledger, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import audit, define_series, events, make_sending, post
 
@@ -65,7 +65,7 @@ async def guard(settings: Settings,
 
 
 def loop_for(engine: AsyncEngine, guard: Any, policy: GibPolicy = POLICY) -> RecoveryLoop:
-    return RecoveryLoop(engine, guard, RecoveryOptions(interval_s=0.05, stuck_after_s=3600,
+    return RecoveryLoop(ledger(engine), guard, RecoveryOptions(interval_s=0.05, stuck_after_s=3600,
                                                        concurrency=4, gib=policy))
 
 
@@ -75,7 +75,7 @@ async def issue(engine: AsyncEngine, mock: MockIntegratorClient, ids: list[str]
     sent = await make_sending(engine, ids)
     for sending in sent:
         ref = post(mock, sending)
-        assert await mark_issued(engine, sending.pk, Receipt(sending.tenant, sending.number,
+        assert await mark_issued(ledger(engine), sending.pk, Receipt(sending.tenant, sending.number,
                                                              sending.invoice_id, ref))
     return sent
 
@@ -136,8 +136,7 @@ async def test_accepted_and_refused_verdicts_are_recorded_with_their_events(
     assert mock_integrator.stats()["gib_status_checks"] == asked == 2
 
     # The verdicts are in the feed, in their place after the invoices' own events.
-    async with engine.connect() as conn:
-        feed = await events_after(conn, 0, 500)
+    feed = await events_after(ledger(engine), 0, 500)
     assert [(e.invoice_id, e.kind) for e in feed if e.kind.startswith("gib_")] in (
         [("inv-ok", "gib_accepted"), ("inv-refused", "gib_refused")],
         [("inv-refused", "gib_refused"), ("inv-ok", "gib_accepted")])
@@ -422,7 +421,7 @@ async def test_an_open_breaker_puts_questions_back_and_a_failed_one_waits_for_it
                                       breaker_fail_max=2, breaker_reset_timeout_s=60)
     breaker = GuardedIntegrator(load_integrator(at_mock), at_mock, name="test-gib-breaker")
     try:
-        loop = RecoveryLoop(recovery_engine, breaker, RecoveryOptions(
+        loop = RecoveryLoop(ledger(recovery_engine), breaker, RecoveryOptions(
             stuck_after_s=3600, concurrency=1, gib=replace(POLICY, first_s=0.01)))
         await asyncio.sleep(0.02)  # past the first wait of 0.01 s
         summary = await loop.run_round()

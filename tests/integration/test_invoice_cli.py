@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.constants import Status
 from gapless.integrator.base import Receipt
 from gapless.ledger.invoices import Draft, mark_error, mark_issued, mark_rejected, upsert_draft
-from tests.helpers import run_gapless
+from tests.helpers import ledger, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import (
     GOOD_TAX_ID,
@@ -40,7 +40,7 @@ async def test_show_prints_state_number_and_history(
     await define_series(engine)
     [sending] = await make_sending(engine, ["inv-1"])
     ref = post(mock_integrator, sending)
-    await mark_issued(engine, sending.pk, Receipt("acme", sending.number, "inv-1", ref))
+    await mark_issued(ledger(engine), sending.pk, Receipt("acme", sending.number, "inv-1", ref))
 
     shown = run_gapless(["invoice", "show", "inv-1"], {**integrated_env, "COLUMNS": "80"})
     assert shown.returncode == 0, shown.stderr
@@ -76,7 +76,7 @@ async def test_retry_with_a_corrected_payload_issues_the_rejected_invoice_under_
     rejected = mock_integrator.post({"tenant": "acme", "number": sending.number,
                                      "invoice_id": "inv-bad", "document": sending.payload})
     assert rejected.status_code == 422
-    await mark_rejected(engine, sending, rejected.json()["reason"])
+    await mark_rejected(ledger(engine), sending, rejected.json()["reason"])
 
     # Retrying as-is is rejected again, and says so.
     again = run_gapless(["invoice", "retry", "inv-bad"], integrated_env)
@@ -107,7 +107,7 @@ async def test_retry_of_an_error_asks_the_integrator_first(
     await define_series(engine)
     [sending] = await make_sending(engine, ["inv-lost"])
     ref = post(mock_integrator, sending)  # it arrived; the worker saw only a 500
-    await mark_error(engine, sending, "TransientIntegratorError: HTTP 500", None)
+    await mark_error(ledger(engine), sending, "TransientIntegratorError: HTTP 500", None)
 
     result = run_gapless(["invoice", "retry", "inv-lost"], integrated_env)
 
@@ -123,7 +123,7 @@ async def test_retry_refuses_bad_payloads_and_wrong_states(
         integrated_env: dict[str, str], tmp_path: Path) -> None:
     await define_series(engine)
     [sending] = await make_sending(engine, ["inv-r"], tax_id=REJECTED_TAX_ID)
-    await mark_rejected(engine, sending, "invalid tax id")
+    await mark_rejected(ledger(engine), sending, "invalid tax id")
     other_tenant = tmp_path / "other.json"
     other_tenant.write_text(json.dumps(message("inv-r", tenant="beta")))
     no_lines = tmp_path / "no-lines.json"
@@ -144,7 +144,7 @@ async def test_retry_refuses_bad_payloads_and_wrong_states(
     assert mock_integrator.stats()["posts"] == 0
 
     [issued] = await make_sending(engine, ["inv-ok"])
-    await mark_issued(engine, issued.pk, Receipt("acme", issued.number, "inv-ok", "r"))
+    await mark_issued(ledger(engine), issued.pk, Receipt("acme", issued.number, "inv-ok", "r"))
     one_line_error(run_gapless(["invoice", "retry", "inv-ok"], integrated_env), 1,
                    "cannot retry invoice 'inv-ok': it is ISSUED")
     one_line_error(run_gapless(["invoice", "retry", "ghost"], integrated_env), 1,
@@ -156,8 +156,8 @@ async def test_void_keeps_the_number_accounted_for(
         integrated_env: dict[str, str]) -> None:
     await define_series(engine)
     rejected, issued = await make_sending(engine, ["inv-v", "inv-i"])
-    await mark_rejected(engine, rejected, "customer not registered")
-    await mark_issued(engine, issued.pk, Receipt("acme", issued.number, "inv-i", "r"))
+    await mark_rejected(ledger(engine), rejected, "customer not registered")
+    await mark_issued(ledger(engine), issued.pk, Receipt("acme", issued.number, "inv-i", "r"))
 
     result = run_gapless(["invoice", "void", "inv-v", "--reason", "issued on paper"],
                          integrated_env)
@@ -183,7 +183,7 @@ async def test_void_keeps_the_number_accounted_for(
 async def test_cancel_only_before_a_number_is_reserved(
         engine: AsyncEngine, integrated_env: dict[str, str]) -> None:
     await define_series(engine)
-    await upsert_draft(engine, Draft("inv-c", "acme", "ABC", 1, message("inv-c")))
+    await upsert_draft(ledger(engine), Draft("inv-c", "acme", "ABC", 1, message("inv-c")))
     await make_sending(engine, ["inv-numbered"])
 
     result = run_gapless(["invoice", "cancel", "inv-c", "--reason", "customer withdrew"],

@@ -15,7 +15,7 @@ from gapless.ledger.series import add_series
 from gapless.ledger.tenants import set_profile
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
-from tests.helpers import await_until, run_gapless, today
+from tests.helpers import await_until, ledger, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import field
 from tests.worker_support import all_in, publish, rows, running_worker
@@ -49,10 +49,10 @@ def ubl_message(invoice_id: str, *, tenant: str = "acme", series: str = "ABC",
 @pytest.fixture
 async def profiled(engine: AsyncEngine) -> None:
     """Tenant acme with an issuer profile (UBL-TR documents); tenant globex without (JSON)."""
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-        await add_series(conn, build_series_spec("globex", "GLX"))
-    await set_profile(engine, "acme", build_issuer(**ISSUER))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("globex", "GLX"))
+    await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
 
 
 def show(env: dict[str, str], invoice_id: str) -> tuple[str, dict[str, Any]]:

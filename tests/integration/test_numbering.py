@@ -15,25 +15,29 @@ from gapless.ledger.counters import reserve_number
 from gapless.ledger.invoices import Draft, upsert_draft
 from gapless.ledger.series import add_series, preview_next
 from gapless.numbers import build_series_spec
-from tests.helpers import await_until
+from tests.helpers import await_until, ledger
 
 IST = ZoneInfo("Europe/Istanbul")
 
 
+class RolledBack(Exception):
+    """Ends a test transaction with a rollback."""
+
+
 async def define(engine: AsyncEngine, tenant: str = "acme", code: str = "ABC",
                  **kw: object) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec(tenant, code, **kw))  # type: ignore[arg-type]
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec(tenant, code, **kw))  # type: ignore[arg-type]
 
 
 async def draft(engine: AsyncEngine, invoice_id: str, tenant: str = "acme",
                 series: str = "ABC") -> None:
-    await upsert_draft(engine, Draft(invoice_id, tenant, series, 1, {"lines": []}))
+    await upsert_draft(ledger(engine), Draft(invoice_id, tenant, series, 1, {"lines": []}))
 
 
 async def reserve(engine: AsyncEngine, invoice_id: str, at: datetime | None = None):  # type: ignore[no-untyped-def]
-    async with engine.begin() as conn:
-        return await reserve_number(conn, invoice_id, at=at, lock_timeout_ms=10_000)
+    async with ledger(engine).transaction() as tx:
+        return await reserve_number(tx, invoice_id, at=at, lock_timeout_ms=10_000)
 
 
 async def numbers(engine: AsyncEngine, tenant: str = "acme", series: str = "ABC") -> list[int]:
@@ -73,11 +77,16 @@ async def test_rolled_back_reservation_consumes_nothing(engine: AsyncEngine) -> 
     await define(engine)
     await draft(engine, "a")
     await draft(engine, "b")
-    async with engine.connect() as conn:
-        trans = await conn.begin()
-        got = await reserve_number(conn, "a")
-        assert got.reserved_no == 1
-        await trans.rollback()
+    got: list[int] = []
+
+    async def reserve_then_roll_back() -> None:
+        async with ledger(engine).transaction() as tx:
+            got.append((await reserve_number(tx, "a")).reserved_no)
+            raise RolledBack
+
+    with pytest.raises(RolledBack):
+        await reserve_then_roll_back()
+    assert got == [1]
     assert (await reserve(engine, "b")).reserved_no == 1
     assert (await reserve(engine, "a")).reserved_no == 2
     assert await numbers(engine) == [1, 2]
@@ -102,9 +111,9 @@ async def test_first_use_of_a_period_raced_by_20_connections(engine: AsyncEngine
     start = asyncio.Barrier(20)
 
     async def racer(i: int) -> int:
-        async with engine.begin() as conn:
+        async with ledger(engine).transaction() as tx:
             await start.wait()
-            return (await reserve_number(conn, f"d-{i}", at=at, lock_timeout_ms=10_000)).reserved_no
+            return (await reserve_number(tx, f"d-{i}", at=at, lock_timeout_ms=10_000)).reserved_no
 
     got = await asyncio.gather(*(racer(i) for i in range(20)))
     assert sorted(got) == list(range(1, 21))
@@ -178,8 +187,8 @@ async def test_second_transaction_waits_for_the_first_commit(engine: AsyncEngine
     release_first = asyncio.Event()
 
     async def first() -> None:
-        async with engine.begin() as conn:
-            got = await reserve_number(conn, "first", lock_timeout_ms=10_000)
+        async with ledger(engine).transaction() as tx:
+            got = await reserve_number(tx, "first", lock_timeout_ms=10_000)
             events.append(f"first reserved {got.reserved_no}")
             first_reserved.set()
             await release_first.wait()
@@ -188,10 +197,10 @@ async def test_second_transaction_waits_for_the_first_commit(engine: AsyncEngine
 
     async def second() -> None:
         await first_reserved.wait()
-        async with engine.begin() as conn:
-            pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        async with ledger(engine).transaction() as tx:
+            pid = (await tx.one("SELECT pg_backend_pid() AS pid")).pid
             second_pid.set_result(pid)
-            got = await reserve_number(conn, "second", lock_timeout_ms=10_000)
+            got = await reserve_number(tx, "second", lock_timeout_ms=10_000)
             events.append(f"second reserved {got.reserved_no}")
 
     second_pid: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -218,33 +227,29 @@ async def test_lock_timeout_raises_a_clear_error_and_consumes_nothing(engine: As
     await define(engine)
     await draft(engine, "holder")
     await draft(engine, "waiter")
-    async with engine.connect() as holder:
-        trans = await holder.begin()
+    async with ledger(engine).transaction() as holder:
         await reserve_number(holder, "holder")
         with pytest.raises(ReservationLockTimeout, match="within 200 ms"):
-            async with engine.begin() as conn:
-                await reserve_number(conn, "waiter", lock_timeout_ms=200)
-        await trans.commit()
+            async with ledger(engine).transaction() as tx:
+                await reserve_number(tx, "waiter", lock_timeout_ms=200)
     assert (await reserve(engine, "waiter")).reserved_no == 2
     assert await numbers(engine) == [1, 2]
 
 
 async def test_unknown_series_is_refused_at_the_draft(engine: AsyncEngine) -> None:
     with pytest.raises(UnknownSeriesError, match="unknown series 'NOPE'"):
-        await upsert_draft(engine, Draft("z", "acme", "NOPE", 1, {}))
+        await upsert_draft(ledger(engine), Draft("z", "acme", "NOPE", 1, {}))
 
 
 async def test_preview_shows_the_next_number_without_consuming_it(engine: AsyncEngine) -> None:
     await define(engine)
-    async with engine.connect() as conn:
-        at = datetime(2026, 6, 1, tzinfo=IST)
-        assert (await preview_next(conn, "acme", "ABC", at)).number == "ABC2026000000001"
-        assert (await preview_next(conn, "acme", "ABC", at)).next_no == 1
+    at = datetime(2026, 6, 1, tzinfo=IST)
+    assert (await preview_next(ledger(engine), "acme", "ABC", at)).number == "ABC2026000000001"
+    assert (await preview_next(ledger(engine), "acme", "ABC", at)).next_no == 1
     await draft(engine, "p")
     got = await reserve(engine, "p", datetime(2026, 6, 1, tzinfo=IST))
     assert got.reserved_no == 1
-    async with engine.connect() as conn:
-        assert (await preview_next(conn, "acme", "ABC", at)).number == "ABC2026000000002"
+    assert (await preview_next(ledger(engine), "acme", "ABC", at)).number == "ABC2026000000002"
 
 
 async def test_a_reserved_number_can_never_change_or_be_deleted(engine: AsyncEngine) -> None:

@@ -21,7 +21,7 @@ from gapless.issuing.outcome import Backoff
 from gapless.ledger.database import make_engine
 from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
 from gapless.settings import Settings
-from tests.helpers import await_until
+from tests.helpers import await_until, ledger
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import (
     define_series,
@@ -80,7 +80,7 @@ async def test_open_breaker_skips_the_round_without_claiming(
     assert (guard.state, guard.accepting()) == ("open", False)
     before, events_before = await invoice_rows(engine), await event_count(engine)
 
-    summary = await RecoveryLoop(recovery_engine, guard, options()).run_round()
+    summary = await RecoveryLoop(ledger(recovery_engine), guard, options()).run_round()
 
     assert (summary.skipped, summary.claimed) == ("breaker_open", 0)
     assert "integrator work skipped (breaker_open)" in summary.line()
@@ -98,7 +98,7 @@ async def test_breaker_opening_mid_round_puts_unstarted_orphans_back_then_all_se
         post(mock_integrator, sending)  # accepted, answer lost
     before = await invoice_rows(engine)
     mock_integrator.set_faults(down=True)
-    loop = RecoveryLoop(recovery_engine, guard, options())
+    loop = RecoveryLoop(ledger(recovery_engine), guard, options())
 
     summary = await loop.run_round()
 
@@ -153,7 +153,7 @@ async def test_half_open_breaker_is_probed_with_one_orphan_first(
     async def ready() -> bool:
         return guard.accepting()
     await await_until(ready, 10, message="the breaker ready for a trial")
-    loop = RecoveryLoop(recovery_engine, guard, options(concurrency=4))
+    loop = RecoveryLoop(ledger(recovery_engine), guard, options(concurrency=4))
 
     # Still down: the probe fails and re-opens the breaker; the other three are not claimed.
     summary = await loop.run_round()
@@ -184,7 +184,7 @@ async def test_a_round_that_cannot_reach_the_database_is_logged_and_retried(
 
     missing = with_database(db_url, "gapless_no_such_database")
     engine = make_engine(missing, actor="recovery", pool_size=1)
-    loop = RecoveryLoop(engine, guard, options(interval_s=0.05))
+    loop = RecoveryLoop(ledger(engine), guard, options(interval_s=0.05))
     before = failed_rounds()
     task = asyncio.create_task(loop.run())
     try:
@@ -203,7 +203,7 @@ async def test_a_round_claims_again_while_claims_come_back_full(
         mock_integrator: MockIntegratorClient) -> None:
     await define_series(engine)
     await make_orphans(engine, [f"inv-{i:02d}" for i in range(23)])
-    loop = RecoveryLoop(recovery_engine, guard, options(batch=5, concurrency=3,
+    loop = RecoveryLoop(ledger(recovery_engine), guard, options(batch=5, concurrency=3,
                                                         claims_per_round=3))
 
     first = await loop.run_round()
@@ -221,7 +221,7 @@ async def test_a_refill_never_claims_the_rounds_own_orphans_in_flight(
     await make_orphans(engine, [f"inv-{i:02d}" for i in range(12)])
     mock_integrator.set_faults(latency_ms=[300, 300])
     # stuck_after 0: by age alone, a lease taken a moment ago would already be an orphan.
-    loop = RecoveryLoop(recovery_engine, guard, options(batch=4, concurrency=4,
+    loop = RecoveryLoop(ledger(recovery_engine), guard, options(batch=4, concurrency=4,
                                                         claims_per_round=5))
 
     summary = await loop.run_round()

@@ -14,7 +14,7 @@ from gapless.integrator.guard import GuardedIntegrator
 from gapless.ledger.database import make_engine
 from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
 from gapless.settings import Settings
-from tests.helpers import await_until
+from tests.helpers import await_until, ledger
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import define_series, invoice_rows, last_no, make_orphans, post
 
@@ -36,7 +36,7 @@ async def test_two_loops_never_handle_the_same_orphan(
     for n in range(2):
         rec_engine = make_engine(db_url, actor="recovery", pool_size=4)
         guard = GuardedIntegrator(load_integrator(env), env, name=f"test-recovery-{n}")
-        loop = RecoveryLoop(rec_engine, guard, options)
+        loop = RecoveryLoop(ledger(rec_engine), guard, options)
         loops.append(loop)
         closers.append((rec_engine, guard))
         tasks.append(asyncio.create_task(loop.run()))

@@ -14,7 +14,7 @@ from gapless.constants import Status
 from gapless.integrator.base import Document, Receipt
 from gapless.ledger.invoices import Sending, mark_issued
 from gapless.recovery.outcomes import IssuedWriter
-from tests.helpers import json_document
+from tests.helpers import json_document, ledger
 from tests.recovery_support import define_series, invoice_rows, make_sending
 
 
@@ -32,8 +32,8 @@ async def test_concurrent_outcomes_share_transactions_and_each_learns_its_own(
     await define_series(engine)
     orphans = await make_sending(engine, [f"inv-{i:02d}" for i in range(40)])
     settled_before = orphans[0]
-    await mark_issued(engine, settled_before.pk, receipt(settled_before))
-    writer = IssuedWriter(engine)
+    await mark_issued(ledger(engine), settled_before.pk, receipt(settled_before))
+    writer = IssuedWriter(ledger(engine))
 
     results = await asyncio.gather(*(writer.issued(s, receipt(s), document(s))
                                      for s in orphans))
@@ -71,7 +71,7 @@ async def test_a_failing_batch_is_retried_one_by_one(engine: AsyncEngine) -> Non
             END $$"""))
         await conn.execute(text("CREATE TRIGGER refuse_bad BEFORE UPDATE ON invoices "
                                 "FOR EACH ROW EXECUTE FUNCTION refuse_bad()"))
-    writer = IssuedWriter(engine)
+    writer = IssuedWriter(ledger(engine))
 
     results = await asyncio.gather(*(writer.issued(s, receipt(s), document(s))
                                      for s in orphans), return_exceptions=True)
@@ -88,7 +88,7 @@ async def test_a_failing_batch_is_retried_one_by_one(engine: AsyncEngine) -> Non
 async def test_a_lone_outcome_is_written_at_once(engine: AsyncEngine) -> None:
     await define_series(engine)
     [sending] = await make_sending(engine, ["alone"])
-    writer = IssuedWriter(engine)
+    writer = IssuedWriter(ledger(engine))
     assert await asyncio.wait_for(writer.issued(sending, receipt(sending), document(sending)),
                                   10) is True
     assert (await invoice_rows(engine))["alone"].status == Status.ISSUED

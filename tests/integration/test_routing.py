@@ -21,7 +21,7 @@ from gapless.ledger.series import add_series
 from gapless.ledger.tenants import set_profile
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
-from tests.helpers import await_until, run_gapless, today
+from tests.helpers import await_until, ledger, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, field
 from tests.worker_support import all_in, counter, drain_dead, publish, rows, running_worker
@@ -47,11 +47,11 @@ def message(invoice_id: str, tax_id: str, **changes: Any) -> dict[str, Any]:
 async def routed(engine: AsyncEngine) -> None:
     """Tenant acme with an issuer profile, an e-Fatura series EFA and an e-Arşiv series EAR,
     both defaults, and a series ANY without routing."""
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "EFA", channel="efatura", default=True))
-        await add_series(conn, build_series_spec("acme", "EAR", channel="earsiv", default=True))
-        await add_series(conn, build_series_spec("acme", "ANY"))
-    await set_profile(engine, "acme", build_issuer(**ISSUER))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "EFA", channel="efatura", default=True))
+        await add_series(tx, build_series_spec("acme", "EAR", channel="earsiv", default=True))
+        await add_series(tx, build_series_spec("acme", "ANY"))
+    await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
 
 
 @pytest.fixture
@@ -295,10 +295,10 @@ async def test_a_correction_interrupted_by_a_crash_is_finished_by_the_redelivery
     routed_payload = {**sent, "series": "EFA", "profile": "TEMELFATURA",
                       "customer": {**sent["customer"], "alias": "urn:mail:apk@a.example"}}
     profile_version = 1
-    claim = await intake(engine, Draft("y-1", "acme", "EFA", 1, routed_payload), lease_s=300,
-                         lock_timeout_ms=5000, profile_version=profile_version)
+    claim = await intake(ledger(engine), Draft("y-1", "acme", "EFA", 1, routed_payload),
+                         lease_s=300, lock_timeout_ms=5000, profile_version=profile_version)
     assert claim.sending is not None
-    assert await mark_rejected(engine, claim.sending,
+    assert await mark_rejected(ledger(engine), claim.sending,
                                WRONG_CHANNEL_PREFIX + "recipient is not an e-Fatura user")
     mock_integrator.set_recipients({tax_id: []})
     async with running_worker(worker_settings):
@@ -326,8 +326,8 @@ async def test_recovery_corrects_what_its_resend_finds_refused_for_its_channel(
     sent = message("z-1", tax_id)
     routed_payload = {**sent, "series": "EFA", "profile": "TEMELFATURA",
                       "customer": {**sent["customer"], "alias": "urn:mail:apk@a.example"}}
-    claim = await intake(engine, Draft("z-1", "acme", "EFA", 1, routed_payload), lease_s=0.01,
-                         lock_timeout_ms=5000, profile_version=1)
+    claim = await intake(ledger(engine), Draft("z-1", "acme", "EFA", 1, routed_payload),
+                         lease_s=0.01, lock_timeout_ms=5000, profile_version=1)
     assert claim.sending is not None
     result = run_gapless(["recovery", "--once", "--stuck-after", "0"], integrated_env)
     assert result.returncode == 0, result.stderr

@@ -30,7 +30,7 @@ from gapless.ledger.series import add_series
 from gapless.ledger.tenants import set_profile
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
-from tests.helpers import free_port, run_gapless, today
+from tests.helpers import free_port, ledger, run_gapless, today
 
 MESSAGE = {"tenant": "acme", "series": "ABC", "issue_date": today(), "currency": "TRY",
            "customer": {"tax_id": "1234567890", "name": "Example Ltd"},
@@ -39,8 +39,8 @@ MESSAGE = {"tenant": "acme", "series": "ABC", "issue_date": today(), "currency":
 
 
 async def claim(engine: AsyncEngine, tenant: str, series: str, invoice_id: str) -> Sending:
-    await upsert_draft(engine, Draft(invoice_id, tenant, series, 1, {"lines": []}))
-    got = await claim_for_sending(engine, invoice_id, lease_s=300, lock_timeout_ms=10_000)
+    await upsert_draft(ledger(engine), Draft(invoice_id, tenant, series, 1, {"lines": []}))
+    got = await claim_for_sending(ledger(engine), invoice_id, lease_s=300, lock_timeout_ms=10_000)
     assert got.kind is ClaimKind.SEND
     assert got.sending is not None
     return got.sending
@@ -49,21 +49,21 @@ async def claim(engine: AsyncEngine, tenant: str, series: str, invoice_id: str) 
 async def build(engine: AsyncEngine) -> dict[str, Any]:
     """acme/ABC: 3 issued, 2 sending, 1 error + 1 alarm, 1 rejected, 1 draft (no number);
     globex/GLX: 1 issued; acme/EMPTY: nothing."""
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
-        await add_series(conn, build_series_spec("acme", "EMPTY", prefix="EMP"))
-        await add_series(conn, build_series_spec("globex", "GLX"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("acme", "EMPTY", prefix="EMP"))
+        await add_series(tx, build_series_spec("globex", "GLX"))
     sent = [await claim(engine, "acme", "ABC", f"a-{n}") for n in range(1, 9)]
     for sending in sent[:3]:
-        await mark_issued(engine, sending.pk, Receipt("acme", sending.number,
+        await mark_issued(ledger(engine), sending.pk, Receipt("acme", sending.number,
                                                       sending.invoice_id, f"ref-{sending.pk}"))
-    await mark_error(engine, sent[3], "integrator timed out", None)
-    await mark_alarm(engine, sent[4], DuplicateOfAnother(sent[4].number, "someone-else"))
-    await mark_rejected(engine, sent[5], "tax id refused")
+    await mark_error(ledger(engine), sent[3], "integrator timed out", None)
+    await mark_alarm(ledger(engine), sent[4], DuplicateOfAnother(sent[4].number, "someone-else"))
+    await mark_rejected(ledger(engine), sent[5], "tax id refused")
     # sent[6], sent[7] stay SENDING
-    await upsert_draft(engine, Draft("a-draft", "acme", "ABC", 1, {"lines": []}))
+    await upsert_draft(ledger(engine), Draft("a-draft", "acme", "ABC", 1, {"lines": []}))
     glx = await claim(engine, "globex", "GLX", "g-1")
-    await mark_issued(engine, glx.pk, Receipt("globex", glx.number, "g-1", "ref-g"))
+    await mark_issued(ledger(engine), glx.pk, Receipt("globex", glx.number, "g-1", "ref-g"))
     return {"last_acme": sent[7].number, "last_globex": glx.number}
 
 
@@ -111,7 +111,7 @@ async def test_status_json_matches_the_database(engine: AsyncEngine, settings: S
 async def test_status_shows_issuer_profiles_and_what_the_feed_waits_for(
         engine: AsyncEngine, gapless_env: dict[str, str]) -> None:
     await build(engine)
-    await set_profile(engine, "acme", build_issuer(
+    await set_profile(ledger(engine), "acme", build_issuer(
         tax_id="1234567803", name="Acme Bilişim A.Ş.", tax_office="Kadıköy",
         street="Rıhtım Cad. No:1", district="Kadıköy", city="İstanbul"))
     async with engine.connect() as holder:

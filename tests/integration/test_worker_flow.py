@@ -22,7 +22,7 @@ from gapless.ledger.invoices import Draft, upsert_draft
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
-from tests.helpers import await_sql, await_until, run_gapless, today
+from tests.helpers import await_sql, await_until, ledger, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.worker_support import (
     all_in,
@@ -51,8 +51,8 @@ def invoice(invoice_id: str, *, tenant: str = "acme", series: str = "ABC",
 
 @pytest.fixture
 async def series(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
 
 
 @pytest.fixture
@@ -255,7 +255,7 @@ async def test_a_locked_invoice_row_is_requeued_without_consuming_a_number(
         mock_integrator: MockIntegratorClient) -> None:
     settings = worker_settings.with_overrides(lock_timeout_ms=200)
     message = invoice("held")
-    await upsert_draft(engine, Draft("held", "acme", "ABC", 1, message))
+    await upsert_draft(ledger(engine), Draft("held", "acme", "ABC", 1, message))
     requeued_before = messages_counted("requeued")
 
     async def requeued_twice() -> bool:

@@ -16,6 +16,7 @@ One module per role:
 - ``audit``: the set-based checks of I1–I3 and I7;
 - ``chain``: what ``gapless chain verify`` reads.
 
-Statements are plain SQL strings with psycopg parameters or ``sqlalchemy.text`` with bound
-parameters, never text built from data.
+Statements are plain strings with psycopg's named parameters (``%(name)s``; a literal ``%`` is
+written ``%%``), bound by the driver and run by :class:`gapless.ledger.database.Database`; never
+built from input.
 """

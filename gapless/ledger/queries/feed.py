@@ -4,20 +4,22 @@ Writers commit events without a position and without a lock. ``gapless_feed_assi
 (schema/current/feed.sql) gives the committed ones their positions afterwards, a batch at a time,
 under ``invoice_events_feed``, which only it takes and which is released only after the batch is
 visible. So once a reader sees ``sequence_id`` N, every position below N is visible to it too, and
-``sequence_id > :cursor`` never skips an event that is positioned later.
+``sequence_id > %(cursor)s`` never skips an event that is positioned later.
 The page statements only read: no locks beyond the snapshot, and they never wait for writers.
 """
 
 from sqlalchemy import text
 
-#: Position the committed events still waiting (at most :batch), in a transaction of its own, and
-#: say how many. Waits at most :wait_ms for another position-giver; never for a writer.
-ASSIGN = text("""
-    SELECT set_config('lock_timeout', :wait_ms || 'ms', true), gapless_feed_assign(:batch) AS done
-""")
+#: Position the committed events still waiting (at most %(batch)s), in a transaction of its own, and
+#: say how many. Waits at most %(wait_ms)s for another position-giver; never for a writer.
+ASSIGN = """
+    SELECT set_config('lock_timeout', %(wait_ms)s || 'ms', true),
+           gapless_feed_assign(%(batch)s) AS done
+"""
 
 #: What the feed is waiting for (gapless status, docs/api.md): committed events without a position
 #: yet, and the session that holds the position lock, if any, with how long it has held it.
+#: Still ``sqlalchemy.text`` until gapless/cli/status.py reads through Database.
 BACKLOG = text("""
     SELECT (SELECT count(*) FROM invoice_events WHERE sequence_id IS NULL) AS waiting,
            (SELECT max(sequence_id) FROM invoice_events) AS top,
@@ -36,22 +38,22 @@ BACKLOG = text("""
 _COLUMNS = """sequence_id, invoice_id, tenant, series, kind, from_status, to_status, number,
            attempts, detail, actor, created_at"""
 
-#: The next page of the whole feed: committed events after :cursor, in commit order, at most
-#: :limit rows. Index scan on invoice_events_sequence_id_key; no lock.
-EVENTS_AFTER = text(f"""
+#: The next page of the whole feed: committed events after %(cursor)s, in commit order, at most
+#: %(limit)s rows. Index scan on invoice_events_sequence_id_key; no lock.
+EVENTS_AFTER = f"""
     SELECT {_COLUMNS}
       FROM invoice_events
-     WHERE sequence_id IS NOT NULL AND sequence_id > :cursor
+     WHERE sequence_id IS NOT NULL AND sequence_id > %(cursor)s
      ORDER BY sequence_id
-     LIMIT :limit
-""")  # noqa: S608 - constant column list, values are bound
+     LIMIT %(limit)s
+"""  # noqa: S608 - constant column list, values are bound
 
 #: The next page of one tenant's feed: as EVENTS_AFTER, filtered by tenant.
 #: Index scan on invoice_events_tenant_sequence_idx (tenant, sequence_id); no lock.
-TENANT_EVENTS_AFTER = text(f"""
+TENANT_EVENTS_AFTER = f"""
     SELECT {_COLUMNS}
       FROM invoice_events
-     WHERE tenant = :tenant AND sequence_id IS NOT NULL AND sequence_id > :cursor
+     WHERE tenant = %(tenant)s AND sequence_id IS NOT NULL AND sequence_id > %(cursor)s
      ORDER BY sequence_id
-     LIMIT :limit
-""")  # noqa: S608 - constant column list, values are bound
+     LIMIT %(limit)s
+"""  # noqa: S608 - constant column list, values are bound

@@ -1,17 +1,15 @@
 """The issuing lifecycle: intake, claim, outcome, recovery claims, operator actions.
 
 Every state change fires the history trigger (an ``invoice_events`` row). The statements of the
-issuing path are plain SQL strings with psycopg parameters (``%(name)s``), run one statement per
-transaction in autocommit mode by :class:`gapless.ledger.database.Database`; the reads of one
-invoice for the API and the CLI (``GET_INVOICE``, ``INVOICE_EVENTS``, ``STORED_DOCUMENT``) are
-SQLAlchemy ``text()``.
+issuing path run on their own, one statement per transaction in autocommit mode, by
+:class:`gapless.ledger.database.Database`; the reads of one invoice that the API and the CLI show
+together (``GET_INVOICE``, ``INVOICE_EVENTS``, ``STORED_DOCUMENT``) run in one snapshot
+(``Database.snapshot()``).
 
 Recording an outcome also stores the document that was sent, the first time (``_DOCUMENT``):
 an ``invoice_documents`` row, and ``invoices.document_sha256`` naming it — in the same statement,
 so the bytes sent and the state they led to commit together.
 """
-
-from sqlalchemy import text
 
 #: Store the draft for a producer key without claiming it; a duplicate key changes nothing (no
 #: lock on conflict). Returns the row's id, status and whether it was created.
@@ -236,29 +234,29 @@ CORRECTION_STATE = """
 """
 
 #: One invoice by producer key (no lock).
-GET_INVOICE = text("""
+GET_INVOICE = """
     SELECT id, invoice_id, tenant, series, status, priority, period_key, reserved_no, number,
            reserved_at, payload, attempts, sending_since, next_attempt_at, last_error,
            integrator_ref, created_at, updated_at, issued_at, uuid, profile_version,
            document_sha256
-      FROM invoices WHERE invoice_id = :invoice_id
-""")
+      FROM invoices WHERE invoice_id = %(invoice_id)s
+"""
 
 #: History of one invoice, oldest first: in insertion order, which is also its feed order (events
 #: committed but not positioned yet have no sequence_id, and still come in their place).
-INVOICE_EVENTS = text("""
+INVOICE_EVENTS = """
     SELECT sequence_id, kind, from_status, to_status, number, attempts, detail, actor, created_at,
            document_sha256
-      FROM invoice_events WHERE invoice_pk = :pk
+      FROM invoice_events WHERE invoice_pk = %(pk)s
      ORDER BY id
-""")
+"""
 
 #: The stored bytes of one document an invoice sent (by its sha256: the one in force is the
 #: invoice's ``document_sha256``). No lock.
-STORED_DOCUMENT = text("""
+STORED_DOCUMENT = """
     SELECT media_type, format, body
-      FROM invoice_documents WHERE invoice_pk = :pk AND sha256 = :sha256
-""")
+      FROM invoice_documents WHERE invoice_pk = %(pk)s AND sha256 = %(sha256)s
+"""
 
 #: One invoice as a send would see it, with its document in force (no lock: a read).
 INVOICE_AS_SENT = f"""

@@ -2,6 +2,8 @@
 
 Read-only statements: no row locks, one snapshot per statement (READ COMMITTED), so a table
 printed while workers run is consistent within itself but may lag a running system by a moment.
+``SERIES_STATUS`` and ``GIB_REFUSED`` are still ``sqlalchemy.text`` until gapless/cli/status.py
+reads through :class:`gapless.ledger.database.Database`; the others are psycopg strings.
 """
 
 from sqlalchemy import text
@@ -59,7 +61,7 @@ SERIES_STATUS = text("""
 """)
 
 #: Documents GİB refused after the integrator accepted them (still ISSUED: their numbers stay
-#: accounted for), newest verdict first, at most :limit. One snapshot, no locks.
+#: accounted for), newest verdict first, at most %(limit)s. One snapshot, no locks.
 GIB_REFUSED = text("""
     SELECT tenant, series, number, invoice_id, gib_detail AS detail, gib_checked_at
       FROM invoices
@@ -73,40 +75,40 @@ GIB_REFUSED = text("""
 #: The whole system at a glance: invoices per status, retryable ERRORs (not alarms), and orphans
 #: repaired (invoices recovery brought to ISSUED, counted from their history). One snapshot, no
 #: locks; the event count scans invoice_events, so poll it every second or so, not in a loop.
-TOTALS = text("""
+TOTALS = """
     SELECT count(*) AS invoices,
            count(*) FILTER (WHERE status = 'RECEIVED') AS received,
            count(*) FILTER (WHERE status = 'SENDING')  AS sending,
            count(*) FILTER (WHERE status = 'ISSUED')   AS issued,
            count(*) FILTER (WHERE status = 'ERROR')    AS error,
            count(*) FILTER (WHERE status = 'ERROR'
-                                         AND coalesce(last_error, '') NOT LIKE :alarm_pattern)
+                                         AND coalesce(last_error, '') NOT LIKE %(alarm_pattern)s)
                                                        AS retryable,
            count(*) FILTER (WHERE status = 'REJECTED') AS rejected,
            (SELECT count(DISTINCT e.invoice_pk) FROM invoice_events e
              WHERE e.kind = 'recovered') AS recovered
       FROM invoices
-""")
+"""
 
 #: The stored document of one ISSUED invoice of a tenant with the given media type (the first
 #: issued), for the demo's closing summary. No lock.
-FIRST_ISSUED_DOCUMENT = text("""
+FIRST_ISSUED_DOCUMENT = """
     SELECT i.invoice_id, d.sha256, d.body
       FROM invoices i
       JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256
-     WHERE i.tenant = :tenant AND i.status = 'ISSUED' AND d.media_type = :media_type
+     WHERE i.tenant = %(tenant)s AND i.status = 'ISSUED' AND d.media_type = %(media_type)s
      ORDER BY i.issued_at, i.id
      LIMIT 1
-""")
+"""
 
 #: ISSUED invoices counted by document kind, read from the payload: its type (a message without
-#: one is a :default_type) and profile (without one, :default_profile), for the demo's closing
+#: one is a %(default_type)s) and profile (without one, %(default_profile)s), for the demo's closing
 #: summary. One snapshot, no lock; scans the invoices.
-ISSUED_BY_KIND = text("""
-    SELECT coalesce(payload->>'type', CAST(:default_type AS text)) AS type,
-           coalesce(payload->>'profile', CAST(:default_profile AS text)) AS profile,
+ISSUED_BY_KIND = """
+    SELECT coalesce(payload->>'type', CAST(%(default_type)s AS text)) AS type,
+           coalesce(payload->>'profile', CAST(%(default_profile)s AS text)) AS profile,
            count(*) AS issued
       FROM invoices
      WHERE status = 'ISSUED'
      GROUP BY 1, 2
-""")
+"""
