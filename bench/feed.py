@@ -74,7 +74,7 @@ from bench.harness import (
     settings_of,
     wait_until,
 )
-from gapless.ledger.database import make_engine
+from gapless.ledger.database import Database, make_engine, short_lived
 from gapless.ledger.feed import events_after
 from gapless.ledger.invoices import claim_for_sending
 from gapless.ledger.migrations import downgrade
@@ -213,12 +213,13 @@ async def claims(engine: AsyncEngine, url: str, drafts: Drafts, connections: int
     latencies: list[float] = []
     id_sources = {code: drafts.ids(url, code) for code in SERIES[:series_count]}
     stop_at = time.perf_counter() + seconds
+    db = Database.borrowing(engine)
 
     async def one_connection(index: int) -> None:
         source = id_sources[SERIES[index % series_count]]
         while time.perf_counter() < stop_at:
             began = time.perf_counter()
-            await claim_for_sending(engine, next(source), lease_s=300, lock_timeout_ms=30_000)
+            await claim_for_sending(db, next(source), lease_s=300, lock_timeout_ms=30_000)
             latencies.append((time.perf_counter() - began) * 1000)
 
     began = time.perf_counter()
@@ -481,13 +482,13 @@ async def walk_sql(url: str, limit: int) -> tuple[int, float]:
     engine = make_engine(url, actor="bench", pool_size=1)
     count, cursor = 0, 0
     began = time.perf_counter()
-    async with engine.connect() as conn:
-        while page := await events_after(conn, cursor, limit):
-            count += len(page)
-            cursor = page[-1].sequence_id
-            # Rendering is part of serving a page; the API does it too.
-            rendered = [event.as_json() for event in page]
-            assert len(rendered) == len(page)
+    db = Database.borrowing(engine)
+    while page := await events_after(db, cursor, limit):
+        count += len(page)
+        cursor = page[-1].sequence_id
+        # Rendering is part of serving a page; the API does it too.
+        rendered = [event.as_json() for event in page]
+        assert len(rendered) == len(page)
     elapsed = time.perf_counter() - began
     await engine.dispose()
     return count, elapsed
@@ -598,11 +599,9 @@ def main() -> None:
 
 
 async def _define_series(url: str) -> None:
-    engine = make_engine(url, actor="bench", pool_size=1)
-    async with engine.begin() as conn:
+    async with short_lived(url, actor="bench") as db:
         for code in [*SERIES, *PG_SERIES, FEED_SERIES]:
-            await add_series(conn, build_series_spec("bench", code, prefix=code))
-    await engine.dispose()
+            await add_series(db, build_series_spec("bench", code, prefix=code))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ from bench.harness import (
 from bench.issue import invoice, throughput_run
 from bench.reserve import run_path
 from gapless.amqp.publisher import Publisher
-from gapless.ledger.database import make_engine
+from gapless.ledger.database import Database, make_engine
 from gapless.ledger.series import add_series
 from gapless.logging import configure_logging
 from gapless.numbers import build_series_spec
@@ -153,9 +153,8 @@ async def claims_per_s(url: str, connections: int, series: int, seconds: float,
     codes = [f"C{n:02d}" for n in range(series)]
     engine = make_engine(url, actor="bench", pool_size=connections)
     try:
-        async with engine.begin() as conn:
-            for code in codes:
-                await add_series(conn, build_series_spec("bench", code))
+        for code in codes:
+            await add_series(Database.borrowing(engine), build_series_spec("bench", code))
         with psycopg.connect(url, autocommit=True) as conn:
             for code in codes:
                 conn.execute("INSERT INTO invoices (invoice_id, tenant, series, payload) "

@@ -30,17 +30,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.harness import bench_database, conninfo, machine, median, percentile, print_table
 from gapless.ledger.counters import reserve_number
-from gapless.ledger.database import make_engine
+from gapless.ledger.database import Database, make_engine
 from gapless.ledger.invoices import claim_for_sending
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 
-RAW_UPSERT = text("""
+RAW_UPSERT = """
     INSERT INTO number_counters AS c (tenant, series, period_key, last_no)
     VALUES ('bench', 'RAW', '2026', 1)
     ON CONFLICT (tenant, series, period_key) DO UPDATE SET last_no = c.last_no + 1
     RETURNING c.last_no
-""")
+"""
 
 
 def make_drafts(url: str, series: str, count: int) -> None:
@@ -58,6 +58,7 @@ async def run_path(engine: AsyncEngine, path: str, connections: int, seconds: fl
     holds: list[float] = []
     done = 0
     stop_at = time.perf_counter() + seconds
+    db = Database.borrowing(engine)
 
     async def one_connection() -> None:
         nonlocal done
@@ -65,18 +66,17 @@ async def run_path(engine: AsyncEngine, path: str, connections: int, seconds: fl
             invoice_id = f"{series}-{next(counter)}"
             if path == "claim":
                 start = time.perf_counter()
-                await claim_for_sending(engine, invoice_id, lease_s=300, lock_timeout_ms=10_000)
+                await claim_for_sending(db, invoice_id, lease_s=300, lock_timeout_ms=10_000)
                 holds.append((time.perf_counter() - start) * 1000)
             else:
-                async with engine.connect() as conn:
-                    await conn.begin()
+                # Both paths alike: BEGIN, the statement, COMMIT on one psycopg connection.
+                async with db.transaction() as tx:
                     start = time.perf_counter()
                     if path == "raw":
-                        await conn.execute(RAW_UPSERT)
+                        await tx.one(RAW_UPSERT)
                     else:
-                        await reserve_number(conn, invoice_id, lock_timeout_ms=10_000)
-                    await conn.commit()
-                    holds.append((time.perf_counter() - start) * 1000)
+                        await reserve_number(tx, invoice_id, lock_timeout_ms=10_000)
+                holds.append((time.perf_counter() - start) * 1000)
             done += 1
 
     began = time.perf_counter()
@@ -93,9 +93,9 @@ async def main() -> None:
 
     with bench_database("reserve") as url:
         engine = make_engine(url, actor="bench", pool_size=max(levels) + 2)
-        async with engine.begin() as conn:
-            for code in ("RAW", "JIT", "CLM"):
-                await add_series(conn, build_series_spec("bench", code, prefix=code))
+        for code in ("RAW", "JIT", "CLM"):
+            await add_series(Database.borrowing(engine),
+                             build_series_spec("bench", code, prefix=code))
         # Enough drafts for the fastest plausible rate.
         for code in ("JIT", "CLM"):
             make_drafts(url, code, int(6000 * args.seconds * len(levels)))

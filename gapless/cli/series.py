@@ -55,17 +55,13 @@ def series_add(
 
 
 async def _add_series(database_url: str, spec: object) -> bool:
-    from gapless.ledger.database import make_engine
-    from gapless.ledger.legacy import add_series
+    from gapless.ledger.database import short_lived
+    from gapless.ledger.series import add_series
     from gapless.numbers import SeriesSpec
 
     assert isinstance(spec, SeriesSpec)
-    engine = make_engine(database_url, actor="operator", pool_size=1)
-    try:
-        async with engine.begin() as conn:
-            return await add_series(conn, spec)
-    finally:
-        await engine.dispose()
+    async with short_lived(database_url, actor="operator") as db:
+        return await add_series(db, spec)
 
 
 @series_app.command("list")
@@ -90,16 +86,11 @@ def series_list(
 
 
 async def _list_series(database_url: str, tenant: str | None, code: str | None) -> list[Any]:
-    from gapless.ledger import legacy as q
-    from gapless.ledger.database import make_engine
+    from gapless.ledger.database import short_lived
+    from gapless.ledger.series import list_series
 
-    engine = make_engine(database_url, actor="operator", pool_size=1)
-    try:
-        async with engine.connect() as conn:
-            return list((await conn.execute(q.LIST_SERIES,
-                                            {"tenant": tenant, "code": code})).all())
-    finally:
-        await engine.dispose()
+    async with short_lived(database_url, actor="operator") as db:
+        return await list_series(db, tenant=tenant, code=code)
 
 
 @series_app.command("bump")
@@ -124,15 +115,11 @@ def series_bump(
 
 
 async def _bump(database_url: str, tenant: str, code: str, past: str) -> Any:
-    from gapless.ledger.database import make_engine
-    from gapless.ledger.legacy import bump_counter
+    from gapless.ledger.counters import bump_counter
+    from gapless.ledger.database import short_lived
 
-    engine = make_engine(database_url, actor="operator", pool_size=1)
-    try:
-        async with engine.begin() as conn:
-            return await bump_counter(conn, tenant, code, past)
-    finally:
-        await engine.dispose()
+    async with short_lived(database_url, actor="operator") as db:
+        return await bump_counter(db, tenant, code, past)
 
 
 @series_app.command("next")
@@ -149,15 +136,11 @@ def series_next(
 
 
 async def _preview(database_url: str, tenant: str, code: str, at: datetime | None) -> Any:
-    from gapless.ledger.database import make_engine
-    from gapless.ledger.legacy import preview_next
+    from gapless.ledger.database import short_lived
+    from gapless.ledger.series import preview_next
 
-    engine = make_engine(database_url, actor="operator", pool_size=1)
-    try:
-        async with engine.connect() as conn:
-            return await preview_next(conn, tenant, code, at)
-    finally:
-        await engine.dispose()
+    async with short_lived(database_url, actor="operator") as db:
+        return await preview_next(db, tenant, code, at)
 
 
 def register(app: typer.Typer) -> None:

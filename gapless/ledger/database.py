@@ -29,8 +29,7 @@ from psycopg.rows import namedtuple_row
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from gapless.errors import ClusterMismatchError, NotMigratedError
@@ -351,19 +350,13 @@ async def short_lived(database_url: str, *, actor: str, pool_size: int = 1,
 _NO_SCHEMA = "the database has no gapless schema; run `gapless migrate`"
 
 
-async def stored_cluster_id(conn: AsyncConnection) -> int:
-    """The cluster id recorded by ``gapless migrate`` (NotMigratedError when there is none).
-
-    Transitional: takes the SQLAlchemy connection ``gapless doctor`` (gapless/cli/doctor.py,
-    being moved to gapless.ops) still reads on; new callers use :func:`check_cluster` or
-    ``Database.one(q.GET_CLUSTER_ID)``."""
+async def stored_cluster_id(db: Database) -> int:
+    """The cluster id recorded by ``gapless migrate`` (NotMigratedError when there is none, or
+    no gapless schema at all)."""
     try:
-        row = (await conn.exec_driver_sql(q.GET_CLUSTER_ID)).first()
-    except DBAPIError as exc:
-        if isinstance(exc.orig, psycopg.errors.UndefinedTable):
-            raise NotMigratedError(_NO_SCHEMA) from exc
-        raise
-    return _cluster_id(row)
+        return _cluster_id(await db.one(q.GET_CLUSTER_ID))
+    except psycopg.errors.UndefinedTable as exc:
+        raise NotMigratedError(_NO_SCHEMA) from exc
 
 
 async def check_cluster(db: Database, configured: int) -> int:
@@ -372,10 +365,7 @@ async def check_cluster(db: Database, configured: int) -> int:
     Raises NotMigratedError when the database has no gapless schema (or no cluster id),
     ClusterMismatchError on a mismatch; returns the cluster id.
     """
-    try:
-        stored = _cluster_id(await db.one(q.GET_CLUSTER_ID))
-    except psycopg.errors.UndefinedTable as exc:
-        raise NotMigratedError(_NO_SCHEMA) from exc
+    stored = await stored_cluster_id(db)
     if stored != configured:
         raise ClusterMismatchError(configured, stored)
     return stored

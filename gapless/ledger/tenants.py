@@ -20,7 +20,7 @@ from gapless.ledger.database import Database
 from gapless.ledger.queries import tenants as q
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    pass
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,7 @@ async def profile_version(db: Database, tenant: str, version: int) -> Profile | 
     return None if row is None else profile_of(row)
 
 
-async def profiles_in_force(db: Database | AsyncEngine, tenant: str | None = None
-                            ) -> list[Profile]:
-    """The profile in force of every tenant that has one (or of ``tenant``); no lock.
-
-    ``AsyncEngine`` only until gapless/cli/status.py makes a Database at its edge
-    (:mod:`gapless.ledger.legacy`)."""
-    from gapless.ledger.legacy import database_of
-
-    rows = await database_of(db).all(q.PROFILES_IN_FORCE, {"tenant": tenant})
+async def profiles_in_force(db: Database, tenant: str | None = None) -> list[Profile]:
+    """The profile in force of every tenant that has one (or of ``tenant``); no lock."""
+    rows = await db.all(q.PROFILES_IN_FORCE, {"tenant": tenant})
     return [profile_of(row) for row in rows]

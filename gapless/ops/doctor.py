@@ -29,10 +29,13 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapless.ops.unreachable import DATABASE_HINT, INTEGRATOR_HINT, describe_unreachable, first_line
 from gapless.settings import Settings
+
+if TYPE_CHECKING:
+    from gapless.ledger.database import Database
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 DEFAULT_TIMEOUT_S = 5.0
@@ -163,13 +166,12 @@ def check_replication(facts: DatabaseFacts | None) -> Check:
     return classify_replication(facts.replication)
 
 
-async def read_replication(conn: Any) -> tuple[ReplicationFacts | None, str | None]:
+async def read_replication(db: Database) -> tuple[ReplicationFacts | None, str | None]:
     from gapless.ledger.queries import config as q
 
     try:
-        row = (await conn.exec_driver_sql(q.REPLICATION)).one()
+        row = await db.one(q.REPLICATION)
     except Exception as exc:  # reported on the replication line, not the postgres one
-        await conn.rollback()
         return None, f"{type(exc).__name__}: {first_line(str(getattr(exc, 'orig', exc)))}"
     standbys = tuple(Standby(s.get("name"), s.get("state"), s.get("sync_state"))
                      for s in row.standbys or [])
@@ -200,23 +202,24 @@ async def check_postgres(settings: Settings, facts: list[DatabaseFacts]) -> Chec
     replication state (appended to ``facts`` for the checks that need the database); read-only,
     one connection, no locks."""
     from gapless.errors import NotMigratedError
-    from gapless.ledger.database import make_engine, stored_cluster_id
+    from gapless.ledger.database import Database, make_engine, stored_cluster_id
     from gapless.ledger.migrations import current_revision
     from gapless.ledger.queries import config as q
     from gapless.urls import redact_url
 
     engine = make_engine(settings.database_url, actor="operator", pool_size=1, pre_ping=False)
     try:
-        async with engine.connect() as conn:
-            version = (await conn.exec_driver_sql(q.SERVER_VERSION)).scalar_one()
+        db = Database.borrowing(engine)
+        version = (await db.one(q.SERVER_VERSION)).server_version
+        async with engine.connect() as conn:  # the migrations' revision, as Alembic reads it
             revision = await conn.run_sync(current_revision)
-            cluster_id: int | None = None
-            if revision is not None:
-                try:
-                    cluster_id = await stored_cluster_id(conn)
-                except NotMigratedError:
-                    cluster_id = None
-            replication, replication_error = await read_replication(conn)
+        cluster_id: int | None = None
+        if revision is not None:
+            try:
+                cluster_id = await stored_cluster_id(db)
+            except NotMigratedError:
+                cluster_id = None
+        replication, replication_error = await read_replication(db)
     finally:
         await engine.dispose()
     facts.append(DatabaseFacts(revision, cluster_id, replication, replication_error))

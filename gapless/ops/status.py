@@ -20,16 +20,20 @@ reached does not: the snapshot says so and carries the error (:attr:`Status.brok
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapless.amqp.management import QueueStatistics
 from gapless.constants import dead_queue_name, user_queue_name
 from gapless.settings import Settings
+
+if TYPE_CHECKING:
+    from gapless.ledger.database import Database
 
 #: How long one request to a process's metrics endpoint may take.
 HTTP_TIMEOUT_S = 2.0
@@ -168,7 +172,7 @@ class DatabaseSide:
     gib_refused: list[GibRefusal]
 
 
-async def read_database(engine: Any, *, tenant: str | None, series: str | None
+async def read_database(db: Database, *, tenant: str | None, series: str | None
                         ) -> DatabaseSide:
     """Every series (optionally one tenant / one code) with its counts, the issuer profiles in
     force, the feed's backlog and the documents GİB refused; read-only statements, no locks."""
@@ -178,13 +182,12 @@ async def read_database(engine: Any, *, tenant: str | None, series: str | None
     from gapless.ledger.tenants import profiles_in_force
     from gapless.ledger.verdicts import REFUSED_TODO
 
-    async with engine.connect() as conn:
-        rows = (await conn.execute(q.SERIES_STATUS, {
-            "tenant": tenant, "series": series, "alarm_pattern": ALARM_PREFIX + "%"})).all()
-        backlog = (await conn.execute(qf.BACKLOG)).one()
-        refused = (await conn.execute(q.GIB_REFUSED, {
-            "tenant": tenant, "series": series, "limit": GIB_REFUSED_SHOWN})).all()
-    profiles = await profiles_in_force(engine, tenant)
+    rows = await db.all(q.SERIES_STATUS, {
+        "tenant": tenant, "series": series, "alarm_pattern": ALARM_PREFIX + "%"})
+    backlog = await db.one(qf.BACKLOG)
+    refused = await db.all(q.GIB_REFUSED, {
+        "tenant": tenant, "series": series, "limit": GIB_REFUSED_SHOWN})
+    profiles = await profiles_in_force(db, tenant)
     return DatabaseSide(
         series_rows(rows),
         [ProfileStatus(tenant=p.tenant, version=p.version, name=p.issuer.name,
@@ -332,11 +335,11 @@ async def read_breakers(metrics_urls: list[str]) -> list[BreakerStatus]:
 # ---------------------------------------------------------------------------------- snapshot
 
 
-async def collect(engine: Any, settings: Settings, *, tenant: str | None, series: str | None,
+async def collect(db: Database, settings: Settings, *, tenant: str | None, series: str | None,
                   metrics_urls: list[str], management_url: str | None) -> Status:
     """One snapshot: the database first (when it fails, nothing else is left half-done), then
     the queue and the breakers at once."""
-    side = await read_database(engine, tenant=tenant, series=series)
+    side = await read_database(db, tenant=tenant, series=series)
     (queue, broker_error), breakers = await asyncio.gather(read_queue(settings, management_url),
                                                            read_breakers(metrics_urls))
     return Status(at=datetime.now(UTC).isoformat(timespec="seconds"), series=side.series,
@@ -356,20 +359,23 @@ class StatusReader:
         self.series = series
         self.metrics_urls = list(metrics_urls)
         self.management_url = management_url
-        self._engine: Any = None
+        self._stack = contextlib.AsyncExitStack()
+        self._db: Database | None = None
 
     async def __aenter__(self) -> StatusReader:
-        from gapless.ledger.database import make_engine
+        from gapless.ledger.database import short_lived
 
-        self._engine = make_engine(self.settings.database_url, actor="operator", pool_size=1)
+        self._db = await self._stack.enter_async_context(
+            short_lived(self.settings.database_url, actor="operator"))
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
-        await self._engine.dispose()
+        await self._stack.aclose()
 
     async def snapshot(self) -> Status:
         """The system now (:func:`collect`)."""
-        return await collect(self._engine, self.settings, tenant=self.tenant,
+        assert self._db is not None, "use StatusReader in an async with block"
+        return await collect(self._db, self.settings, tenant=self.tenant,
                              series=self.series, metrics_urls=self.metrics_urls,
                              management_url=self.management_url)

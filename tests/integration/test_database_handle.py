@@ -8,7 +8,6 @@ import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.ledger import legacy
 from gapless.ledger.database import Database, make_engine, short_lived
 from gapless.ledger.series import add_series, list_series
 from gapless.numbers import build_series_spec
@@ -83,16 +82,3 @@ async def test_a_transaction_commits_everything_or_nothing(engine: AsyncEngine) 
 async def test_a_short_lived_database_is_closed_with_its_block(db_url: str) -> None:
     async with short_lived(db_url, actor="test") as db:
         assert await count(db) == 0
-
-
-async def test_the_transitional_bridge_serves_sqlalchemy_connections(
-        engine: AsyncEngine) -> None:
-    """What ``gapless series add | list | next`` (gapless/cli/core.py) still do."""
-    async with engine.begin() as conn:
-        assert await legacy.add_series(conn, build_series_spec("acme", "ABC"))
-        assert not await legacy.add_series(conn, build_series_spec("acme", "ABC"))
-    async with engine.connect() as conn:
-        rows = (await conn.execute(legacy.LIST_SERIES, {"tenant": "acme", "code": None})).all()
-        preview = await legacy.preview_next(conn, "acme", "ABC")
-    assert [row.code for row in rows] == ["ABC"]
-    assert (preview.next_no, await count(ledger(engine))) == (1, 1)

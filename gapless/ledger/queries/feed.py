@@ -8,8 +8,6 @@ visible. So once a reader sees ``sequence_id`` N, every position below N is visi
 The page statements only read: no locks beyond the snapshot, and they never wait for writers.
 """
 
-from sqlalchemy import text
-
 #: Position the committed events still waiting (at most %(batch)s), in a transaction of its own, and
 #: say how many. Waits at most %(wait_ms)s for another position-giver; never for a writer.
 ASSIGN = """
@@ -19,8 +17,7 @@ ASSIGN = """
 
 #: What the feed is waiting for (gapless status, docs/api.md): committed events without a position
 #: yet, and the session that holds the position lock, if any, with how long it has held it.
-#: Still ``sqlalchemy.text`` until gapless/cli/status.py reads through Database.
-BACKLOG = text("""
+BACKLOG = """
     SELECT (SELECT count(*) FROM invoice_events WHERE sequence_id IS NULL) AS waiting,
            (SELECT max(sequence_id) FROM invoice_events) AS top,
            holder.pid AS holder_pid,
@@ -33,7 +30,7 @@ BACKLOG = text("""
              WHERE l.locktype = 'relation' AND l.granted
                AND l.relation = 'invoice_events_feed'::regclass
              LIMIT 1) AS holder ON true
-""")
+"""
 
 _COLUMNS = """sequence_id, invoice_id, tenant, series, kind, from_status, to_status, number,
            attempts, detail, actor, created_at"""

@@ -2,17 +2,13 @@
 
 Read-only statements: no row locks, one snapshot per statement (READ COMMITTED), so a table
 printed while workers run is consistent within itself but may lag a running system by a moment.
-``SERIES_STATUS`` and ``GIB_REFUSED`` are still ``sqlalchemy.text`` until gapless/cli/status.py
-reads through :class:`gapless.ledger.database.Database`; the others are psycopg strings.
 """
-
-from sqlalchemy import text
 
 #: Per series: the newest counter period with its last number, invoices per status, GİB's
 #: verdicts after acceptance (refused; pending and still asked; given up while pending), and when
 #: the oldest SENDING lease began. One statement (one snapshot), no locks; the per-status counts use
 #: the (tenant, series, status) index.
-SERIES_STATUS = text("""
+SERIES_STATUS = """
     WITH counts AS (
         SELECT tenant, series,
                count(*) FILTER (WHERE status = 'RECEIVED')  AS received,
@@ -22,7 +18,7 @@ SERIES_STATUS = text("""
                count(*) FILTER (WHERE status = 'REJECTED')  AS rejected,
                count(*) FILTER (WHERE status = 'CANCELLED') AS cancelled,
                count(*) FILTER (WHERE status = 'VOIDED')    AS voided,
-               count(*) FILTER (WHERE status = 'ERROR' AND last_error LIKE :alarm_pattern)
+               count(*) FILTER (WHERE status = 'ERROR' AND last_error LIKE %(alarm_pattern)s)
                                                             AS alarms,
                count(*) FILTER (WHERE gib_status = 'refused') AS gib_refused,
                count(*) FILTER (WHERE gib_status = 'pending' AND gib_next_check_at IS NOT NULL)
@@ -31,8 +27,8 @@ SERIES_STATUS = text("""
                                                             AS gib_unresolved,
                min(sending_since) FILTER (WHERE status = 'SENDING') AS oldest_sending_since
           FROM invoices
-         WHERE (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
-           AND (CAST(:series AS text) IS NULL OR series = :series)
+         WHERE (CAST(%(tenant)s AS text) IS NULL OR tenant = %(tenant)s)
+           AND (CAST(%(series)s AS text) IS NULL OR series = %(series)s)
          GROUP BY tenant, series
     )
     SELECT s.tenant, s.code AS series, latest.period_key, latest.last_no,
@@ -55,22 +51,22 @@ SERIES_STATUS = text("""
            ORDER BY n.updated_at DESC, n.period_key DESC
            LIMIT 1
       ) latest ON true
-     WHERE (CAST(:tenant AS text) IS NULL OR s.tenant = :tenant)
-       AND (CAST(:series AS text) IS NULL OR s.code = :series)
+     WHERE (CAST(%(tenant)s AS text) IS NULL OR s.tenant = %(tenant)s)
+       AND (CAST(%(series)s AS text) IS NULL OR s.code = %(series)s)
      ORDER BY s.tenant, s.code
-""")
+"""
 
 #: Documents GİB refused after the integrator accepted them (still ISSUED: their numbers stay
 #: accounted for), newest verdict first, at most %(limit)s. One snapshot, no locks.
-GIB_REFUSED = text("""
+GIB_REFUSED = """
     SELECT tenant, series, number, invoice_id, gib_detail AS detail, gib_checked_at
       FROM invoices
      WHERE gib_status = 'refused'
-       AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
-       AND (CAST(:series AS text) IS NULL OR series = :series)
+       AND (CAST(%(tenant)s AS text) IS NULL OR tenant = %(tenant)s)
+       AND (CAST(%(series)s AS text) IS NULL OR series = %(series)s)
      ORDER BY gib_checked_at DESC, id DESC
-     LIMIT :limit
-""")
+     LIMIT %(limit)s
+"""
 
 #: The whole system at a glance: invoices per status, retryable ERRORs (not alarms), and orphans
 #: repaired (invoices recovery brought to ISSUED, counted from their history). One snapshot, no
