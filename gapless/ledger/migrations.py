@@ -19,11 +19,12 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from psycopg import sql
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from gapless.errors import ClusterMismatchError, ConfigurationError, IrreversibleMigration
 from gapless.ledger.conninfo import database_name, with_database
 from gapless.ledger.database import CONNECT_TIMEOUT_S, make_sync_engine
+from gapless.ledger.queries import config as q
 
 # Any constant works; it only has to be the same for every `gapless migrate`.
 MIGRATE_LOCK_KEY = 0x6761706C657373  # "gapless"
@@ -158,7 +159,7 @@ def migrate(database_url: str, cluster_id: int) -> MigrateResult:
     engine = make_sync_engine(database_url)
     try:
         with engine.connect() as conn:
-            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATE_LOCK_KEY})
+            conn.exec_driver_sql(q.MIGRATE_LOCK, {"key": MIGRATE_LOCK_KEY})
             conn.commit()
             try:
                 before = current_revision(conn)
@@ -166,16 +167,12 @@ def migrate(database_url: str, cluster_id: int) -> MigrateResult:
                 command.upgrade(cfg, "head")
                 conn.commit()
                 after = current_revision(conn)
-                conn.execute(
-                    text("INSERT INTO gapless_config (cluster_id) VALUES (:cluster_id) "
-                         "ON CONFLICT (singleton) DO NOTHING"),
-                    {"cluster_id": cluster_id},
-                )
-                stored = conn.execute(text("SELECT cluster_id FROM gapless_config")).scalar_one()
+                conn.exec_driver_sql(q.PIN_CLUSTER_ID, {"cluster_id": cluster_id})
+                stored = conn.exec_driver_sql(q.GET_CLUSTER_ID).scalar_one()
                 conn.commit()
             finally:
                 conn.rollback()
-                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATE_LOCK_KEY})
+                conn.exec_driver_sql(q.MIGRATE_UNLOCK, {"key": MIGRATE_LOCK_KEY})
                 conn.commit()
     finally:
         engine.dispose()
@@ -216,11 +213,8 @@ def build_from_current(database_url: str) -> None:
     engine = make_sync_engine(database_url)
     try:
         with engine.begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATE_LOCK_KEY})
-            occupied = conn.execute(text(
-                "SELECT EXISTS (SELECT FROM pg_class WHERE relnamespace = 'public'::regnamespace)"
-                " OR EXISTS (SELECT FROM pg_proc WHERE pronamespace = 'public'::regnamespace)"
-            )).scalar_one()
+            conn.exec_driver_sql(q.MIGRATE_XACT_LOCK, {"key": MIGRATE_LOCK_KEY})
+            occupied = conn.exec_driver_sql(q.SCHEMA_OCCUPIED).scalar_one()
             if occupied:
                 raise ConfigurationError(
                     f"database {database_name(database_url)} is not empty: schema/current/ "

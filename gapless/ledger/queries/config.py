@@ -26,3 +26,23 @@ REPLICATION = """
 #: The server's version string (``15.4 (Debian 15.4-1)``), for ``gapless doctor``'s postgres
 #: line. A driver-level statement; reads nothing, locks nothing.
 SERVER_VERSION = "SHOW server_version"
+
+
+#: ``gapless migrate``'s session lock: one migration at a time per database (held until
+#: MIGRATE_UNLOCK, across the migrations' own transactions).
+MIGRATE_LOCK = "SELECT pg_advisory_lock(%(key)s)"
+MIGRATE_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
+#: The same lock for one transaction (building a database from schema/current/).
+MIGRATE_XACT_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
+
+#: Pin the cluster id on first migrate; a later one keeps the stored id (compared by the caller).
+PIN_CLUSTER_ID = """
+    INSERT INTO gapless_config (cluster_id) VALUES (%(cluster_id)s)
+    ON CONFLICT (singleton) DO NOTHING
+"""
+
+#: Whether the database holds any table or function of its own (no lock).
+SCHEMA_OCCUPIED = """
+    SELECT EXISTS (SELECT FROM pg_class WHERE relnamespace = 'public'::regnamespace)
+        OR EXISTS (SELECT FROM pg_proc WHERE pronamespace = 'public'::regnamespace)
+"""
