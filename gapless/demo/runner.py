@@ -193,26 +193,11 @@ def demo_database_url(settings: Settings, name: str) -> str:
     return with_database(settings.database_url, name)
 
 
-def drop_database(database_url: str) -> None:
-    """Drop the demo database (its connections are closed by FORCE). Only demo names reach here
-    (the CLI refuses others)."""
-    import psycopg
-    from psycopg import sql
-
-    from gapless.ledger.conninfo import database_name, driver_conninfo
-    from gapless.ledger.database import CONNECT_TIMEOUT_S
-
-    with psycopg.connect(driver_conninfo(database_url, dbname="postgres"), autocommit=True,
-                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(str(database_name(database_url)))))
-
-
 async def prepare_database(settings: Settings, config: DemoConfig) -> str:
     """A migrated demo database with the demo tenants' series; returns its URL."""
     from gapless.documents import build_issuer
     from gapless.ledger.database import short_lived
-    from gapless.ledger.migrations import migrate
+    from gapless.ledger.migrations import drop_database, migrate
     from gapless.ledger.series import add_series
     from gapless.ledger.tenants import set_profile
     from gapless.numbers import build_series_spec
@@ -220,7 +205,7 @@ async def prepare_database(settings: Settings, config: DemoConfig) -> str:
     url = demo_database_url(settings, config.database)
     # Always fresh: the mock integrator's ledger starts empty, so a database with invoices of
     # an earlier run would (rightly) fail the audit's agreement check (I7).
-    await asyncio.to_thread(drop_database, url)
+    await asyncio.to_thread(drop_database, url)  # a demo name: the CLI refuses others
     await asyncio.to_thread(migrate, url, settings.cluster_id)
     async with short_lived(url, actor="operator") as db:
         for tenant, code, _ in TENANTS:
@@ -590,6 +575,8 @@ async def _clean_up(settings: Settings, config: DemoConfig, players: Cast,
         child.close()
     await engine.dispose()
     if not config.keep:
+        from gapless.ledger.migrations import drop_database
+
         await delete_queues(settings)
         await asyncio.to_thread(drop_database, database_url)
 

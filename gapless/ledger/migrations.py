@@ -123,13 +123,26 @@ def ensure_database(database_url: str) -> bool:
         raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
     with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
                          connect_timeout=CONNECT_TIMEOUT_S) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %(name)s",
+                        {"name": name}).fetchone():
             return False
         try:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         except psycopg.errors.DuplicateDatabase:
             return False  # another `gapless migrate` won the race
         return True
+
+
+def drop_database(database_url: str) -> None:
+    """Drop the database named in the URL, closing its connections (FORCE); nothing when it does
+    not exist. Asks database ``postgres`` of the same servers, like :func:`ensure_database`."""
+    name = database_name(database_url)
+    if not name:
+        raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
+    with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
+                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
 
 
 @dataclass(frozen=True)
