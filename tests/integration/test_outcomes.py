@@ -32,7 +32,7 @@ from gapless.numbers import build_series_spec
 from gapless.recovery.loop import RecoveryLoop, RecoveryOptions, RoundSummary
 from gapless.settings import Settings
 from gapless.worker.consumer import Worker
-from tests.helpers import await_until, today
+from tests.helpers import await_until, ledger, today
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import invoice_rows
 from tests.worker_support import counter, ledger_by_number, publish, running_worker
@@ -62,8 +62,7 @@ def path(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def series(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await add_series(conn, build_series_spec("acme", "ABC"))
+    await add_series(ledger(engine), build_series_spec("acme", "ABC"))
 
 
 @pytest.fixture
@@ -84,8 +83,8 @@ class Run:
 async def seal(engine: AsyncEngine, message: dict[str, Any]) -> None:
     """The invoice as a worker that died after the seal leaves it: number pinned, SENDING."""
     payload = validate_message(message).payload()
-    await upsert_draft(engine, Draft(message["invoice_id"], "acme", "ABC", 4, payload))
-    claim = await claim_for_sending(engine, message["invoice_id"], lease_s=300,
+    await upsert_draft(ledger(engine), Draft(message["invoice_id"], "acme", "ABC", 4, payload))
+    claim = await claim_for_sending(ledger(engine), message["invoice_id"], lease_s=300,
                                     lock_timeout_ms=5000)
     assert claim.kind is ClaimKind.SEND
 
@@ -100,7 +99,7 @@ async def recovery_loop(engines: Callable[..., AsyncEngine],
                         settings: Settings) -> AsyncIterator[RecoveryLoop]:
     guard = GuardedIntegrator(load_integrator(settings), settings, name="test-outcomes")
     try:
-        yield RecoveryLoop(engines("recovery"), guard, RecoveryOptions(
+        yield RecoveryLoop(ledger(engines("recovery")), guard, RecoveryOptions(
             interval_s=0.1, stuck_after_s=0, concurrency=1, gib=None,
             breaker_reset_s=settings.breaker_reset_timeout_s, settings=settings))
     finally:
@@ -267,7 +266,7 @@ async def test_refused_credentials_reject_nothing_spend_nothing_and_stop_taking_
 
 @pytest.fixture
 async def profiled(engine: AsyncEngine, series: None) -> None:
-    await set_profile(engine, "acme", build_issuer(**ISSUER))
+    await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
 
 
 @pytest.mark.usefixtures("profiled")
