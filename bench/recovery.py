@@ -249,7 +249,8 @@ async def audit_seconds(url: str) -> tuple[float, int]:
         best = float("inf")
         for _ in range(2):
             started = time.perf_counter()
-            report = await check_database(Database.borrowing(engine), tenant=None, series=None, horizon_s=600)
+            report = await check_database(Database.borrowing(engine), tenant=None, series=None,
+                                          horizon_s=600)
             best = min(best, time.perf_counter() - started)
         return best, len(report.not_issued)
     finally:

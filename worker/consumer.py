@@ -46,9 +46,7 @@ from gapless.worker.errors import is_database_unavailable
 from gapless.worker.flow import Action, Clock, Delivery, IssuingFlow, Verdict
 from gapless.worker.hooks import NO_HOOKS, FlowHooks, load_hooks
 
-# The probe's names, importable from here: ``gapless doctor`` (gapless.ops.doctor) asks the
-# same probe.
-__all__ = ["PROBE_TENANT", "PROBE_UUID", "Worker"]
+__all__ = ["Worker"]
 
 log = get_logger("gapless.worker")
 #: How long a starting worker keeps retrying a database that is briefly unreachable.

@@ -334,7 +334,7 @@ async def probe_integrator(settings: Settings) -> Any:
     a lookup consumes no number and changes nothing. Returns the answer (None, "not found", is
     the expected one); raises TransientIntegratorError when the integrator cannot answer."""
     from gapless.integrator.base import load_integrator
-    from gapless.worker.consumer import PROBE_TENANT, PROBE_UUID
+    from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID
 
     integrator = load_integrator(settings)
     try:
