@@ -16,8 +16,8 @@
 * **Private replicated servers** (bench/ha.py) — :class:`PrivateRabbitCluster` (three nodes),
   :class:`PrivatePostgresPair` (a primary and its streaming standby).
 
-Nothing here imports ``tests``, and the tests import nothing from here: where both need the same
-scaffolding (a free port, GİB's validator), each keeps its own small copy.
+Nothing here imports ``tests``; the tests import from here what both need (GİB's validator, the
+helpers of private servers), so that each piece exists once.
 """
 
 from __future__ import annotations
@@ -467,40 +467,57 @@ def json_document(tenant: str, number: str, invoice_id: str) -> Document:
 
 @functools.cache
 def _validator() -> Any:
-    """efatura-kontrol's validator (a dev dependency), compiled once per process, on Istanbul's
-    clock as GİB's is (its schematron refuses an IssueDate after its own today)."""
+    """efatura-kontrol's validator (a dev dependency), its XSD and schematron compiled once per
+    process.
+
+    GİB's schematron refuses an IssueDate after the validator's own today (``current-date()``),
+    and GİB validates on Turkish time: on a host running on UTC, a document dated today in
+    Istanbul would be "in the future" from 21:00 to midnight UTC. So the validating process runs
+    on Istanbul's clock, as GİB's does (set before the XSLT engine starts).
+    """
     os.environ["TZ"] = "Europe/Istanbul"
     time.tzset()
-    from efatura_kontrol import kontrol  # type: ignore[import-untyped]
+    from efatura_kontrol import kontrol  # type: ignore[import-untyped,unused-ignore]
 
     kontrol.hazirla()
     return kontrol.kontrol_et
 
 
-#: The "hesap" warnings line discounts raise: efatura-kontrol reads LegalMonetaryTotal the
-#: EN 16931 way, gapless writes it as Turkish invoices show it (see tests/ubl.py, the tests' copy
-#: of this check, for the whole reasoning); accepted only when the document's figures are exactly
-#: that convention's.
+#: The two "hesap" (arithmetic) warnings that line discounts raise, because efatura-kontrol reads
+#: LegalMonetaryTotal the EN 16931 way (LineExtensionAmount = Σ line net amounts,
+#: AllowanceTotalAmount = document-level allowances only) while gapless writes it the way Turkish
+#: invoices show it: goods before discounts, the line discounts' total, then the VAT base
+#: (TaxExclusiveAmount = LineExtensionAmount − AllowanceTotalAmount, which efatura-kontrol checks
+#: and which holds). :func:`_discount_convention_holds` accepts them only when the document's
+#: numbers are exactly that convention's.
 _DISCOUNT_CONVENTION = frozenset({"hesap-dip-satir", "hesap-dip-indirim"})
-_UBL = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
-        "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
+#: UBL's namespaces, by the prefixes the documents use.
+UBL_NS = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
+          "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
+
+
+def parse_ubl(document: bytes) -> Any:
+    """The document's root element (no entities resolved, no network)."""
+    from lxml import etree
+
+    return etree.fromstring(document, etree.XMLParser(resolve_entities=False, no_network=True))
 
 
 def _discount_convention_holds(document: bytes) -> bool:
-    from lxml import etree
-
-    root = etree.fromstring(document, etree.XMLParser(resolve_entities=False, no_network=True))
+    """LineExtensionAmount = Σ line net + Σ line discounts, AllowanceTotalAmount = Σ line
+    discounts, and no document-level allowance or charge."""
+    root = parse_ubl(document)
 
     def amount(element: Any, path: str) -> Decimal:
-        return Decimal(element.findtext(path, namespaces=_UBL) or "0")
+        return Decimal(element.findtext(path, namespaces=UBL_NS) or "0")
 
-    if root.find("cac:AllowanceCharge", _UBL) is not None:
+    if root.find("cac:AllowanceCharge", UBL_NS) is not None:
         return False
-    lines = root.findall("cac:InvoiceLine", _UBL)
+    lines = root.findall("cac:InvoiceLine", UBL_NS)
     nets = sum((amount(line, "cbc:LineExtensionAmount") for line in lines), Decimal(0))
     discounts = sum((amount(charge, "cbc:Amount") for line in lines
-                     for charge in line.findall("cac:AllowanceCharge", _UBL)
-                     if charge.findtext("cbc:ChargeIndicator", namespaces=_UBL) == "false"),
+                     for charge in line.findall("cac:AllowanceCharge", UBL_NS)
+                     if charge.findtext("cbc:ChargeIndicator", namespaces=UBL_NS) == "false"),
                     Decimal(0))
     total = "cac:LegalMonetaryTotal/cbc:"
     return (amount(root, total + "LineExtensionAmount") == nets + discounts
@@ -509,7 +526,7 @@ def _discount_convention_holds(document: bytes) -> bool:
 
 def gib_findings(document: bytes) -> list[str]:
     """Every error GİB's XSD and schematron find in a UBL-TR document, and every inconsistency of
-    its amounts, one line each; empty when it passes."""
+    its amounts ("hesap" warnings), one line each; empty when it passes."""
     report = _validator()(document)
     problems = [f for f in report.bulgular if f.seviye == "hata" or f.kaynak == "hesap"]
     if {f.kod for f in problems} & _DISCOUNT_CONVENTION and _discount_convention_holds(document):
