@@ -11,7 +11,8 @@
 * **Broker** — :func:`queue_prefix` (every run its own queue names, as the tests do),
   :func:`settings_of`, :func:`publish`, :func:`delete_queues`.
 * **Worker runs** — :func:`environment` (database, series, queue prefix, mock reset), and
-  counting what was issued: :func:`issued_count`, :func:`wait_issued`, :func:`issued_before`.
+  counting what was issued: :func:`issued_count`, :func:`wait_issued`, :func:`issued_before`
+  (:func:`issued_before_on`, also the tests').
 * **Documents** — :func:`json_document`, :func:`gib_findings` (GİB's XSD and schematron).
 * **Private replicated servers** (bench/ha.py) — :class:`PrivateRabbitCluster` (three nodes),
   :class:`PrivatePostgresPair` (a primary and its streaming standby).
@@ -439,19 +440,21 @@ async def wait_issued(env: dict[str, str], invoice_id: str, started: float) -> f
     return float(await _with_engine(env, poll))
 
 
-async def issued_before(env: dict[str, str], invoice_id: str) -> int:
+async def issued_before_on(engine: AsyncEngine, invoice_id: str) -> int:
     """How many other invoices were ISSUED before ``invoice_id`` was (by feed position): what a
     user message did not overtake."""
-    async def count(engine: AsyncEngine) -> int:
-        async with engine.connect() as conn:
-            return int((await conn.execute(text("""
-                SELECT count(*) FROM invoice_events e
-                 WHERE e.kind = 'issued' AND e.invoice_id <> :id
-                   AND e.sequence_id < (SELECT sequence_id FROM invoice_events
-                                         WHERE invoice_id = :id AND kind = 'issued')
-            """), {"id": invoice_id})).scalar_one())
+    async with engine.connect() as conn:
+        return int((await conn.execute(text("""
+            SELECT count(*) FROM invoice_events e
+             WHERE e.kind = 'issued' AND e.invoice_id <> :id
+               AND e.sequence_id < (SELECT sequence_id FROM invoice_events
+                                     WHERE invoice_id = :id AND kind = 'issued')
+        """), {"id": invoice_id})).scalar_one())
 
-    return int(await _with_engine(env, count))
+
+async def issued_before(env: dict[str, str], invoice_id: str) -> int:
+    """:func:`issued_before_on` the run's database."""
+    return int(await _with_engine(env, lambda engine: issued_before_on(engine, invoice_id)))
 
 
 # --------------------------------------------------------------------------------- documents
