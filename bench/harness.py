@@ -187,16 +187,17 @@ def free_port() -> int:
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 0.05,
-               message: str = "condition") -> T:
+               message: str = "condition", error: type[Exception] = TimeoutError) -> T:
     """Poll ``predicate`` until it returns a truthy value (returned) or ``timeout`` passes
-    (TimeoutError naming ``message``)."""
+    (``error``, TimeoutError unless told, naming ``message``: the tests' failures are
+    AssertionErrors)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no {message} after {timeout:g} s")
+            raise error(f"timed out after {timeout:g}s waiting for {message}")
         time.sleep(interval)
 
 

@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench import harness
 from gapless.integrator.base import Document
 from gapless.issuing.render import JSON_FORMAT, canonical_json
 from gapless.ledger.database import Database
@@ -56,15 +57,10 @@ def json_document(tenant: str, number: str, invoice_id: str,
 
 def wait_until(predicate: Callable[[], Any], timeout: float, *, interval: float = 0.05,
                message: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes (then fail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes (then fail):
+    bench/harness.py's :func:`~bench.harness.wait_until`, failing with an AssertionError."""
+    return harness.wait_until(predicate, timeout, interval=interval, message=message,
+                              error=AssertionError)
 
 
 async def await_until(predicate: Callable[[], Awaitable[Any]], timeout: float, *,
