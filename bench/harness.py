@@ -541,36 +541,47 @@ def gib_findings(document: bytes) -> list[str]:
 # ------------------------------------------------------- private replicated servers (bench/ha.py)
 #
 # A three-node RabbitMQ cluster and a PostgreSQL primary with a streaming standby, in temp dirs
-# on free ports, removed afterwards; the shared servers are never reconfigured. The bench's own
-# copy, cut to what it needs (start, URLs, databases, close), of the tests' scaffolding
-# (tests/private_services.py, tests/ha/): the tests also crash, restart and promote theirs.
+# on free ports, removed afterwards; the shared servers are never reconfigured. Finding the
+# servers' programs (:func:`postgres_bin_dir`, :func:`rabbitmq_scripts`, :func:`epmd_binary`),
+# :class:`ServiceUnavailable`, :func:`amqp_listening`, :func:`tail` and :func:`kill_group` are
+# also the tests' (tests/private_services.py, tests/ha/); the servers here are cut to what the
+# bench needs (start, URLs, databases, close), the tests' also crash, restart and promote.
 
 #: Temp dirs are named like this, so a leftover of a killed run is easy to spot.
 TEMP_PREFIX = "gapless-bench-private-"
 #: How long the nodes may take to see each other as running after they are up.
 FORM_S = 60.0
+#: Where distributions install the servers (besides the PATH and the GAPLESS_TEST_* overrides).
+POSTGRES_LIB_DIR = Path("/usr/lib/postgresql")
+RABBITMQ_SBIN_DIR = Path("/usr/lib/rabbitmq/bin")
+ERLANG_LIB_DIR = Path("/usr/lib/erlang")
 
 
 class ServiceUnavailable(Exception):
-    """A private server cannot run here (no binaries, no account to run them as, …)."""
+    """A private server cannot run here (no binaries, no account to run them as, …); the
+    message says why (the tests' skip reason)."""
 
 
-def _tail(path: Path, lines: int = 25) -> str:
+def tail(path: Path, lines: int = 25) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` (a server started in a session of its own)."""
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (a server started in a session of its own).
+
+    Only while the leader has not been reaped (``poll()`` returned None): until then no other
+    process can own that group id.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
-def _postgres_bin_dir() -> Path:
-    """Where ``initdb``/``pg_ctl`` live: GAPLESS_TEST_PG_BIN, ``pg_config --bindir``, the newest
-    /usr/lib/postgresql/*/bin, or the PATH."""
+def postgres_bin_dir(programs: Sequence[str] = ("initdb", "pg_ctl")) -> Path:
+    """Where ``programs`` (PostgreSQL's server binaries) live: GAPLESS_TEST_PG_BIN,
+    ``pg_config --bindir``, the newest /usr/lib/postgresql/*/bin, or the PATH."""
     candidates: list[Path] = []
     if configured := os.environ.get("GAPLESS_TEST_PG_BIN"):
         candidates.append(Path(configured))
@@ -586,14 +597,14 @@ def _postgres_bin_dir() -> Path:
         except ValueError:
             return 0.0
 
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=version, reverse=True)
+    candidates += sorted(POSTGRES_LIB_DIR.glob("*/bin"), key=version, reverse=True)
     if initdb := shutil.which("initdb"):
         candidates.append(Path(initdb).parent)
     for path in candidates:
-        if all((path / name).is_file() for name in ("initdb", "pg_ctl", "pg_basebackup")):
+        if all((path / name).is_file() for name in programs):
             return path
-    raise ServiceUnavailable("PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup) not "
-                             "found; set GAPLESS_TEST_PG_BIN to their directory")
+    raise ServiceUnavailable(f"PostgreSQL server binaries ({', '.join(programs)}) not found; "
+                             "set GAPLESS_TEST_PG_BIN to their directory")
 
 
 class PrivatePostgres:
@@ -602,7 +613,7 @@ class PrivatePostgres:
     SUPERUSER = "postgres"
 
     def __init__(self) -> None:
-        self.bin_dir = _postgres_bin_dir()
+        self.bin_dir = postgres_bin_dir(("initdb", "pg_ctl", "pg_basebackup"))
         self.account: pwd.struct_passwd | None = None
         if os.geteuid() == 0:  # initdb and postgres refuse to run as root
             try:
@@ -654,7 +665,7 @@ full_page_writes = off
         if result.returncode != 0:
             raise ServiceUnavailable(f"private PostgreSQL did not start within {STARTUP_S:g}s "
                                      f"({result.stdout.strip()} {result.stderr.strip()}):\n"
-                                     f"{_tail(self.log)}")
+                                     f"{tail(self.log)}")
 
     def url(self, database: str) -> str:
         return f"postgresql://{self.SUPERUSER}@127.0.0.1:{self.port}/{database}"
@@ -755,15 +766,14 @@ class PrivatePostgresPair:
             self.primary.close()
 
 
-def _rabbitmq_scripts() -> tuple[Path, Path]:
+def rabbitmq_scripts() -> tuple[Path, Path]:
     """``rabbitmq-server`` and ``rabbitmqctl`` themselves, not a distribution's wrapper that
     switches to the ``rabbitmq`` user and its home (Debian's rabbitmq-script-wrapper)."""
     found = []
     for name in ("rabbitmq-server", "rabbitmqctl"):
         script = None
         configured = os.environ.get("GAPLESS_TEST_RABBITMQ_SBIN")
-        for directory in [*([Path(configured)] if configured else []),
-                          Path("/usr/lib/rabbitmq/bin")]:
+        for directory in [*([Path(configured)] if configured else []), RABBITMQ_SBIN_DIR]:
             if (directory / name).is_file():
                 script = directory / name
                 break
@@ -777,17 +787,17 @@ def _rabbitmq_scripts() -> tuple[Path, Path]:
     return found[0], found[1]
 
 
-def _epmd() -> Path:
+def epmd_binary() -> Path:
     if on_path := shutil.which("epmd"):
         return Path(on_path)
-    for candidate in sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epmd"), reverse=True):
+    for candidate in sorted(ERLANG_LIB_DIR.glob("erts-*/bin/epmd"), reverse=True):
         return candidate
     raise ServiceUnavailable("epmd (Erlang) not found")
 
 
 def amqp_listening(port: int) -> bool:
-    """An AMQP 0-9-1 server answers the protocol header on ``port`` (Connection.Start), not
-    merely something accepting TCP connections."""
+    """True when an AMQP 0-9-1 server answers the protocol header on ``port`` (Connection.Start:
+    a method frame), not merely when something accepts TCP connections there."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
             sock.sendall(b"AMQP\x00\x00\x09\x01")
@@ -802,8 +812,8 @@ class PrivateRabbitCluster:
     peer (``classic_config``): it starts alone, then the others join it as they boot."""
 
     def __init__(self, size: int = 3) -> None:
-        self.server_script, self.ctl_script = _rabbitmq_scripts()
-        self.epmd_bin = _epmd()
+        self.server_script, self.ctl_script = rabbitmq_scripts()
+        self.epmd_bin = epmd_binary()
         self.epmd_port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}rabbitmq-"))
         run = secrets.token_hex(4)
@@ -865,7 +875,7 @@ class PrivateRabbitCluster:
             if server.poll() is not None:
                 raise ServiceUnavailable(f"RabbitMQ node {index + 1} exited at start "
                                          f"({server.returncode}):\n"
-                                         f"{_tail(Path(env['HOME']) / 'server.log')}")
+                                         f"{tail(Path(env['HOME']) / 'server.log')}")
             return amqp_listening(self.ports[index])
 
         wait_until(up, STARTUP_S, interval=0.1, message=f"RabbitMQ node {index + 1}")
@@ -901,7 +911,7 @@ class PrivateRabbitCluster:
         try:
             for server in self._servers:
                 if server.poll() is None:  # not reaped: the group id is still the node's
-                    _kill_group(server.pid)
+                    kill_group(server.pid)
                 with contextlib.suppress(subprocess.SubprocessError):
                     server.wait(timeout=10)
             if self._epmd is not None and self._epmd.poll() is None:
