@@ -682,7 +682,7 @@ full_page_writes = off
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _scalar(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
+def scalar(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
     """One statement in autocommit mode; the first value of its first row (None: no row)."""
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
         cursor = conn.execute(query, params)
@@ -712,7 +712,7 @@ class PrivatePostgresPair:
         primary.init("wal_level = replica\nmax_wal_senders = 5\nmax_replication_slots = 5\n"
                      "wal_sender_timeout = 10s\n")
         primary.start()
-        _scalar(primary.url("postgres"), "SELECT pg_create_physical_replication_slot(%s)",
+        scalar(primary.url("postgres"), "SELECT pg_create_physical_replication_slot(%s)",
                 (self.SLOT,))
         result = standby.run(
             "pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1",
@@ -732,11 +732,11 @@ class PrivatePostgresPair:
         standby.start()
         if self.synchronous:
             # Only now: with no standby yet, every commit on the primary would wait for it.
-            _scalar(primary.url("postgres"), "ALTER SYSTEM SET synchronous_standby_names = "
+            scalar(primary.url("postgres"), "ALTER SYSTEM SET synchronous_standby_names = "
                     f"'FIRST 1 ({self.STANDBY_NAME})'")
-            _scalar(primary.url("postgres"), "SELECT pg_reload_conf()")
+            scalar(primary.url("postgres"), "SELECT pg_reload_conf()")
         wanted = "sync" if self.synchronous else "async"
-        wait_until(lambda: _scalar(
+        wait_until(lambda: scalar(
             primary.url("postgres"), "SELECT sync_state FROM pg_stat_replication WHERE "
             "application_name = %s AND state = 'streaming'", (self.STANDBY_NAME,)) == wanted,
             30, message=f"the standby streaming ({wanted})")
