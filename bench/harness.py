@@ -608,12 +608,16 @@ def postgres_bin_dir(programs: Sequence[str] = ("initdb", "pg_ctl")) -> Path:
 
 
 class PrivatePostgres:
-    """A PostgreSQL server of one run, in a temp dir, on a free port."""
+    """A PostgreSQL server of one run, in a temp dir, on a free port (tests/private_services.py
+    adds stopping and restarting it).
+
+    ``fsync = off`` keeps a crash of the server honest: see tests/private_services.py."""
 
     SUPERUSER = "postgres"
 
-    def __init__(self) -> None:
-        self.bin_dir = postgres_bin_dir(("initdb", "pg_ctl", "pg_basebackup"))
+    def __init__(self, *, programs: Sequence[str] = ("initdb", "pg_ctl", "pg_basebackup"),
+                 temp_prefix: str = TEMP_PREFIX) -> None:
+        self.bin_dir = postgres_bin_dir(programs)
         self.account: pwd.struct_passwd | None = None
         if os.geteuid() == 0:  # initdb and postgres refuse to run as root
             try:
@@ -621,7 +625,7 @@ class PrivatePostgres:
             except KeyError:
                 raise ServiceUnavailable("running as root and there is no 'postgres' user to "
                                          "run initdb as") from None
-        self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix=f"{temp_prefix}pg-"))
         if self.account is not None:
             os.chown(self.root, self.account.pw_uid, self.account.pw_gid)
         self.data = self.root / "data"
@@ -640,6 +644,12 @@ class PrivatePostgres:
             group=None if account is None else account.pw_gid,
             extra_groups=None if account is None else [])
 
+    def pg_ctl(self, *args: str, timeout: float = STARTUP_S) -> subprocess.CompletedProcess[str]:
+        # -l every time: without it the server's log would go to pg_ctl's captured stdout, and
+        # the server would hold that pipe open after pg_ctl returned.
+        return self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), *args,
+                        timeout=timeout)
+
     def init(self, conf: str = "") -> None:
         result = self.run("initdb", "-D", str(self.data), "-U", self.SUPERUSER, "--auth=trust",
                           "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
@@ -648,36 +658,53 @@ class PrivatePostgres:
                                      f"{(result.stderr or result.stdout)[-2000:]}")
         with (self.data / "postgresql.conf").open("a") as file:
             file.write(f"""
-# gapless bench: a private server (bench/harness.py)
+# gapless: a private server (bench/harness.py)
 listen_addresses = '127.0.0.1'
 port = {self.port}
 unix_socket_directories = '{self.root}'
 max_connections = 200
+# A server-process crash keeps what was written to the kernel (tests/private_services.py).
 fsync = off
 synchronous_commit = on
 full_page_writes = off
 {conf}""")
 
     def start(self) -> None:
-        # -l: else the server's log goes to pg_ctl's captured stdout, held open after it returns.
-        result = self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "start", "-w",
-                          "-t", str(int(STARTUP_S)), timeout=STARTUP_S + 10)
+        result = self.pg_ctl("start", "-w", "-t", str(int(STARTUP_S)), timeout=STARTUP_S + 10)
         if result.returncode != 0:
             raise ServiceUnavailable(f"private PostgreSQL did not start within {STARTUP_S:g}s "
                                      f"({result.stdout.strip()} {result.stderr.strip()}):\n"
                                      f"{tail(self.log)}")
 
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+    def _is_our_postmaster(self, pid: int) -> bool:
+        """Whether ``pid`` is a postgres process on this data directory (not a reused pid)."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return str(self.data).encode() in cmdline
+
     def url(self, database: str) -> str:
         return f"postgresql://{self.SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
     def close(self) -> None:
-        """Stop the server if it runs (immediate: its data is thrown away), remove the temp
-        dir."""
+        """Stop the server if it runs (immediate: nothing needs its data) and remove the temp
+        dir. The postmaster is killed by its pid if pg_ctl cannot stop it."""
         try:
             if (self.data / "postmaster.pid").exists():
+                pid = self.postmaster_pid()
                 with contextlib.suppress(subprocess.SubprocessError, OSError):
-                    self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "stop", "-w",
-                             "-m", "immediate", "-t", "30", timeout=40)
+                    self.pg_ctl("stop", "-w", "-m", "immediate", "-t", "30", timeout=40)
+                if pid is not None and (self.data / "postmaster.pid").exists() and \
+                        self._is_our_postmaster(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 

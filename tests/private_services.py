@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import secrets
 import shutil
-import signal
 import socket
 import string
 import subprocess
@@ -59,12 +57,12 @@ from typing import IO, Literal, NoReturn, Protocol, TypeVar
 
 import pytest
 
+from bench import harness
 from bench.harness import (
     ServiceUnavailable,
     amqp_listening,
     epmd_binary,
     kill_group,
-    postgres_bin_dir,
     rabbitmq_scripts,
     tail,
 )
@@ -93,77 +91,16 @@ _Server = TypeVar("_Server", bound=_Closable)
 # ------------------------------------------------------------------------------------ PostgreSQL
 
 
-class PrivatePostgres:
-    """A PostgreSQL server of one test session, in a temp dir, on a free port."""
-
-    SUPERUSER = "postgres"
+class PrivatePostgres(harness.PrivatePostgres):
+    """A PostgreSQL server of one test session, in a temp dir, on a free port (bench/harness.py's,
+    which the tests may also stop, crash and restart)."""
 
     def __init__(self) -> None:
-        self.bin_dir = postgres_bin_dir()
-        self.account: pwd.struct_passwd | None = None
-        if os.geteuid() == 0:
-            # initdb and postgres refuse to run as root.
-            try:
-                self.account = pwd.getpwnam("postgres")
-            except KeyError:
-                raise ServiceUnavailable("running as root and there is no 'postgres' user to "
-                                         "run initdb as") from None
-        self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}pg-"))
-        if self.account is not None:
-            os.chown(self.root, self.account.pw_uid, self.account.pw_gid)
-        self.data = self.root / "data"
-        self.log = self.root / "server.log"
-        self.port = free_port()
-
-    # -- commands ------------------------------------------------------------------------------
-
-    def _run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
-        env["LC_ALL"] = "C"
-        account = self.account
-        return subprocess.run(
-            [str(self.bin_dir / args[0]), *args[1:]], capture_output=True, text=True,
-            timeout=timeout, cwd=self.root, env=env, check=False,
-            user=None if account is None else account.pw_uid,
-            group=None if account is None else account.pw_gid,
-            extra_groups=None if account is None else [])
-
-    def _pg_ctl(self, *args: str, timeout: float = STOP_S) -> subprocess.CompletedProcess[str]:
-        # -l every time: without it the server's log would go to pg_ctl's captured stdout, and
-        # the server would hold that pipe open after pg_ctl returned.
-        return self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), *args,
-                         timeout=timeout)
-
-    def init(self) -> None:
-        result = self._run("initdb", "-D", str(self.data), "-U", self.SUPERUSER, "--auth=trust",
-                           "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions",
-                           timeout=STARTUP_S)
-        if result.returncode != 0:
-            raise ServiceUnavailable(f"initdb failed ({result.returncode}): "
-                                     f"{(result.stderr or result.stdout)[-2000:]}")
-        with (self.data / "postgresql.conf").open("a") as conf:
-            conf.write(f"""
-# gapless tests: a private server (see tests/private_services.py)
-listen_addresses = '127.0.0.1'
-port = {self.port}
-unix_socket_directories = '{self.root}'
-max_connections = 200
-# A server-process crash keeps what was written to the kernel; see the module docstring.
-fsync = off
-synchronous_commit = on
-full_page_writes = off
-""")
-
-    def start(self) -> None:
-        result = self._pg_ctl("start", "-w", "-t", str(int(STARTUP_S)), timeout=STARTUP_S + 10)
-        if result.returncode != 0:
-            raise ServiceUnavailable(
-                f"private PostgreSQL did not start within {STARTUP_S:g}s "
-                f"({result.stdout.strip()} {result.stderr.strip()}):\n{tail(self.log)}")
+        super().__init__(programs=("initdb", "pg_ctl"), temp_prefix=TEMP_PREFIX)
 
     def stop(self, mode: ShutdownMode = "fast") -> None:
         """``pg_ctl stop -m fast`` (clean) or ``-m immediate`` (a crash of the server)."""
-        result = self._pg_ctl("stop", "-w", "-m", mode, "-t", str(int(STOP_S)))
+        result = self.pg_ctl("stop", "-w", "-m", mode, "-t", str(int(STOP_S)), timeout=STOP_S)
         if result.returncode != 0:
             raise AssertionError(f"pg_ctl stop -m {mode} failed: {result.stderr.strip()}\n"
                                  f"{tail(self.log)}")
@@ -171,49 +108,17 @@ full_page_writes = off
     def restart(self, mode: ShutdownMode = "fast") -> None:
         """``pg_ctl restart -m MODE``: stop and start at once (for a deliberate outage, call
         :meth:`stop` and :meth:`start` with the wait in between)."""
-        result = self._pg_ctl("restart", "-w", "-m", mode, "-t", str(int(STARTUP_S)),
-                              timeout=STOP_S + STARTUP_S)
+        result = self.pg_ctl("restart", "-w", "-m", mode, "-t", str(int(STARTUP_S)),
+                             timeout=STOP_S + STARTUP_S)
         if result.returncode != 0:
             raise AssertionError(f"pg_ctl restart -m {mode} failed: {result.stderr.strip()}\n"
                                  f"{tail(self.log)}")
 
     def running(self) -> bool:
-        return self._pg_ctl("status", timeout=30).returncode == 0
-
-    def postmaster_pid(self) -> int | None:
-        try:
-            return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
-            return None
-
-    def _is_our_postmaster(self, pid: int) -> bool:
-        """Whether ``pid`` is a postgres process on this data directory (not a reused pid)."""
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
-        return str(self.data).encode() in cmdline
-
-    def url(self, database: str) -> str:
-        return f"postgresql://{self.SUPERUSER}@127.0.0.1:{self.port}/{database}"
+        return self.pg_ctl("status", timeout=30).returncode == 0
 
     def log_tail(self, lines: int = 25) -> str:
         return tail(self.log, lines)
-
-    def close(self) -> None:
-        """Stop the server if it runs (immediate: nothing here needs its data) and remove the
-        temp dir. The postmaster is killed by its pid if pg_ctl cannot stop it."""
-        try:
-            if (self.data / "postmaster.pid").exists():
-                pid = self.postmaster_pid()
-                with contextlib.suppress(subprocess.SubprocessError, OSError):
-                    self._pg_ctl("stop", "-w", "-m", "immediate", "-t", "30", timeout=40)
-                if pid is not None and (self.data / "postmaster.pid").exists() and \
-                        self._is_our_postmaster(pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
 
 
 # -------------------------------------------------------------------------------------- RabbitMQ

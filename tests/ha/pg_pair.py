@@ -101,7 +101,7 @@ wal_sender_timeout = 10s
         self.timings["primary up"] = time.monotonic() - started
         scalar(primary.url("postgres"),
              "SELECT pg_create_physical_replication_slot(%s)", (SLOT,))
-        result = standby._run(
+        result = standby.run(
             "pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1",
             "-p", str(primary.port), "-U", PrivatePostgres.SUPERUSER, "-R", "-X", "stream",
             "-S", SLOT, "--checkpoint=fast", "--no-sync", timeout=STARTUP_S)
@@ -236,7 +236,7 @@ unix_socket_directories = '{standby.root}'
         Returns the seconds from the command to the first writable answer."""
         started = time.monotonic()
         standby = self._standby
-        result = standby._pg_ctl("promote", "-w", "-t", str(int(timeout)), timeout=timeout + 10)
+        result = standby.pg_ctl("promote", "-w", "-t", str(int(timeout)), timeout=timeout + 10)
         if result.returncode != 0:
             raise AssertionError(f"pg_ctl promote failed: {result.stderr.strip()}\n"
                                  f"{standby.log_tail()}")
