@@ -201,13 +201,16 @@ def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 
         time.sleep(interval)
 
 
-def wait_for_port(port: int, timeout: float = 30.0) -> None:
+def wait_for_port(port: int, timeout: float = 30.0, *,
+                  error: type[Exception] = TimeoutError) -> None:
+    """Wait until something accepts connections on loopback ``port`` (``error`` after
+    ``timeout``)."""
     def is_open() -> bool:
         with socket.socket() as sock:
             sock.settimeout(0.2)
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
-    wait_until(is_open, timeout, message=f"listener on port {port}")
+    wait_until(is_open, timeout, message=f"port {port} to accept connections", error=error)
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

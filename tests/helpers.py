@@ -123,12 +123,7 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:
-    def is_open() -> bool:
-        with socket.socket() as sock:
-            sock.settimeout(0.2)
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_until(is_open, timeout, message=f"port {port} to accept connections")
+    harness.wait_for_port(port, timeout, error=AssertionError)
 
 
 class GaplessProcess:
