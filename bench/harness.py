@@ -11,13 +11,14 @@
 * **Broker** — :func:`queue_prefix` (every run its own queue names, as the tests do),
   :func:`settings_of`, :func:`publish`, :func:`delete_queues`.
 * **Worker runs** — :func:`environment` (database, series, queue prefix, mock reset), and
-  counting what was issued: :func:`issued_count`, :func:`wait_issued`, :func:`issued_before`.
+  counting what was issued: :func:`issued_count`, :func:`wait_issued`, :func:`issued_before`
+  (:func:`issued_before_on`, also the tests').
 * **Documents** — :func:`json_document`, :func:`gib_findings` (GİB's XSD and schematron).
 * **Private replicated servers** (bench/ha.py) — :class:`PrivateRabbitCluster` (three nodes),
   :class:`PrivatePostgresPair` (a primary and its streaming standby).
 
-Nothing here imports ``tests``, and the tests import nothing from here: where both need the same
-scaffolding (a free port, GİB's validator), each keeps its own small copy.
+Nothing here imports ``tests``; the tests import from here what both need (GİB's validator, the
+helpers of private servers), so that each piece exists once.
 """
 
 from __future__ import annotations
@@ -186,26 +187,30 @@ def free_port() -> int:
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 0.05,
-               message: str = "condition") -> T:
+               message: str = "condition", error: type[Exception] = TimeoutError) -> T:
     """Poll ``predicate`` until it returns a truthy value (returned) or ``timeout`` passes
-    (TimeoutError naming ``message``)."""
+    (``error``, TimeoutError unless told, naming ``message``: the tests' failures are
+    AssertionErrors)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no {message} after {timeout:g} s")
+            raise error(f"timed out after {timeout:g}s waiting for {message}")
         time.sleep(interval)
 
 
-def wait_for_port(port: int, timeout: float = 30.0) -> None:
+def wait_for_port(port: int, timeout: float = 30.0, *,
+                  error: type[Exception] = TimeoutError) -> None:
+    """Wait until something accepts connections on loopback ``port`` (``error`` after
+    ``timeout``)."""
     def is_open() -> bool:
         with socket.socket() as sock:
             sock.settimeout(0.2)
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
-    wait_until(is_open, timeout, message=f"listener on port {port}")
+    wait_until(is_open, timeout, message=f"port {port} to accept connections", error=error)
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -439,19 +444,21 @@ async def wait_issued(env: dict[str, str], invoice_id: str, started: float) -> f
     return float(await _with_engine(env, poll))
 
 
-async def issued_before(env: dict[str, str], invoice_id: str) -> int:
+async def issued_before_on(engine: AsyncEngine, invoice_id: str) -> int:
     """How many other invoices were ISSUED before ``invoice_id`` was (by feed position): what a
     user message did not overtake."""
-    async def count(engine: AsyncEngine) -> int:
-        async with engine.connect() as conn:
-            return int((await conn.execute(text("""
-                SELECT count(*) FROM invoice_events e
-                 WHERE e.kind = 'issued' AND e.invoice_id <> :id
-                   AND e.sequence_id < (SELECT sequence_id FROM invoice_events
-                                         WHERE invoice_id = :id AND kind = 'issued')
-            """), {"id": invoice_id})).scalar_one())
+    async with engine.connect() as conn:
+        return int((await conn.execute(text("""
+            SELECT count(*) FROM invoice_events e
+             WHERE e.kind = 'issued' AND e.invoice_id <> :id
+               AND e.sequence_id < (SELECT sequence_id FROM invoice_events
+                                     WHERE invoice_id = :id AND kind = 'issued')
+        """), {"id": invoice_id})).scalar_one())
 
-    return int(await _with_engine(env, count))
+
+async def issued_before(env: dict[str, str], invoice_id: str) -> int:
+    """:func:`issued_before_on` the run's database."""
+    return int(await _with_engine(env, lambda engine: issued_before_on(engine, invoice_id)))
 
 
 # --------------------------------------------------------------------------------- documents
@@ -467,40 +474,57 @@ def json_document(tenant: str, number: str, invoice_id: str) -> Document:
 
 @functools.cache
 def _validator() -> Any:
-    """efatura-kontrol's validator (a dev dependency), compiled once per process, on Istanbul's
-    clock as GİB's is (its schematron refuses an IssueDate after its own today)."""
+    """efatura-kontrol's validator (a dev dependency), its XSD and schematron compiled once per
+    process.
+
+    GİB's schematron refuses an IssueDate after the validator's own today (``current-date()``),
+    and GİB validates on Turkish time: on a host running on UTC, a document dated today in
+    Istanbul would be "in the future" from 21:00 to midnight UTC. So the validating process runs
+    on Istanbul's clock, as GİB's does (set before the XSLT engine starts).
+    """
     os.environ["TZ"] = "Europe/Istanbul"
     time.tzset()
-    from efatura_kontrol import kontrol  # type: ignore[import-untyped]
+    from efatura_kontrol import kontrol  # type: ignore[import-untyped,unused-ignore]
 
     kontrol.hazirla()
     return kontrol.kontrol_et
 
 
-#: The "hesap" warnings line discounts raise: efatura-kontrol reads LegalMonetaryTotal the
-#: EN 16931 way, gapless writes it as Turkish invoices show it (see tests/ubl.py, the tests' copy
-#: of this check, for the whole reasoning); accepted only when the document's figures are exactly
-#: that convention's.
+#: The two "hesap" (arithmetic) warnings that line discounts raise, because efatura-kontrol reads
+#: LegalMonetaryTotal the EN 16931 way (LineExtensionAmount = Σ line net amounts,
+#: AllowanceTotalAmount = document-level allowances only) while gapless writes it the way Turkish
+#: invoices show it: goods before discounts, the line discounts' total, then the VAT base
+#: (TaxExclusiveAmount = LineExtensionAmount − AllowanceTotalAmount, which efatura-kontrol checks
+#: and which holds). :func:`_discount_convention_holds` accepts them only when the document's
+#: numbers are exactly that convention's.
 _DISCOUNT_CONVENTION = frozenset({"hesap-dip-satir", "hesap-dip-indirim"})
-_UBL = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
-        "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
+#: UBL's namespaces, by the prefixes the documents use.
+UBL_NS = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
+          "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
+
+
+def parse_ubl(document: bytes) -> Any:
+    """The document's root element (no entities resolved, no network)."""
+    from lxml import etree
+
+    return etree.fromstring(document, etree.XMLParser(resolve_entities=False, no_network=True))
 
 
 def _discount_convention_holds(document: bytes) -> bool:
-    from lxml import etree
-
-    root = etree.fromstring(document, etree.XMLParser(resolve_entities=False, no_network=True))
+    """LineExtensionAmount = Σ line net + Σ line discounts, AllowanceTotalAmount = Σ line
+    discounts, and no document-level allowance or charge."""
+    root = parse_ubl(document)
 
     def amount(element: Any, path: str) -> Decimal:
-        return Decimal(element.findtext(path, namespaces=_UBL) or "0")
+        return Decimal(element.findtext(path, namespaces=UBL_NS) or "0")
 
-    if root.find("cac:AllowanceCharge", _UBL) is not None:
+    if root.find("cac:AllowanceCharge", UBL_NS) is not None:
         return False
-    lines = root.findall("cac:InvoiceLine", _UBL)
+    lines = root.findall("cac:InvoiceLine", UBL_NS)
     nets = sum((amount(line, "cbc:LineExtensionAmount") for line in lines), Decimal(0))
     discounts = sum((amount(charge, "cbc:Amount") for line in lines
-                     for charge in line.findall("cac:AllowanceCharge", _UBL)
-                     if charge.findtext("cbc:ChargeIndicator", namespaces=_UBL) == "false"),
+                     for charge in line.findall("cac:AllowanceCharge", UBL_NS)
+                     if charge.findtext("cbc:ChargeIndicator", namespaces=UBL_NS) == "false"),
                     Decimal(0))
     total = "cac:LegalMonetaryTotal/cbc:"
     return (amount(root, total + "LineExtensionAmount") == nets + discounts
@@ -509,7 +533,7 @@ def _discount_convention_holds(document: bytes) -> bool:
 
 def gib_findings(document: bytes) -> list[str]:
     """Every error GİB's XSD and schematron find in a UBL-TR document, and every inconsistency of
-    its amounts, one line each; empty when it passes."""
+    its amounts ("hesap" warnings), one line each; empty when it passes."""
     report = _validator()(document)
     problems = [f for f in report.bulgular if f.seviye == "hata" or f.kaynak == "hesap"]
     if {f.kod for f in problems} & _DISCOUNT_CONVENTION and _discount_convention_holds(document):
@@ -520,36 +544,47 @@ def gib_findings(document: bytes) -> list[str]:
 # ------------------------------------------------------- private replicated servers (bench/ha.py)
 #
 # A three-node RabbitMQ cluster and a PostgreSQL primary with a streaming standby, in temp dirs
-# on free ports, removed afterwards; the shared servers are never reconfigured. The bench's own
-# copy, cut to what it needs (start, URLs, databases, close), of the tests' scaffolding
-# (tests/private_services.py, tests/ha/): the tests also crash, restart and promote theirs.
+# on free ports, removed afterwards; the shared servers are never reconfigured. Finding the
+# servers' programs (:func:`postgres_bin_dir`, :func:`rabbitmq_scripts`, :func:`epmd_binary`),
+# :class:`ServiceUnavailable`, :func:`amqp_listening`, :func:`tail` and :func:`kill_group` are
+# also the tests' (tests/private_services.py, tests/ha/); the servers here are cut to what the
+# bench needs (start, URLs, databases, close), the tests' also crash, restart and promote.
 
 #: Temp dirs are named like this, so a leftover of a killed run is easy to spot.
 TEMP_PREFIX = "gapless-bench-private-"
 #: How long the nodes may take to see each other as running after they are up.
 FORM_S = 60.0
+#: Where distributions install the servers (besides the PATH and the GAPLESS_TEST_* overrides).
+POSTGRES_LIB_DIR = Path("/usr/lib/postgresql")
+RABBITMQ_SBIN_DIR = Path("/usr/lib/rabbitmq/bin")
+ERLANG_LIB_DIR = Path("/usr/lib/erlang")
 
 
 class ServiceUnavailable(Exception):
-    """A private server cannot run here (no binaries, no account to run them as, …)."""
+    """A private server cannot run here (no binaries, no account to run them as, …); the
+    message says why (the tests' skip reason)."""
 
 
-def _tail(path: Path, lines: int = 25) -> str:
+def tail(path: Path, lines: int = 25) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` (a server started in a session of its own)."""
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (a server started in a session of its own).
+
+    Only while the leader has not been reaped (``poll()`` returned None): until then no other
+    process can own that group id.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
-def _postgres_bin_dir() -> Path:
-    """Where ``initdb``/``pg_ctl`` live: GAPLESS_TEST_PG_BIN, ``pg_config --bindir``, the newest
-    /usr/lib/postgresql/*/bin, or the PATH."""
+def postgres_bin_dir(programs: Sequence[str] = ("initdb", "pg_ctl")) -> Path:
+    """Where ``programs`` (PostgreSQL's server binaries) live: GAPLESS_TEST_PG_BIN,
+    ``pg_config --bindir``, the newest /usr/lib/postgresql/*/bin, or the PATH."""
     candidates: list[Path] = []
     if configured := os.environ.get("GAPLESS_TEST_PG_BIN"):
         candidates.append(Path(configured))
@@ -565,23 +600,27 @@ def _postgres_bin_dir() -> Path:
         except ValueError:
             return 0.0
 
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=version, reverse=True)
+    candidates += sorted(POSTGRES_LIB_DIR.glob("*/bin"), key=version, reverse=True)
     if initdb := shutil.which("initdb"):
         candidates.append(Path(initdb).parent)
     for path in candidates:
-        if all((path / name).is_file() for name in ("initdb", "pg_ctl", "pg_basebackup")):
+        if all((path / name).is_file() for name in programs):
             return path
-    raise ServiceUnavailable("PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup) not "
-                             "found; set GAPLESS_TEST_PG_BIN to their directory")
+    raise ServiceUnavailable(f"PostgreSQL server binaries ({', '.join(programs)}) not found; "
+                             "set GAPLESS_TEST_PG_BIN to their directory")
 
 
 class PrivatePostgres:
-    """A PostgreSQL server of one run, in a temp dir, on a free port."""
+    """A PostgreSQL server of one run, in a temp dir, on a free port (tests/private_services.py
+    adds stopping and restarting it).
+
+    ``fsync = off`` keeps a crash of the server honest: see tests/private_services.py."""
 
     SUPERUSER = "postgres"
 
-    def __init__(self) -> None:
-        self.bin_dir = _postgres_bin_dir()
+    def __init__(self, *, programs: Sequence[str] = ("initdb", "pg_ctl", "pg_basebackup"),
+                 temp_prefix: str = TEMP_PREFIX) -> None:
+        self.bin_dir = postgres_bin_dir(programs)
         self.account: pwd.struct_passwd | None = None
         if os.geteuid() == 0:  # initdb and postgres refuse to run as root
             try:
@@ -589,7 +628,7 @@ class PrivatePostgres:
             except KeyError:
                 raise ServiceUnavailable("running as root and there is no 'postgres' user to "
                                          "run initdb as") from None
-        self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix=f"{temp_prefix}pg-"))
         if self.account is not None:
             os.chown(self.root, self.account.pw_uid, self.account.pw_gid)
         self.data = self.root / "data"
@@ -608,6 +647,12 @@ class PrivatePostgres:
             group=None if account is None else account.pw_gid,
             extra_groups=None if account is None else [])
 
+    def pg_ctl(self, *args: str, timeout: float = STARTUP_S) -> subprocess.CompletedProcess[str]:
+        # -l every time: without it the server's log would go to pg_ctl's captured stdout, and
+        # the server would hold that pipe open after pg_ctl returned.
+        return self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), *args,
+                        timeout=timeout)
+
     def init(self, conf: str = "") -> None:
         result = self.run("initdb", "-D", str(self.data), "-U", self.SUPERUSER, "--auth=trust",
                           "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
@@ -616,41 +661,58 @@ class PrivatePostgres:
                                      f"{(result.stderr or result.stdout)[-2000:]}")
         with (self.data / "postgresql.conf").open("a") as file:
             file.write(f"""
-# gapless bench: a private server (bench/harness.py)
+# gapless: a private server (bench/harness.py)
 listen_addresses = '127.0.0.1'
 port = {self.port}
 unix_socket_directories = '{self.root}'
 max_connections = 200
+# A server-process crash keeps what was written to the kernel (tests/private_services.py).
 fsync = off
 synchronous_commit = on
 full_page_writes = off
 {conf}""")
 
     def start(self) -> None:
-        # -l: else the server's log goes to pg_ctl's captured stdout, held open after it returns.
-        result = self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "start", "-w",
-                          "-t", str(int(STARTUP_S)), timeout=STARTUP_S + 10)
+        result = self.pg_ctl("start", "-w", "-t", str(int(STARTUP_S)), timeout=STARTUP_S + 10)
         if result.returncode != 0:
             raise ServiceUnavailable(f"private PostgreSQL did not start within {STARTUP_S:g}s "
                                      f"({result.stdout.strip()} {result.stderr.strip()}):\n"
-                                     f"{_tail(self.log)}")
+                                     f"{tail(self.log)}")
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+    def _is_our_postmaster(self, pid: int) -> bool:
+        """Whether ``pid`` is a postgres process on this data directory (not a reused pid)."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return str(self.data).encode() in cmdline
 
     def url(self, database: str) -> str:
         return f"postgresql://{self.SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
     def close(self) -> None:
-        """Stop the server if it runs (immediate: its data is thrown away), remove the temp
-        dir."""
+        """Stop the server if it runs (immediate: nothing needs its data) and remove the temp
+        dir. The postmaster is killed by its pid if pg_ctl cannot stop it."""
         try:
             if (self.data / "postmaster.pid").exists():
+                pid = self.postmaster_pid()
                 with contextlib.suppress(subprocess.SubprocessError, OSError):
-                    self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "stop", "-w",
-                             "-m", "immediate", "-t", "30", timeout=40)
+                    self.pg_ctl("stop", "-w", "-m", "immediate", "-t", "30", timeout=40)
+                if pid is not None and (self.data / "postmaster.pid").exists() and \
+                        self._is_our_postmaster(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _scalar(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
+def scalar(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
     """One statement in autocommit mode; the first value of its first row (None: no row)."""
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
         cursor = conn.execute(query, params)
@@ -680,7 +742,7 @@ class PrivatePostgresPair:
         primary.init("wal_level = replica\nmax_wal_senders = 5\nmax_replication_slots = 5\n"
                      "wal_sender_timeout = 10s\n")
         primary.start()
-        _scalar(primary.url("postgres"), "SELECT pg_create_physical_replication_slot(%s)",
+        scalar(primary.url("postgres"), "SELECT pg_create_physical_replication_slot(%s)",
                 (self.SLOT,))
         result = standby.run(
             "pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1",
@@ -700,11 +762,11 @@ class PrivatePostgresPair:
         standby.start()
         if self.synchronous:
             # Only now: with no standby yet, every commit on the primary would wait for it.
-            _scalar(primary.url("postgres"), "ALTER SYSTEM SET synchronous_standby_names = "
+            scalar(primary.url("postgres"), "ALTER SYSTEM SET synchronous_standby_names = "
                     f"'FIRST 1 ({self.STANDBY_NAME})'")
-            _scalar(primary.url("postgres"), "SELECT pg_reload_conf()")
+            scalar(primary.url("postgres"), "SELECT pg_reload_conf()")
         wanted = "sync" if self.synchronous else "async"
-        wait_until(lambda: _scalar(
+        wait_until(lambda: scalar(
             primary.url("postgres"), "SELECT sync_state FROM pg_stat_replication WHERE "
             "application_name = %s AND state = 'streaming'", (self.STANDBY_NAME,)) == wanted,
             30, message=f"the standby streaming ({wanted})")
@@ -734,15 +796,14 @@ class PrivatePostgresPair:
             self.primary.close()
 
 
-def _rabbitmq_scripts() -> tuple[Path, Path]:
+def rabbitmq_scripts() -> tuple[Path, Path]:
     """``rabbitmq-server`` and ``rabbitmqctl`` themselves, not a distribution's wrapper that
     switches to the ``rabbitmq`` user and its home (Debian's rabbitmq-script-wrapper)."""
     found = []
     for name in ("rabbitmq-server", "rabbitmqctl"):
         script = None
         configured = os.environ.get("GAPLESS_TEST_RABBITMQ_SBIN")
-        for directory in [*([Path(configured)] if configured else []),
-                          Path("/usr/lib/rabbitmq/bin")]:
+        for directory in [*([Path(configured)] if configured else []), RABBITMQ_SBIN_DIR]:
             if (directory / name).is_file():
                 script = directory / name
                 break
@@ -756,17 +817,17 @@ def _rabbitmq_scripts() -> tuple[Path, Path]:
     return found[0], found[1]
 
 
-def _epmd() -> Path:
+def epmd_binary() -> Path:
     if on_path := shutil.which("epmd"):
         return Path(on_path)
-    for candidate in sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epmd"), reverse=True):
+    for candidate in sorted(ERLANG_LIB_DIR.glob("erts-*/bin/epmd"), reverse=True):
         return candidate
     raise ServiceUnavailable("epmd (Erlang) not found")
 
 
 def amqp_listening(port: int) -> bool:
-    """An AMQP 0-9-1 server answers the protocol header on ``port`` (Connection.Start), not
-    merely something accepting TCP connections."""
+    """True when an AMQP 0-9-1 server answers the protocol header on ``port`` (Connection.Start:
+    a method frame), not merely when something accepts TCP connections there."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
             sock.sendall(b"AMQP\x00\x00\x09\x01")
@@ -781,8 +842,8 @@ class PrivateRabbitCluster:
     peer (``classic_config``): it starts alone, then the others join it as they boot."""
 
     def __init__(self, size: int = 3) -> None:
-        self.server_script, self.ctl_script = _rabbitmq_scripts()
-        self.epmd_bin = _epmd()
+        self.server_script, self.ctl_script = rabbitmq_scripts()
+        self.epmd_bin = epmd_binary()
         self.epmd_port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}rabbitmq-"))
         run = secrets.token_hex(4)
@@ -844,7 +905,7 @@ class PrivateRabbitCluster:
             if server.poll() is not None:
                 raise ServiceUnavailable(f"RabbitMQ node {index + 1} exited at start "
                                          f"({server.returncode}):\n"
-                                         f"{_tail(Path(env['HOME']) / 'server.log')}")
+                                         f"{tail(Path(env['HOME']) / 'server.log')}")
             return amqp_listening(self.ports[index])
 
         wait_until(up, STARTUP_S, interval=0.1, message=f"RabbitMQ node {index + 1}")
@@ -880,7 +941,7 @@ class PrivateRabbitCluster:
         try:
             for server in self._servers:
                 if server.poll() is None:  # not reaped: the group id is still the node's
-                    _kill_group(server.pid)
+                    kill_group(server.pid)
                 with contextlib.suppress(subprocess.SubprocessError):
                     server.wait(timeout=10)
             if self._epmd is not None and self._epmd.poll() is None:

@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench import harness
 from gapless.integrator.base import Document
 from gapless.issuing.render import JSON_FORMAT, canonical_json
 from gapless.ledger.database import Database
@@ -56,15 +57,10 @@ def json_document(tenant: str, number: str, invoice_id: str,
 
 def wait_until(predicate: Callable[[], Any], timeout: float, *, interval: float = 0.05,
                message: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes (then fail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes (then fail):
+    bench/harness.py's :func:`~bench.harness.wait_until`, failing with an AssertionError."""
+    return harness.wait_until(predicate, timeout, interval=interval, message=message,
+                              error=AssertionError)
 
 
 async def await_until(predicate: Callable[[], Awaitable[Any]], timeout: float, *,
@@ -127,12 +123,7 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:
-    def is_open() -> bool:
-        with socket.socket() as sock:
-            sock.settimeout(0.2)
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_until(is_open, timeout, message=f"port {port} to accept connections")
+    harness.wait_for_port(port, timeout, error=AssertionError)
 
 
 class GaplessProcess:

@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import secrets
 import shutil
-import signal
 import socket
 import string
 import subprocess
@@ -59,6 +57,15 @@ from typing import IO, Literal, NoReturn, Protocol, TypeVar
 
 import pytest
 
+from bench import harness
+from bench.harness import (
+    ServiceUnavailable,
+    amqp_listening,
+    epmd_binary,
+    kill_group,
+    rabbitmq_scripts,
+    tail,
+)
 from tests.helpers import free_port, wait_until
 
 #: How long a private server may take to come up (the machine is small and shared).
@@ -67,10 +74,6 @@ STARTUP_S = 60.0
 STOP_S = 60.0
 #: Temp dirs are named like this, so a leftover of a killed test run is easy to spot.
 TEMP_PREFIX = "gapless-private-"
-#: Where distributions install the servers (besides the PATH and the GAPLESS_TEST_* overrides).
-POSTGRES_LIB_DIR = Path("/usr/lib/postgresql")
-RABBITMQ_SBIN_DIR = Path("/usr/lib/rabbitmq/bin")
-ERLANG_LIB_DIR = Path("/usr/lib/erlang")
 
 ShutdownMode = Literal["fast", "immediate"]
 #: ``shutdown``: ``rabbitmqctl shutdown`` (graceful; the VM exits). ``kill``: SIGKILL of the
@@ -85,222 +88,40 @@ class _Closable(Protocol):
 _Server = TypeVar("_Server", bound=_Closable)
 
 
-class ServiceUnavailable(Exception):
-    """A private server cannot be started here; the message says why (a skip reason)."""
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` (a server started with its own session).
-
-    Only while the leader has not been reaped (``poll()`` returned None): until then no other
-    process can own that group id.
-    """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
 # ------------------------------------------------------------------------------------ PostgreSQL
 
 
-def _postgres_bin_dir() -> Path:
-    """Where ``initdb``/``pg_ctl`` live: GAPLESS_TEST_PG_BIN, ``pg_config --bindir``, the newest
-    /usr/lib/postgresql/*/bin, or the PATH."""
-    candidates: list[Path] = []
-    if configured := os.environ.get("GAPLESS_TEST_PG_BIN"):
-        candidates.append(Path(configured))
-    if pg_config := shutil.which("pg_config"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True,
-                                 timeout=10, check=True).stdout.strip()
-            candidates.append(Path(out))
-
-    def version(path: Path) -> float:
-        try:
-            return float(path.parent.name)
-        except ValueError:
-            return 0.0
-
-    candidates += sorted(POSTGRES_LIB_DIR.glob("*/bin"), key=version, reverse=True)
-    if initdb := shutil.which("initdb"):
-        candidates.append(Path(initdb).parent)
-    for path in candidates:
-        if (path / "initdb").is_file() and (path / "pg_ctl").is_file():
-            return path
-    raise ServiceUnavailable("PostgreSQL server binaries (initdb, pg_ctl) not found; set "
-                             "GAPLESS_TEST_PG_BIN to their directory")
-
-
-class PrivatePostgres:
-    """A PostgreSQL server of one test session, in a temp dir, on a free port."""
-
-    SUPERUSER = "postgres"
+class PrivatePostgres(harness.PrivatePostgres):
+    """A PostgreSQL server of one test session, in a temp dir, on a free port (bench/harness.py's,
+    which the tests may also stop, crash and restart)."""
 
     def __init__(self) -> None:
-        self.bin_dir = _postgres_bin_dir()
-        self.account: pwd.struct_passwd | None = None
-        if os.geteuid() == 0:
-            # initdb and postgres refuse to run as root.
-            try:
-                self.account = pwd.getpwnam("postgres")
-            except KeyError:
-                raise ServiceUnavailable("running as root and there is no 'postgres' user to "
-                                         "run initdb as") from None
-        self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}pg-"))
-        if self.account is not None:
-            os.chown(self.root, self.account.pw_uid, self.account.pw_gid)
-        self.data = self.root / "data"
-        self.log = self.root / "server.log"
-        self.port = free_port()
-
-    # -- commands ------------------------------------------------------------------------------
-
-    def _run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
-        env["LC_ALL"] = "C"
-        account = self.account
-        return subprocess.run(
-            [str(self.bin_dir / args[0]), *args[1:]], capture_output=True, text=True,
-            timeout=timeout, cwd=self.root, env=env, check=False,
-            user=None if account is None else account.pw_uid,
-            group=None if account is None else account.pw_gid,
-            extra_groups=None if account is None else [])
-
-    def _pg_ctl(self, *args: str, timeout: float = STOP_S) -> subprocess.CompletedProcess[str]:
-        # -l every time: without it the server's log would go to pg_ctl's captured stdout, and
-        # the server would hold that pipe open after pg_ctl returned.
-        return self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), *args,
-                         timeout=timeout)
-
-    def init(self) -> None:
-        result = self._run("initdb", "-D", str(self.data), "-U", self.SUPERUSER, "--auth=trust",
-                           "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions",
-                           timeout=STARTUP_S)
-        if result.returncode != 0:
-            raise ServiceUnavailable(f"initdb failed ({result.returncode}): "
-                                     f"{(result.stderr or result.stdout)[-2000:]}")
-        with (self.data / "postgresql.conf").open("a") as conf:
-            conf.write(f"""
-# gapless tests: a private server (see tests/private_services.py)
-listen_addresses = '127.0.0.1'
-port = {self.port}
-unix_socket_directories = '{self.root}'
-max_connections = 200
-# A server-process crash keeps what was written to the kernel; see the module docstring.
-fsync = off
-synchronous_commit = on
-full_page_writes = off
-""")
-
-    def start(self) -> None:
-        result = self._pg_ctl("start", "-w", "-t", str(int(STARTUP_S)), timeout=STARTUP_S + 10)
-        if result.returncode != 0:
-            raise ServiceUnavailable(
-                f"private PostgreSQL did not start within {STARTUP_S:g}s "
-                f"({result.stdout.strip()} {result.stderr.strip()}):\n{_tail(self.log)}")
+        super().__init__(programs=("initdb", "pg_ctl"), temp_prefix=TEMP_PREFIX)
 
     def stop(self, mode: ShutdownMode = "fast") -> None:
         """``pg_ctl stop -m fast`` (clean) or ``-m immediate`` (a crash of the server)."""
-        result = self._pg_ctl("stop", "-w", "-m", mode, "-t", str(int(STOP_S)))
+        result = self.pg_ctl("stop", "-w", "-m", mode, "-t", str(int(STOP_S)), timeout=STOP_S)
         if result.returncode != 0:
             raise AssertionError(f"pg_ctl stop -m {mode} failed: {result.stderr.strip()}\n"
-                                 f"{_tail(self.log)}")
+                                 f"{tail(self.log)}")
 
     def restart(self, mode: ShutdownMode = "fast") -> None:
         """``pg_ctl restart -m MODE``: stop and start at once (for a deliberate outage, call
         :meth:`stop` and :meth:`start` with the wait in between)."""
-        result = self._pg_ctl("restart", "-w", "-m", mode, "-t", str(int(STARTUP_S)),
-                              timeout=STOP_S + STARTUP_S)
+        result = self.pg_ctl("restart", "-w", "-m", mode, "-t", str(int(STARTUP_S)),
+                             timeout=STOP_S + STARTUP_S)
         if result.returncode != 0:
             raise AssertionError(f"pg_ctl restart -m {mode} failed: {result.stderr.strip()}\n"
-                                 f"{_tail(self.log)}")
+                                 f"{tail(self.log)}")
 
     def running(self) -> bool:
-        return self._pg_ctl("status", timeout=30).returncode == 0
-
-    def postmaster_pid(self) -> int | None:
-        try:
-            return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
-            return None
-
-    def _is_our_postmaster(self, pid: int) -> bool:
-        """Whether ``pid`` is a postgres process on this data directory (not a reused pid)."""
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
-        return str(self.data).encode() in cmdline
-
-    def url(self, database: str) -> str:
-        return f"postgresql://{self.SUPERUSER}@127.0.0.1:{self.port}/{database}"
+        return self.pg_ctl("status", timeout=30).returncode == 0
 
     def log_tail(self, lines: int = 25) -> str:
-        return _tail(self.log, lines)
-
-    def close(self) -> None:
-        """Stop the server if it runs (immediate: nothing here needs its data) and remove the
-        temp dir. The postmaster is killed by its pid if pg_ctl cannot stop it."""
-        try:
-            if (self.data / "postmaster.pid").exists():
-                pid = self.postmaster_pid()
-                with contextlib.suppress(subprocess.SubprocessError, OSError):
-                    self._pg_ctl("stop", "-w", "-m", "immediate", "-t", "30", timeout=40)
-                if pid is not None and (self.data / "postmaster.pid").exists() and \
-                        self._is_our_postmaster(pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
+        return tail(self.log, lines)
 
 
 # -------------------------------------------------------------------------------------- RabbitMQ
-
-
-def _rabbitmq_scripts() -> tuple[Path, Path]:
-    """``rabbitmq-server`` and ``rabbitmqctl`` themselves, not a distribution's wrapper that
-    switches to the ``rabbitmq`` user and its home (Debian's rabbitmq-script-wrapper)."""
-    found = []
-    for name in ("rabbitmq-server", "rabbitmqctl"):
-        script = None
-        configured = os.environ.get("GAPLESS_TEST_RABBITMQ_SBIN")
-        for directory in [*([Path(configured)] if configured else []), RABBITMQ_SBIN_DIR]:
-            if (directory / name).is_file():
-                script = directory / name
-                break
-        if script is None and (on_path := shutil.which(name)):
-            resolved = Path(on_path).resolve()
-            script = resolved.parent / name if resolved.name.endswith("wrapper") else resolved
-        if script is None or not script.is_file():
-            raise ServiceUnavailable(f"{name} not found (install rabbitmq-server, or set "
-                                     f"GAPLESS_TEST_RABBITMQ_SBIN to its sbin directory)")
-        found.append(script)
-    return found[0], found[1]
-
-
-def _epmd() -> Path:
-    if on_path := shutil.which("epmd"):
-        return Path(on_path)
-    for candidate in sorted(ERLANG_LIB_DIR.glob("erts-*/bin/epmd"), reverse=True):
-        return candidate
-    raise ServiceUnavailable("epmd (Erlang) not found")
-
-
-def amqp_listening(port: int) -> bool:
-    """True when an AMQP 0-9-1 server answers the protocol header on ``port`` (Connection.Start:
-    a method frame), not merely when something accepts TCP connections there."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            sock.sendall(b"AMQP\x00\x00\x09\x01")
-            return sock.recv(1) == b"\x01"
-    except OSError:
-        return False
 
 
 @dataclass
@@ -321,7 +142,7 @@ class PrivateEpmd:
     cluster share one."""
 
     def __init__(self) -> None:
-        self.bin = _epmd()
+        self.bin = epmd_binary()
         self.port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -377,7 +198,7 @@ class PrivateRabbitMQ:
 
     def __init__(self, *, node: str | None = None, cookie: str | None = None,
                  epmd: PrivateEpmd | None = None, config: str = "") -> None:
-        self.server_script, self.ctl_script = _rabbitmq_scripts()
+        self.server_script, self.ctl_script = rabbitmq_scripts()
         self.epmd = epmd if epmd is not None else PrivateEpmd()
         self._owns_epmd = epmd is None
         self.root = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}rabbitmq-"))
@@ -483,14 +304,14 @@ class PrivateRabbitMQ:
             return 0.0
         started = time.monotonic()
         if mode == "kill":
-            _kill_group(server.pid)
+            kill_group(server.pid)
             server.wait(timeout=STOP_S)
             return time.monotonic() - started
         result = self.ctl("shutdown", timeout=STOP_S)
         try:
             server.wait(timeout=STOP_S if result.returncode == 0 else 5)
         except subprocess.TimeoutExpired:
-            _kill_group(server.pid)
+            kill_group(server.pid)
             server.wait(timeout=10)
             raise AssertionError(f"rabbitmqctl shutdown did not stop the node "
                                  f"({result.returncode}: {result.stderr.strip()})") from None
@@ -503,7 +324,7 @@ class PrivateRabbitMQ:
 
     def log_tail(self, lines: int = 25) -> str:
         node_log = self.root / "log" / f"{self.node}.log"
-        return f"{_tail(self.log, lines)}\n{_tail(node_log, lines)}"
+        return f"{tail(self.log, lines)}\n{tail(node_log, lines)}"
 
     def close(self) -> None:
         """Stop the node (gracefully if it answers, else by killing its process group), stop
@@ -515,7 +336,7 @@ class PrivateRabbitMQ:
                     self.stop()
                 except (AssertionError, subprocess.SubprocessError, OSError):
                     if server.poll() is None:  # not reaped: the group id is still ours
-                        _kill_group(server.pid)
+                        kill_group(server.pid)
                     with contextlib.suppress(subprocess.SubprocessError):
                         server.wait(timeout=10)
             if self._owns_epmd:

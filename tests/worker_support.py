@@ -137,14 +137,3 @@ async def publish_many(settings: Settings, messages: list[dict[str, Any]], *,
             await asyncio.gather(*(publisher.publish(m)
                                    for m in messages[start:start + parallel]))
 
-
-async def issued_before(engine: AsyncEngine, invoice_id: str) -> int:
-    """How many other invoices were ISSUED before ``invoice_id`` was (by feed position): what a
-    user message did not overtake."""
-    async with engine.connect() as conn:
-        return int((await conn.execute(text("""
-            SELECT count(*) FROM invoice_events e
-             WHERE e.kind = 'issued' AND e.invoice_id <> :id
-               AND e.sequence_id < (SELECT sequence_id FROM invoice_events
-                                     WHERE invoice_id = :id AND kind = 'issued')
-        """), {"id": invoice_id})).scalar_one())

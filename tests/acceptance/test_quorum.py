@@ -17,6 +17,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench.harness import issued_before_on
 from gapless.amqp.management import queue_depths
 from gapless.amqp.publisher import Publisher
 from gapless.amqp.topology import declare_topology, main_queue_arguments
@@ -27,7 +28,7 @@ from tests.conftest import ApiServers
 from tests.helpers import await_until, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes
-from tests.worker_support import issued_before, publish_many, rows, sale
+from tests.worker_support import publish_many, rows, sale
 
 QUORUM = {"GAPLESS_QUEUE_TYPE": "quorum"}
 
@@ -91,7 +92,7 @@ async def test_a_user_message_overtakes_a_batch_backlog_in_quorum_mode(
 
     await await_until(urgent_issued, 60, message="the user invoice ISSUED")
     assert worker.terminate(timeout=30) == 0
-    before_urgent = await issued_before(engine, "urgent")
+    before_urgent = await issued_before_on(engine, "urgent")
     print(f"\nquorum mode: the user invoice was issued after {before_urgent} of 1000 batch "
           "invoices")
     assert before_urgent <= 100, before_urgent  # overtook at least 90 % of the backlog

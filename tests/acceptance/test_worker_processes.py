@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench.harness import issued_before_on
 from gapless.settings import Settings
 from tests.conftest import create_database, database_url, drop_database
 from tests.faults import fault_env
@@ -29,7 +30,7 @@ from tests.helpers import (
 )
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes, log_events
-from tests.worker_support import issued_before, publish_many, rows, sale
+from tests.worker_support import publish_many, rows, sale
 
 #: True once the invoice a killed worker held has a lease older than the test's 2 s lease.
 VICTIM_LEASE_STALE = ("SELECT sending_since < now() - interval '2 seconds' FROM invoices "
@@ -269,7 +270,7 @@ async def test_a_user_message_overtakes_a_2000_message_batch_backlog(
 
     await await_until(urgent_issued, 60, message="the user invoice ISSUED")
     assert worker.terminate(timeout=30) == 0
-    before_urgent = await issued_before(engine, "urgent")
+    before_urgent = await issued_before_on(engine, "urgent")
     async with engine.connect() as conn:
         priority = (await conn.execute(text(
             "SELECT priority FROM invoices WHERE invoice_id = 'urgent'"))).scalar_one()

@@ -33,12 +33,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from bench.harness import scalar
 from gapless.ledger.migrations import migrate
 from tests.helpers import wait_until
 from tests.private_services import (
@@ -53,14 +53,6 @@ STANDBY_NAME = "standby"
 SLOT = "gapless_standby"
 #: The database every test of the pair clones from (migrated once, on the primary).
 TEMPLATE = "gapless_template"
-
-
-def _sql(url: str, query: str, params: tuple[Any, ...] = ()) -> Any:
-    """One statement in autocommit mode; the first value of its first row (None: no row)."""
-    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-        cursor = conn.execute(query, params)
-        row = cursor.fetchone() if cursor.description is not None else None
-        return None if row is None else row[0]
 
 
 class PrivatePostgresPair:
@@ -107,9 +99,9 @@ wal_sender_timeout = 10s
         self.timings["initdb"] = time.monotonic() - started
         primary.start()
         self.timings["primary up"] = time.monotonic() - started
-        _sql(primary.url("postgres"),
+        scalar(primary.url("postgres"),
              "SELECT pg_create_physical_replication_slot(%s)", (SLOT,))
-        result = standby._run(
+        result = standby.run(
             "pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1",
             "-p", str(primary.port), "-U", PrivatePostgres.SUPERUSER, "-R", "-X", "stream",
             "-S", SLOT, "--checkpoint=fast", "--no-sync", timeout=STARTUP_S)
@@ -131,9 +123,9 @@ unix_socket_directories = '{standby.root}'
         standby.start()
         if self.synchronous:
             # Only now: with no standby yet, every commit on the primary would wait for it.
-            _sql(primary.url("postgres"), "ALTER SYSTEM SET synchronous_standby_names = "
+            scalar(primary.url("postgres"), "ALTER SYSTEM SET synchronous_standby_names = "
                  f"'FIRST 1 ({STANDBY_NAME})'")
-            _sql(primary.url("postgres"), "SELECT pg_reload_conf()")
+            scalar(primary.url("postgres"), "SELECT pg_reload_conf()")
         self.wait_streaming()
         self.timings["standby streaming"] = time.monotonic() - started
         migrate(primary.url(TEMPLATE), 0)
@@ -179,13 +171,13 @@ unix_socket_directories = '{standby.root}'
     def sync_state(self) -> str | None:
         """The standby's ``sync_state`` in the primary's ``pg_stat_replication`` (None: not
         connected)."""
-        value = _sql(self.primary_url(),
+        value = scalar(self.primary_url(),
                      "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s "
                      "AND state = 'streaming'", (STANDBY_NAME,))
         return None if value is None else str(value)
 
     def in_recovery(self, server: PrivatePostgres) -> bool:
-        return bool(_sql(server.url("postgres"), "SELECT pg_is_in_recovery()"))
+        return bool(scalar(server.url("postgres"), "SELECT pg_is_in_recovery()"))
 
     def wait_streaming(self, timeout: float = 30.0) -> None:
         """Until the primary sees the standby streaming (as ``sync`` when synchronous)."""
@@ -195,17 +187,17 @@ unix_socket_directories = '{standby.root}'
 
     def wait_caught_up(self, timeout: float = 30.0) -> None:
         """Until the standby has replayed everything the primary has written so far."""
-        target = _sql(self.primary_url(), "SELECT pg_current_wal_lsn()::text")
+        target = scalar(self.primary_url(), "SELECT pg_current_wal_lsn()::text")
 
         def replayed() -> bool:
-            return bool(_sql(self.standby_url(),
+            return bool(scalar(self.standby_url(),
                              "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)))
 
         wait_until(replayed, timeout, interval=0.05, message=f"the standby to replay {target}")
 
     def received_lsn(self) -> str:
         """The WAL position the standby has received (and flushed) from the primary."""
-        return str(_sql(self.standby_url(), "SELECT pg_last_wal_receive_lsn()::text"))
+        return str(scalar(self.standby_url(), "SELECT pg_last_wal_receive_lsn()::text"))
 
     # -- what a test does to the pair --------------------------------------------------------------
 
@@ -213,12 +205,12 @@ unix_socket_directories = '{standby.root}'
         """Stop the standby's WAL receiver and keep it stopped (``primary_conninfo`` emptied,
         configuration reloaded); returns the last position it received. Whatever the primary
         commits from now on, the standby never has."""
-        _sql(self.standby_url(), "ALTER SYSTEM SET primary_conninfo = ''")
-        _sql(self.standby_url(), "SELECT pg_reload_conf()")
+        scalar(self.standby_url(), "ALTER SYSTEM SET primary_conninfo = ''")
+        scalar(self.standby_url(), "SELECT pg_reload_conf()")
 
         def gone() -> bool:
-            receiving = _sql(self.standby_url(), "SELECT count(*) FROM pg_stat_wal_receiver")
-            sending = _sql(self.primary_url(), "SELECT count(*) FROM pg_stat_replication")
+            receiving = scalar(self.standby_url(), "SELECT count(*) FROM pg_stat_wal_receiver")
+            sending = scalar(self.primary_url(), "SELECT count(*) FROM pg_stat_replication")
             return receiving == 0 and sending == 0
 
         wait_until(gone, timeout, interval=0.05, message="the WAL receiver to stop")
@@ -244,7 +236,7 @@ unix_socket_directories = '{standby.root}'
         Returns the seconds from the command to the first writable answer."""
         started = time.monotonic()
         standby = self._standby
-        result = standby._pg_ctl("promote", "-w", "-t", str(int(timeout)), timeout=timeout + 10)
+        result = standby.pg_ctl("promote", "-w", "-t", str(int(timeout)), timeout=timeout + 10)
         if result.returncode != 0:
             raise AssertionError(f"pg_ctl promote failed: {result.stderr.strip()}\n"
                                  f"{standby.log_tail()}")

@@ -37,6 +37,7 @@ from typing import Any
 
 import pytest
 
+from bench.harness import rabbitmq_scripts
 from tests.helpers import wait_until
 from tests.private_services import (
     STARTUP_S,
@@ -44,7 +45,6 @@ from tests.private_services import (
     PrivateRabbitMQ,
     RabbitStopMode,
     ServiceUnavailable,
-    _rabbitmq_scripts,
     _serving,
     random_cookie,
 )
@@ -62,7 +62,7 @@ class PrivateRabbitCluster:
     def __init__(self, size: int = 3) -> None:
         if size < 1:
             raise ValueError("a cluster has at least one node")
-        _rabbitmq_scripts()  # the reason to skip names RabbitMQ before Erlang's epmd
+        rabbitmq_scripts()  # the reason to skip names RabbitMQ before Erlang's epmd
         run = secrets.token_hex(4)
         names = [f"gapless-ha-{run}-{index}@localhost" for index in range(1, size + 1)]
         self.epmd = PrivateEpmd()

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from bench import harness
+from bench.harness import rabbitmq_scripts
 from tests import private_services
 from tests.ha.rabbit_cluster import PrivateRabbitCluster
 from tests.private_services import (
     PrivatePostgres,
     PrivateRabbitMQ,
     ServiceUnavailable,
-    _rabbitmq_scripts,
     _serving,
     _unavailable,
 )
@@ -29,7 +30,7 @@ def bare_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     for name in ("GAPLESS_TEST_PG_BIN", "GAPLESS_TEST_RABBITMQ_SBIN"):
         monkeypatch.delenv(name, raising=False)
     for name in ("POSTGRES_LIB_DIR", "RABBITMQ_SBIN_DIR", "ERLANG_LIB_DIR"):
-        monkeypatch.setattr(private_services, name, empty)
+        monkeypatch.setattr(harness, name, empty)
     monkeypatch.setattr(private_services.tempfile, "tempdir", str(tmp_path))
     return tmp_path
 
@@ -87,7 +88,7 @@ def test_a_wrapper_on_the_path_resolves_to_the_script_beside_it(
         (sbin / name).symlink_to(lib / "rabbitmq-script-wrapper")
     (lib / "rabbitmq-script-wrapper").chmod(0o755)
     monkeypatch.setenv("PATH", str(sbin))
-    assert _rabbitmq_scripts() == (lib / "rabbitmq-server", lib / "rabbitmqctl")
+    assert rabbitmq_scripts() == (lib / "rabbitmq-server", lib / "rabbitmqctl")
 
 
 def test_unavailable_skips_unless_the_services_are_required(
