@@ -39,10 +39,10 @@ from gapless.integrator.guard import GuardedIntegrator
 from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID, credentials_refused
 from gapless.ledger.database import Database, check_cluster
 from gapless.ledger.queries import config as config_queries
+from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.logging import get_logger
 from gapless.settings import Settings
 from gapless.worker import metrics
-from gapless.worker.errors import is_database_unavailable
 from gapless.worker.flow import Action, Clock, Delivery, IssuingFlow, Verdict
 from gapless.worker.hooks import NO_HOOKS, FlowHooks, load_hooks
 
@@ -139,7 +139,7 @@ class Worker:
         a missing schema fails at once. None: asked to stop meanwhile (nothing was consumed).
 
         A connection of the pool that dies later is dropped by the pool, and the delivery that
-        met it is requeued (see worker.errors.is_database_unavailable).
+        met it is requeued (see gapless.ledger.sqlstates.is_database_unavailable).
         """
         settings = self.settings
         deadline = time.monotonic() + STARTUP_DB_RETRY_S

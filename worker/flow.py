@@ -59,13 +59,13 @@ from gapless.ledger.invoices import (
     intake,
     invoice_state,
 )
+from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.ledger.tenants import Profile
 from gapless.logging import get_logger
 from gapless.message import InvalidMessage, InvoiceMessage, parse_message, priority_of
 from gapless.numbers import SeriesSpec, gib_layout_problem
 from gapless.settings import Settings
 from gapless.worker import metrics
-from gapless.worker.errors import is_database_unavailable
 from gapless.worker.hooks import NO_HOOKS, FlowHooks
 
 log = get_logger("gapless.worker")

@@ -71,16 +71,11 @@ def demo(
 def _reach_services(settings: Settings) -> None:
     """Connect to PostgreSQL and RabbitMQ once before anything is dropped or started, so an
     outage is the CLI's one line (exit 1) and not a half-started demo."""
-    import psycopg
-
     from gapless.amqp.connection import connect_once
-    from gapless.ledger.conninfo import driver_conninfo
-    from gapless.ledger.database import CONNECT_TIMEOUT_S
+    from gapless.ledger.migrations import reach_server
 
     # The server's maintenance database: the demo database itself is about to be re-created.
-    with psycopg.connect(driver_conninfo(settings.database_url, dbname="postgres"),
-                         connect_timeout=CONNECT_TIMEOUT_S):
-        pass
+    reach_server(settings.database_url)
 
     async def broker() -> None:
         await (await connect_once(settings)).close()

@@ -133,6 +133,14 @@ def ensure_database(database_url: str) -> bool:
         return True
 
 
+def reach_server(database_url: str) -> None:
+    """Connect once to database ``postgres`` of the URL's servers (the database itself may not
+    exist yet): raises psycopg's OperationalError when no server answers."""
+    with psycopg.connect(with_database(database_url, "postgres"),
+                         connect_timeout=CONNECT_TIMEOUT_S):
+        pass
+
+
 def drop_database(database_url: str) -> None:
     """Drop the database named in the URL, closing its connections (FORCE); nothing when it does
     not exist. Asks database ``postgres`` of the same servers, like :func:`ensure_database`."""

@@ -1,11 +1,14 @@
-"""What a PostgreSQL error means for the connection and the caller, by SQLSTATE: a lock wait
-that timed out, and the states after which a connection must be discarded (the server shutting
-down or starting, or read-only: a standby, such as a demoted primary).
+"""What a database error means for the connection and the caller: a lock wait that timed out,
+the SQLSTATEs after which a connection must be discarded (the server shutting down or starting,
+or read-only: a standby, such as a demoted primary), and whether the database is away at all
+(:func:`is_database_unavailable`, which makes the worker pause).
 """
 
 from __future__ import annotations
 
 import psycopg
+from psycopg_pool import PoolTimeout
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import DBAPIError
 
 LOCK_NOT_AVAILABLE = "55P03"
@@ -42,3 +45,24 @@ def is_lock_timeout(exc: BaseException) -> bool:
     """A lock wait ran past ``lock_timeout`` (SQLSTATE 55P03): the statement rolled back."""
     return (isinstance(exc, DBAPIError | psycopg.Error)
             and sqlstate(exc) == LOCK_NOT_AVAILABLE)
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """True for a lost or refused database connection, a pool timeout, a server shutting down or
+    starting up, and a read-only server (SQLSTATE 25006: during a failover, a standby reached
+    before the promoted one is found).
+
+    These pass by themselves: the delivery is requeued (nothing was committed, or what was is
+    idempotent) and the consumer pauses until the database takes writes again. A lock timeout is
+    not one of them (the statement ran and waited; the caller decides).
+    """
+    if is_lock_timeout(exc):
+        return False
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if must_discard(exc):
+        return True
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout,
+                            sa_exc.OperationalError, sa_exc.InterfaceError,
+                            sa_exc.TimeoutError, sa_exc.DisconnectionError, ConnectionError,
+                            TimeoutError))

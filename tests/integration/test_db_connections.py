@@ -15,8 +15,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 
 from gapless.ledger.database import Database, make_engine
-from gapless.ledger.sqlstates import must_discard
-from gapless.worker.errors import is_database_unavailable
+from gapless.ledger.sqlstates import is_database_unavailable, must_discard
 
 READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 WRITE = "UPDATE gapless_config SET cluster_id = cluster_id RETURNING cluster_id"
