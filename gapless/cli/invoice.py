@@ -327,15 +327,13 @@ def _read_payload(path: Path) -> dict[str, Any]:
 
 async def _retry(settings: Settings, invoice_id: str,
                  corrected: dict[str, Any] | None) -> tuple[int, str]:
-    from datetime import UTC, timedelta
-
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
     from gapless.issuing.render import Renderer
     from gapless.ledger.catalog import Catalog
-    from gapless.ledger.invoices import get_invoice, mark_error, start_retry
+    from gapless.ledger.invoices import get_invoice, start_retry
     from gapless.ops.doctor import probe_integrator
-    from gapless.recovery.reconcile import Backoff, Outcome, reconcile
+    from gapless.recovery.reconcile import Backoff, reconcile
 
     # An integrator that cannot answer fails the command before the invoice is touched (and
     # the report is the CLI's one line), rather than after it was moved to SENDING and back.
@@ -348,13 +346,11 @@ async def _retry(settings: Settings, invoice_id: str,
         sending = await start_retry(db, invoice_id, corrected)
         guard = GuardedIntegrator(load_integrator(settings), settings, name="operator")
         try:
+            # Without an orphan to put back, reconcile itself leaves the invoice ERROR, due
+            # when the breaker may half-open, when nothing could be sent.
             result = await reconcile(db, guard, Renderer(catalog), sending,
                                      backoff=Backoff(), max_attempts=None,
                                      min_delay_s=settings.breaker_reset_timeout_s)
-            if result.outcome is Outcome.UNAVAILABLE:
-                retry_at = datetime.now(UTC) + timedelta(seconds=settings.breaker_reset_timeout_s)
-                await mark_error(db, sending, f"IntegratorUnavailable: {result.detail}",
-                                 retry_at)
         finally:
             await guard.aclose()
     return _retry_answer(f"invoice {invoice_id!r} ({sending.number})", result)
