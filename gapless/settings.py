@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     api_max_connections: int = Field(1024, ge=1, description="A connection beyond this many "
                                      "open ones is closed at once")
 
+    # Prometheus metrics of `gapless worker` and `gapless recovery` (--metrics-port).
+    metrics_host: str = Field("127.0.0.1", description="Interface the metrics listen on")
+
     @field_validator("cluster_id")
     @classmethod
     def _cluster_in_range(cls, value: int) -> int:
