@@ -62,5 +62,5 @@ def test_the_public_url_wins_over_any_host() -> None:
                                  "https://example.com/?a=1", "https://u:p@example.com",
                                  "https://example.com:notaport"])
 def test_a_public_url_that_is_not_a_base_url_is_refused(url: str) -> None:
-    with pytest.raises(ValidationError, match="public URL|port"):
+    with pytest.raises(ValidationError, match=r"public URL|port"):
         Settings(api_public_url=url)
