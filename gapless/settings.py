@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -88,6 +89,25 @@ class Settings(BaseSettings):
     # No GAPLESS_API_TOKEN: the API refuses to start unless this is set (`--insecure-no-auth`).
     api_insecure_no_auth: bool = False
     api_health_timeout_s: float = Field(2.0, gt=0, description="Per-check limit of /healthz")
+    # Links in answers (Location, status_url, next, poll_more): built from this base when set,
+    # else from a trusted Host header, else from the address the connection came in on.
+    api_public_url: str = Field("", description="Base of every link the API answers with, "
+                                "e.g. https://gapless.example or https://example.com/gapless")
+    api_trusted_hosts: str = Field("", description="Comma-separated host names (besides the "
+                                   "loopback ones) whose Host header links may be built from")
+    # What one API process accepts from its clients (gapless.api.server).
+    api_max_header_bytes: int = Field(16384, ge=1024, description="Request line and headers "
+                                      "over this many bytes: 431, connection closed")
+    api_max_headers: int = Field(100, ge=1, description="More header fields than this: 431")
+    api_request_timeout_s: float = Field(10.0, gt=0, description="A request's head and body "
+                                         "must arrive within this; else the connection closes")
+    api_limit_concurrency: int = Field(512, ge=1, description="With this many connections "
+                                       "open or requests running, a request is answered 503")
+    api_max_connections: int = Field(1024, ge=1, description="A connection beyond this many "
+                                     "open ones is closed at once")
+
+    # Prometheus metrics of `gapless worker` and `gapless recovery` (--metrics-port).
+    metrics_host: str = Field("127.0.0.1", description="Interface the metrics listen on")
 
     @field_validator("cluster_id")
     @classmethod
@@ -103,6 +123,20 @@ class Settings(BaseSettings):
 
         node_urls(value)  # ValueError names the URL that is not an AMQP one
         return value
+
+    @field_validator("api_public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        """An http(s) URL with a host and at most a path prefix; kept without a trailing '/'."""
+        if not value:
+            return value
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # noqa: B018 - a ValueError names a port that is not one
+        if (parts.scheme not in ("http", "https") or not parts.hostname or parts.query
+                or parts.fragment or parts.username is not None):
+            raise ValueError("public URL must be http(s)://host[:port][/prefix], without "
+                             "user, query or fragment")
+        return value.rstrip("/")
 
     @field_validator("queue")
     @classmethod

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the recovery loop (served with ``gapless recovery --metrics-port P``).
+"""Prometheus metrics of the recovery loop (served with ``gapless recovery --metrics-port P
+[--metrics-host H]``).
 
 They live in the default registry next to the integrator guard's own metrics, so one scrape of
 ``/metrics`` also shows the breaker state (``gapless_breaker_state{name="recovery"}``: 0 closed,
@@ -52,6 +53,7 @@ def count(outcome: str) -> None:
         ERRORS.inc()
 
 
-def serve(port: int) -> None:
-    """Expose ``/metrics`` on ``port`` (all interfaces), from a daemon thread."""
-    start_http_server(port)
+def serve(port: int, host: str) -> None:
+    """Expose ``/metrics`` on ``host:port`` (``GAPLESS_METRICS_HOST`` / ``--metrics-host``,
+    loopback unless told), from a daemon thread."""
+    start_http_server(port, addr=host)

@@ -173,7 +173,7 @@ class Worker:
         self._flow = IssuingFlow(db, self._guard, settings, hooks=self.hooks, clock=self.clock,
                                  stopping=lambda: self.stopping)
         if self.metrics_port is not None:
-            metrics.serve(self.metrics_port)
+            metrics.serve(self.metrics_port, settings.metrics_host)
         if self.hooks is not NO_HOOKS:
             log.warning("worker_hooks_enabled", hooks=type(self.hooks).__name__)
         connection = await connect(settings)

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the worker (served with ``gapless worker --metrics-port P``).
+"""Prometheus metrics of the worker (served with ``gapless worker --metrics-port P
+[--metrics-host H]``).
 
 They live in the default registry, next to the integrator guard's own metrics (breaker state
 ``gapless_breaker_state{name="worker"}``, per-attempt calls and latency), so one scrape of
@@ -46,6 +47,7 @@ def count(outcome: str) -> None:
     _MESSAGES[outcome].inc()
 
 
-def serve(port: int) -> None:
-    """Expose ``/metrics`` on ``port`` (all interfaces), from a daemon thread."""
-    start_http_server(port)
+def serve(port: int, host: str) -> None:
+    """Expose ``/metrics`` on ``host:port`` (``GAPLESS_METRICS_HOST`` / ``--metrics-host``,
+    loopback unless told), from a daemon thread."""
+    start_http_server(port, addr=host)

@@ -12,9 +12,10 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
+from starlette.requests import ClientDisconnect
 
 from gapless.amqp.publisher import Publisher
-from gapless.api import events, health, invoices
+from gapless.api import deps, events, health, invoices
 from gapless.api.auth import Authenticator
 from gapless.api.observe import ApiMetrics, RequestObserver
 from gapless.ledger import feed
@@ -69,6 +70,13 @@ async def database_unavailable(request: Request, exc: Exception) -> JSONResponse
                         headers={"Retry-After": "5"})
 
 
+async def client_disconnected(request: Request, exc: Exception) -> JSONResponse:
+    """The connection closed before the request's body was whole (the client went away, or was
+    cut off by the request timeout): nobody reads an answer, and it is not a server error."""
+    log.info("api_client_disconnected", route=request.url.path)
+    return JSONResponse({"detail": "the request's body did not arrive"}, status_code=400)
+
+
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:
     """A read-only server (SQLSTATE 25006: a standby, met during a failover before the promoted
     primary is found) is the database unavailable; any other internal error is a 500."""
@@ -92,12 +100,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.auth = auth
     app.state.metrics = metrics
+    app.state.links = deps.Links.from_settings(settings)
     app.add_middleware(RequestObserver, metrics=metrics)
     # SQLAlchemy's errors come from taking a connection of the engine's pool, psycopg's from
     # the statements run on it.
     for unavailable in (OperationalError, InterfaceError, psycopg.OperationalError,
                         psycopg.InterfaceError):
         app.add_exception_handler(unavailable, database_unavailable)
+    app.add_exception_handler(ClientDisconnect, client_disconnected)
     for internal in (InternalError, psycopg.InternalError):
         app.add_exception_handler(internal, internal_error)
     for module in (invoices, events, health):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import Request
 
@@ -11,6 +14,13 @@ from gapless.amqp.publisher import Publisher
 from gapless.api.observe import ApiMetrics
 from gapless.ledger import feed
 from gapless.ledger.database import Database
+from gapless.settings import Settings
+
+#: Host header names links are always built from (besides GAPLESS_API_TRUSTED_HOSTS).
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+#: A Host header: a name or IPv4 address, or a bracketed IPv6 address; an optional port.
+_HOST = re.compile(r"(?P<name>[A-Za-z0-9.-]+|\[(?P<ipv6>[0-9A-Fa-f:.]+)\])"
+                   r"(?::(?P<port>\d{1,5}))?")
 
 
 def database(request: Request) -> Database:
@@ -33,6 +43,59 @@ def iso(moment: Any) -> str | None:
     return None if moment is None else feed.iso_utc(moment)
 
 
+@dataclass(frozen=True)
+class Links:
+    """Where the links in answers (``Location``, ``status_url``, ``next``, ``poll_more``) point.
+
+    Never at a host a client merely names: the configured public URL when there is one; else
+    the request's scheme and Host when the Host's name is trusted (loopback names and
+    ``GAPLESS_API_TRUSTED_HOSTS``); else the address the connection came in on.
+    """
+
+    public_url: str
+    trusted_hosts: frozenset[str]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Links:
+        named = {host.strip().lower().strip("[]") for host in settings.api_trusted_hosts.split(",")}
+        return cls(settings.api_public_url, LOOPBACK_HOSTS | (named - {""}))
+
+    def base(self, request: Request) -> str:
+        """The absolute URL the API's paths are appended to (no trailing '/')."""
+        if self.public_url:
+            return self.public_url
+        scope = request.scope
+        scheme = scope.get("scheme", "http")
+        root = scope.get("root_path", "")
+        host = _HOST.fullmatch(request.headers.get("host", ""))
+        if host is not None:
+            name = (host["ipv6"] or host["name"]).lower()
+            if name in self.trusted_hosts:
+                port = f":{host['port']}" if host["port"] else ""
+                return f"{scheme}://{_bracketed(name)}{port}{root}"
+        server = scope.get("server")
+        if not server:
+            return f"{scheme}://localhost{root}"
+        address, port_number = server
+        default = {"http": 80, "https": 443}.get(scheme)
+        port = "" if port_number in (None, default) else f":{port_number}"
+        return f"{scheme}://{_bracketed(address)}{port}{root}"
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def links(request: Request) -> Links:
+    """How the API's links are built (:class:`Links`)."""
+    return cast("Links", request.app.state.links)
+
+
+def url(request: Request, path: str, query: Mapping[str, Any] | None = None) -> str:
+    """The absolute URL of ``path`` (and ``query``) for a link in an answer to ``request``."""
+    tail = f"?{urlencode(query)}" if query else ""
+    return f"{links(request).base(request)}{path}{tail}"
+
+
 def status_url(request: Request, invoice_id: str) -> str:
-    base = str(request.base_url).rstrip("/")
-    return f"{base}/v1/invoices/{quote(invoice_id, safe='')}"
+    return url(request, f"/v1/invoices/{quote(invoice_id, safe='')}")

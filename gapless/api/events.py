@@ -23,7 +23,7 @@ def feed_url(request: Request, cursor: int, limit: int, tenant: str | None) -> s
     params: dict[str, Any] = {"cursor": cursor, "limit": limit}
     if tenant is not None:
         params["tenant"] = tenant
-    return str(request.url_for("events").include_query_params(**params))
+    return deps.url(request, request.app.url_path_for("events"), params)
 
 
 def feed_scope(who: Principal, tenant: str | None) -> str | None:

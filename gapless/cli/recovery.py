@@ -41,6 +41,10 @@ def recovery(
     once: bool = typer.Option(False, "--once", help="Run one round, print a summary, exit 0."),
     metrics_port: int | None = typer.Option(None, "--metrics-port", min=1, max=65535,
                                             help="Serve Prometheus /metrics on this port."),
+    metrics_host: str | None = typer.Option(
+        None, "--metrics-host",
+        help="Overrides GAPLESS_METRICS_HOST (127.0.0.1): the interface /metrics listens on "
+             "(0.0.0.0: every interface)."),
     database_url: str | None = DatabaseUrlOption,
     integrator_url: str | None = IntegratorUrlOption,
     cluster_id: int | None = ClusterIdOption,
@@ -52,7 +56,7 @@ def recovery(
     from gapless.recovery.loop import RecoveryOptions
 
     settings = settings_from(database_url=database_url, integrator_url=integrator_url,
-                             cluster_id=cluster_id)
+                             cluster_id=cluster_id, metrics_host=metrics_host)
     if backoff_max < backoff_base:
         raise typer.BadParameter("--backoff-max must be at least --backoff-base")
     options = RecoveryOptions(
@@ -88,7 +92,7 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
                 return (await once_loop.run_round()).line()
             loop = RecoveryLoop(db, guard, options)
             if metrics_port is not None:
-                metrics.serve(metrics_port)
+                metrics.serve(metrics_port, settings.metrics_host)
             await serve(loop)
             return None
         finally:

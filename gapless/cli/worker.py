@@ -24,6 +24,10 @@ def worker(
              "unacked for redelivery."),
     metrics_port: int | None = typer.Option(None, "--metrics-port", min=1, max=65535,
                                             help="Serve Prometheus /metrics on this port."),
+    metrics_host: str | None = typer.Option(
+        None, "--metrics-host",
+        help="Overrides GAPLESS_METRICS_HOST (127.0.0.1): the interface /metrics listens on "
+             "(0.0.0.0: every interface)."),
     database_url: str | None = DatabaseUrlOption,
     amqp_url: str | None = AmqpUrlOption,
     queue: str | None = QueueOption,
@@ -32,7 +36,8 @@ def worker(
 ) -> None:
     """Run a consumer; SIGTERM drains in-flight work, then exits 0."""
     settings = settings_from(database_url=database_url, amqp_url=amqp_url, queue=queue,
-                             integrator_url=integrator_url, cluster_id=cluster_id)
+                             integrator_url=integrator_url, cluster_id=cluster_id,
+                             metrics_host=metrics_host)
     from gapless.worker.consumer import Worker
 
     # The Worker loads GAPLESS_WORKER_HOOKS (tests) as it is made: a bad setting stops us here.
