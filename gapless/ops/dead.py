@@ -59,6 +59,12 @@ class DeadLetter:
     body_problem: str | None = None
 
 
+def _loggable(text: str | None) -> str | None:
+    """A value from a dead message as a log field: as it is when printable, else its ``ascii``
+    form, so a console log line on the operator's terminal carries no escape sequence."""
+    return text if text is None or text.isprintable() else ascii(text)
+
+
 def _text(value: Any) -> str | None:
     if value is None:
         return None
@@ -136,7 +142,7 @@ async def requeue(messages: list[Any]) -> None:
         try:
             await message.nack(requeue=True)
         except (aiormq.exceptions.AMQPError, RuntimeError, ConnectionError):
-            log.warning("dead_requeue_failed", message_id=message.message_id)
+            log.warning("dead_requeue_failed", message_id=_loggable(message.message_id))
 
 
 @dataclass(frozen=True)
@@ -261,8 +267,8 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
                 result.problems.append(problem)
                 if invoice_id is not None and invoice_id in fixes:
                     result.fixed.append(invoice_id)
-                log.info("dead_letter_replayed", queue=settings.queue, invoice_id=invoice_id,
-                         fixed=invoice_id in fixes)
+                log.info("dead_letter_replayed", queue=settings.queue,
+                         invoice_id=_loggable(invoice_id), fixed=invoice_id in fixes)
         finally:
             result.kept = len(held)
             await requeue(held)

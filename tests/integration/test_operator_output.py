@@ -90,6 +90,10 @@ async def test_invoice_show_prints_ledger_values_as_text(
     assert r"x[/]y[bold]\u202e" in missing
 
 
+#: An invoice_id a dead body may hold (nothing checked it): a terminal hyperlink, no space.
+ESCAPING_ID = "esc\x1b]8;;http://e.x\x07click\x1b]8;;\x07\u202e"
+
+
 def nested(depth: int) -> bytes:
     return b'{"invoice_id": "deep", "x": ' + b"[" * depth + b"]" * depth + b"}"
 
@@ -105,7 +109,12 @@ async def test_dead_list_and_replay_describe_bodies_they_cannot_read(
                                     content_type="application/json")
         await publisher.dead_letter(b'{"invoice_id": "\xff\xfe"}', reason="not UTF-8",
                                     content_type="application/json")
-    env = {**gapless_env, "COLUMNS": "250"}
+        await publisher.dead_letter(json.dumps({"invoice_id": ESCAPING_ID}).encode(),
+                                    reason="lines: field required",
+                                    content_type="application/json",
+                                    message_id=f"id{HOSTILE}")
+    # Log lines as an operator sees them on a terminal.
+    env = {**gapless_env, "COLUMNS": "250", "GAPLESS_LOG_FORMAT": "console"}
 
     table = shown(run_gapless(["dead", "list"], env))
     assert INVOICE_ID in table
@@ -119,12 +128,13 @@ async def test_dead_list_and_replay_describe_bodies_they_cannot_read(
     letters = json.loads(listed.stdout)["messages"]
     assert [(m["invoice_id"], m["body_problem"]) for m in letters] == [
         (INVOICE_ID, None), (None, "body nests more than 16 levels deep"),
-        (None, "body is not valid UTF-8")]
+        (None, "body is not valid UTF-8"), (ESCAPING_ID, None)]
 
     one = shown(run_gapless(["dead", "replay", "--invoice-id", INVOICE_ID], env))
     assert f"replayed {INVOICE_ID}" in one
     rest = shown(run_gapless(["dead", "replay", "--all"], env))
     assert "replayed a message without an invoice_id (body nests more than 16 levels deep)" in rest
     assert "replayed a message without an invoice_id (body is not valid UTF-8)" in rest
+    assert r"replayed esc\x1b]8;;http://e.x\x07click\x1b]8;;\x07\u202e" in rest
     depths = await queue_depths(settings)
-    assert (depths[settings.queue], depths[f"{settings.queue}.dead"]) == (3, 0)
+    assert (depths[settings.queue], depths[f"{settings.queue}.dead"]) == (4, 0)
