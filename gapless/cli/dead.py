@@ -124,7 +124,7 @@ def dead_replay(
     for invoice_id in result.unused_fixes(fixes):
         echo(f"fix for {invoice_id} not used (its message was not selected)", err=True)
     echo(f"replayed {len(result.replayed)} to {settings.queue}, {len(result.fixed)} with "
-               f"a fixed body; {result.kept} left in {dead_queue_name(settings.queue)}")
+         f"a fixed body; {result.kept} left in {dead_queue_name(settings.queue)}")
     if result.not_found:
         raise typer.Exit(1)
 

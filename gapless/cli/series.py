@@ -50,8 +50,8 @@ def series_add(
     created = run(_add_series(settings.database_url, spec))
     verb = "added" if created else "exists (identical)"
     echo(f"series {spec.tenant}/{spec.code} {verb}: prefix {spec.prefix}, reset "
-               f"{spec.reset.value}, tz {spec.tz}, format {spec.format}, width {spec.width}, "
-               f"channel {spec.channel.value}" + (" (default)" if spec.default else ""))
+         f"{spec.reset.value}, tz {spec.tz}, format {spec.format}, width {spec.width}, "
+         f"channel {spec.channel.value}" + (" (default)" if spec.default else ""))
 
 
 async def _add_series(database_url: str, spec: object) -> bool:
@@ -111,7 +111,7 @@ def series_bump(
         echo(f"{where}: already at {bump.after}, past {past}; unchanged")
     else:
         echo(f"{where}: {before} -> {bump.after}; the next seal of this period takes no "
-                   f"{bump.after + 1}")
+             f"{bump.after + 1}")
 
 
 async def _bump(database_url: str, tenant: str, code: str, past: str) -> Any:

@@ -54,10 +54,10 @@ def tenant_set(
         echo(f"tenant {tenant}: profile unchanged (identical to the one in force)")
     else:
         echo(f"tenant {tenant}: profile version {version} in force; its invoices sealed "
-                   "from now on get UBL-TR 2.1 documents")
+             "from now on get UBL-TR 2.1 documents")
     for problem in problems:
         echo(f"warning: {problem}; messages of that series will be dead-lettered",
-                   err=True)
+             err=True)
 
 
 async def _set(settings: Settings, tenant: str, issuer: Any) -> tuple[int | None, list[str]]:
