@@ -4,17 +4,19 @@ Usage errors print one line and exit 2; gapless errors print one line and exit 1
 service that cannot be reached — PostgreSQL, RabbitMQ, the integrator — whatever the command:
 :func:`main` recognises the drivers' connection errors (see
 :func:`gapless.ops.unreachable.describe_unreachable`) and prints the service, its URL without the
-password, and what to check, with no traceback.
+password, and what to check, with no traceback. An error's message may hold data (an id, what
+a server said): it is printed as text (:func:`gapless.cli.printable.echo`), like every value.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import signal
-import sys
 
 import typer
 
+from gapless.cli.printable import echo
 from gapless.errors import GaplessError
 
 
@@ -42,7 +44,7 @@ def _print_version(value: bool) -> None:
     if value:
         from gapless.cli.options import installed_version
 
-        typer.echo(f"gapless {installed_version()}")
+        echo(f"gapless {installed_version()}")
         raise typer.Exit(0)
 
 
@@ -87,6 +89,12 @@ def _register() -> None:
 _register()
 
 
+def _first_line(message: str) -> str:
+    """The first line of an error's message (a driver's may go on with details); any other
+    line break in it is data, which :func:`gapless.cli.printable.echo` shows escaped."""
+    return re.split(r"\r\n|\r|\n", message, maxsplit=1)[0]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     command = typer.main.get_command(app)
@@ -98,12 +106,12 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(2) from None  # typer has printed the help already
         where = f" ({ctx.command_path})" if ctx is not None else ""
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        print(f"gapless: error{where}: {message}", file=sys.stderr)
+        echo(f"gapless: error{where}: {_first_line(message)}", err=True)
         raise SystemExit(2) from None
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except typer.Abort:
-        print("gapless: aborted", file=sys.stderr)
+        echo("gapless: aborted", err=True)
         raise SystemExit(130) from None
     except Exception as exc:
         from gapless.cli.options import invocation_settings
@@ -118,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             message = str(exc)
         else:
             raise
-        print(f"gapless: {message}".splitlines()[0], file=sys.stderr)
+        echo(f"gapless: {_first_line(message)}", err=True)
         raise SystemExit(1) from None
     if isinstance(result, int):
         raise SystemExit(result)

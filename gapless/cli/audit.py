@@ -6,19 +6,21 @@ on) are listed with what to do, and leave the exit code alone."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from gapless.cli.chain import CheckpointsOption, PublicKeyOption, load_checkpoints
 from gapless.cli.options import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
+from gapless.cli.printable import console as text_console
+from gapless.cli.printable import echo_json
 from gapless.settings import Settings
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from gapless.ops.audit import AuditReport
     from gapless.ops.checkpoints import Checkpoints
 
@@ -57,7 +59,7 @@ def audit(
     report = run(_audit(settings, tenant=tenant, series=series, integrator=integrator,
                         horizon_s=horizon, deep=deep, chain=not no_chain, checkpoints=signed))
     if as_json:
-        typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
+        echo_json(report.as_dict(), indent=2)
     else:
         _print(report, limit=limit)
     if not report.ok:
@@ -94,8 +96,9 @@ async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
 
 def _print(report: AuditReport, *, limit: int) -> None:
     """The report for a person: totals, counters, violations, numbers not issued, the
-    integrator's side, and the verdict."""
-    console = Console(highlight=False)
+    integrator's side, and the verdict — every value from the ledger or the integrator shown as
+    text (:func:`gapless.cli.printable.console`)."""
+    console = text_console()
     numbered = sum(c.numbered for c in report.counters)
     issued = sum(c.issued for c in report.counters)
     console.print(f"audit: {len(report.counters)} counter(s), {numbered} pinned number(s), "

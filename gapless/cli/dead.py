@@ -8,7 +8,6 @@ parses the options, reads the file of fixes, and prints what was found or done. 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,16 @@ from typing import Any
 import typer
 
 from gapless.cli.options import AmqpUrlOption, QueueOption, run, settings_from
-from gapless.cli.printable import plain, printable
+from gapless.cli.printable import console, echo, echo_json
 from gapless.constants import dead_queue_name
-from gapless.ops.dead import DeadLetters, InvalidFix, list_dead, parse_fixes, replay_dead
+from gapless.ops.dead import (
+    DeadLetter,
+    DeadLetters,
+    InvalidFix,
+    list_dead,
+    parse_fixes,
+    replay_dead,
+)
 
 dead_app = typer.Typer(help="Inspect the dead-letter queue and replay fixed messages.",
                        no_args_is_help=True)
@@ -37,9 +43,18 @@ def load_fixes(path: Path) -> dict[str, tuple[bytes, str | None]]:
         raise typer.BadParameter(f"--file line {exc.line}: {exc.reason}") from None
 
 
+def _reason(letter: DeadLetter) -> str:
+    """Why it died, and — when it is something else — why its body cannot be read."""
+    reason = letter.reason or "-"
+    if letter.body_problem and letter.body_problem not in reason:
+        reason += f"; {letter.body_problem}"
+    return reason
+
+
 def letters_table(dead: DeadLetters) -> Any:
-    """The dead letters read, one row each: position, invoice_id, when, why (as printable text,
-    never markup: they come from the messages)."""
+    """The dead letters read, one row each: position, invoice_id, when, why (shown by
+    :func:`gapless.cli.printable.console` as text, never markup: they come from the
+    messages)."""
     from rich import box
     from rich.table import Table
 
@@ -51,8 +66,9 @@ def letters_table(dead: DeadLetters) -> Any:
     table.add_column("reason", overflow="fold")
     for letter in dead.messages:
         dead_at = (letter.dead_at or "-")[:19].replace("T", " ")
-        table.add_row(str(letter.position), plain(letter.invoice_id or "(unreadable body)"),
-                      plain(dead_at), plain(letter.reason or "-"))
+        unnamed = "(unreadable body)" if letter.body_problem else "(no invoice_id)"
+        table.add_row(str(letter.position), letter.invoice_id or unnamed, dead_at,
+                      _reason(letter))
     return table
 
 
@@ -65,18 +81,15 @@ def dead_list(
     queue: str | None = QueueOption,
 ) -> None:
     """Show dead messages (reason, invoice_id, when) without removing any."""
-    from rich.console import Console
-
     settings = settings_from(amqp_url=amqp_url, queue=queue)
     dead = run(list_dead(settings, limit))
     if as_json:
-        typer.echo(json.dumps(asdict(dead)))
+        echo_json(asdict(dead))
         return
-    console = Console()
     if not dead.messages:
-        console.print(f"{dead.queue}: no dead letters")
+        echo(f"{dead.queue}: no dead letters")
         return
-    console.print(letters_table(dead))
+    console().print(letters_table(dead))
 
 
 @dead_app.command("replay")
@@ -100,17 +113,18 @@ def dead_replay(
     wanted = set(invoice_ids) if invoice_ids else set(fixes)
     settings = settings_from(amqp_url=amqp_url, queue=queue)
     result = run(replay_dead(settings, replay_all=replay_all, invoice_ids=wanted, fixes=fixes))
-    for invoice_id in result.replayed:
-        suffix = " (fixed body)" if invoice_id in result.fixed else ""
-        typer.echo(f"replayed {printable(invoice_id or '(no invoice_id)')}{suffix}")
+    for invoice_id, problem in zip(result.replayed, result.problems, strict=True):
+        if invoice_id is not None:
+            suffix = " (fixed body)" if invoice_id in result.fixed else ""
+            echo(f"replayed {invoice_id}{suffix}")
+        else:
+            echo(f"replayed a message without an invoice_id ({problem or 'none in its body'})")
     for invoice_id in result.not_found:
-        typer.echo(f"not in {dead_queue_name(settings.queue)}: {printable(invoice_id)}",
-                   err=True)
+        echo(f"not in {dead_queue_name(settings.queue)}: {invoice_id}", err=True)
     for invoice_id in result.unused_fixes(fixes):
-        typer.echo(f"fix for {printable(invoice_id)} not used (its message was not selected)",
-                   err=True)
-    typer.echo(f"replayed {len(result.replayed)} to {settings.queue}, {len(result.fixed)} with "
-               f"a fixed body; {result.kept} left in {dead_queue_name(settings.queue)}")
+        echo(f"fix for {invoice_id} not used (its message was not selected)", err=True)
+    echo(f"replayed {len(result.replayed)} to {settings.queue}, {len(result.fixed)} with "
+         f"a fixed body; {result.kept} left in {dead_queue_name(settings.queue)}")
     if result.not_found:
         raise typer.Exit(1)
 

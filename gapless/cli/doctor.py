@@ -7,7 +7,6 @@ otherwise (warnings included).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from typing import Any
@@ -23,7 +22,7 @@ from gapless.cli.options import (
     run,
     settings_from,
 )
-from gapless.cli.printable import printable
+from gapless.cli.printable import echo, echo_json, printable
 from gapless.ops.doctor import DEFAULT_TIMEOUT_S, FAIL, OK, SKIP, WARN, Check, diagnose, healthy
 
 LABELS = {OK: "ok", WARN: "WARN", FAIL: "FAIL", SKIP: "skip"}
@@ -57,10 +56,10 @@ def doctor(
             "ok": ok, "version": installed_version(),
             "seconds": round(time.monotonic() - started, 3),
             "checks": [asdict(check) for check in checks]}
-        typer.echo(json.dumps(document))
+        echo_json(document)
     else:
         for check in checks:
-            typer.echo(check_line(check))
+            echo(check_line(check))
     if not ok:
         raise typer.Exit(1)
 

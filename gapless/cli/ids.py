@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from gapless.cli.printable import echo
 from gapless.ids import decode_id, encode_id
 
 id_app = typer.Typer(help="Cluster-encoded ids: cluster_id << 48 | local.", no_args_is_help=True)
@@ -16,14 +17,14 @@ def id_decode(value: str = typer.Argument(..., help="A 64-bit gapless id.")) -> 
         decoded = decode_id(int(value))
     except ValueError as exc:
         raise typer.BadParameter(f"{value!r} is not a gapless id ({exc})") from None
-    typer.echo(f"id {int(value)}: cluster {decoded.cluster_id}, local {decoded.local}")
+    echo(f"id {int(value)}: cluster {decoded.cluster_id}, local {decoded.local}")
 
 
 @id_app.command("encode")
 def id_encode(cluster_id: int = typer.Argument(...), local: int = typer.Argument(...)) -> None:
     """Compose an id from a cluster id and a local part."""
     try:
-        typer.echo(str(encode_id(cluster_id, local)))
+        echo(str(encode_id(cluster_id, local)))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gapless.cli.options import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
+from gapless.cli.printable import console, echo, echo_json, json_text, plain
 from gapless.constants import EARSIV_PROFILE, Channel
 from gapless.settings import Settings
 
@@ -59,7 +60,8 @@ def show(
     if document:
         body, note = run(_document(settings, invoice_id))
         if note:
-            typer.echo(note, err=True)
+            echo(note, err=True)
+        # The document byte for byte (the one output not made printable: it is what was sent).
         sys.stdout.buffer.write(body)
         if not body.endswith(b"\n"):
             sys.stdout.buffer.write(b"\n")
@@ -68,8 +70,7 @@ def show(
     row, events, sent = run(_load(settings, invoice_id))
     kind = document_kind(_payload(row), sent)
     if as_json:
-        typer.echo(json.dumps(_as_dict(row, events, kind, with_payload=with_payload), indent=2,
-                              default=str))
+        echo_json(_as_dict(row, events, kind, with_payload=with_payload), indent=2)
         return
     _print_invoice(row, events, kind, with_payload=with_payload)
 
@@ -84,12 +85,12 @@ async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | N
     async with _database(settings) as db:
         sending = await invoice_as_sent(db, invoice_id)
         if sending is None:
-            typer.echo(f"invoice {invoice_id!r} has no number yet, so no document", err=True)
+            echo(f"invoice {invoice_id!r} has no number yet, so no document", err=True)
             raise typer.Exit(1)
         try:
             document = await Renderer(Catalog(db)).document(sending)
         except RenderError as exc:
-            typer.echo(f"invoice {invoice_id!r}: {exc}", err=True)
+            echo(f"invoice {invoice_id!r}: {exc}", err=True)
             raise typer.Exit(1) from None
         if document.stored:
             return document.body, None
@@ -214,7 +215,9 @@ def _as_dict(row: Any, events: list[Any], kind: DocumentKind, *,
 
 def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
                    with_payload: bool) -> None:
-    console = Console(highlight=False)
+    """The invoice for a person; every value from the ledger (ids, reasons, the payload) is
+    shown as text (:func:`gapless.cli.printable.console`)."""
+    out = console()
     facts = Table(show_header=False, box=None, title=f"invoice {row.invoice_id}",
                   title_justify="left")
     facts.add_column(style="bold")
@@ -226,7 +229,7 @@ def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
     facts.add_row("type/profile", f"{kind.type}/{kind.profile}")
     facts.add_row("channel", kind.channel + (f" to {kind.alias}" if kind.alias else ""))
     if kind.billing_reference:
-        facts.add_row("returns", "\n".join(kind.returns))
+        facts.add_row("returns", Text("\n").join(plain(line) for line in kind.returns))
     if kind.discounts is not None:
         facts.add_row("discounts", kind.discounts)
     if kind.withheld is not None:
@@ -246,7 +249,7 @@ def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
         facts.add_row("next attempt", f"{row.next_attempt_at:%Y-%m-%d %H:%M:%S %Z}")
     facts.add_row("created", f"{row.created_at:%Y-%m-%d %H:%M:%S %Z}")
     facts.add_row("updated", f"{row.updated_at:%Y-%m-%d %H:%M:%S %Z}")
-    console.print(facts)
+    out.print(facts)
 
     history = Table(title="events", title_justify="left")
     history.add_column("seq", justify="right")
@@ -262,9 +265,10 @@ def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
         history.add_row("-" if e.sequence_id is None else str(e.sequence_id),
                         f"{e.created_at:%H:%M:%S}", e.kind, change, str(e.attempts), e.actor,
                         e.detail or "")
-    console.print(history)
+    out.print(history)
     if with_payload:
-        console.print_json(json.dumps(row.payload))
+        for line in json_text(row.payload, indent=2, ensure_ascii=False).splitlines():
+            out.print(line, soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------------ retry
@@ -284,7 +288,7 @@ def retry(
     settings = settings_from(database_url=database_url, integrator_url=integrator_url)
     corrected = None if payload is None else _read_payload(payload)
     code, line = run(_retry(settings, invoice_id, corrected))
-    typer.echo(line)
+    echo(line)
     if code:
         raise typer.Exit(code)
 
@@ -389,7 +393,7 @@ def void(
         raise typer.BadParameter("--reason must not be empty")
     settings = settings_from(database_url=database_url)
     number = run(_void(settings, invoice_id, reason.strip()))
-    typer.echo(f"invoice {invoice_id!r}: VOIDED; number {number} stays accounted for")
+    echo(f"invoice {invoice_id!r}: VOIDED; number {number} stays accounted for")
 
 
 async def _void(settings: Settings, invoice_id: str, reason: str) -> str:
@@ -413,7 +417,7 @@ def cancel(
         raise typer.BadParameter("--reason must not be empty")
     settings = settings_from(database_url=database_url)
     run(_cancel(settings, invoice_id, reason.strip()))
-    typer.echo(f"invoice {invoice_id!r}: CANCELLED; no number was consumed")
+    echo(f"invoice {invoice_id!r}: CANCELLED; no number was consumed")
 
 
 async def _cancel(settings: Settings, invoice_id: str, reason: str) -> None:

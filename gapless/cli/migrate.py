@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from gapless.cli.options import ClusterIdOption, DatabaseUrlOption, settings_from
+from gapless.cli.printable import echo
 
 
 def migrate(database_url: str | None = DatabaseUrlOption,
@@ -21,7 +22,7 @@ def migrate(database_url: str | None = DatabaseUrlOption,
         parts.append(f"schema {result.from_revision or 'empty'} -> {result.to_revision}")
     else:
         parts.append(f"schema at {result.to_revision}, nothing to do")
-    typer.echo(f"migrate: {', '.join(parts)}; cluster id {result.cluster_id}")
+    echo(f"migrate: {', '.join(parts)}; cluster id {result.cluster_id}")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,6 @@ was refused, 2 on bad usage.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import IO, Any
 import typer
 
 from gapless.cli.options import AmqpUrlOption, QueueOption, run, settings_from
+from gapless.cli.printable import console, echo, echo_json
 from gapless.constants import PRIORITIES
 from gapless.demo.samples import REJECTED_TAX_ID, sample_messages
 from gapless.settings import Settings
@@ -69,7 +69,6 @@ def _count_lines(stream: IO[bytes]) -> int | None:
 
 def _progress(total: int | None, show: bool) -> Any:
     """A rich progress bar on stderr (only on a terminal); its task carries the refusals."""
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -79,11 +78,11 @@ def _progress(total: int | None, show: bool) -> Any:
         TimeRemainingColumn,
     )
 
-    console = Console(stderr=True)
+    err = console(stderr=True)
     return Progress(TextColumn("publishing"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("refused {task.fields[refused]}"), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=console,
-                    disable=not (show and console.is_terminal))
+                    TimeRemainingColumn(), console=err,
+                    disable=not (show and err.is_terminal))
 
 
 def _validated(summary: Summary, where: str, item: Any) -> Any | None:
@@ -184,14 +183,14 @@ def _demo_items(count: int, *, tenant: str, series: str, priority: str,
 def _report(summary: Summary, as_json: bool) -> None:
     """The summary on stdout (one line, or JSON); each refusal on stderr."""
     if as_json:
-        typer.echo(json.dumps({"published": summary.published, "confirmed": summary.confirmed,
-                               "refused": summary.refused, "refusals": summary.refusals}))
+        echo_json({"published": summary.published, "confirmed": summary.confirmed,
+                   "refused": summary.refused, "refusals": summary.refusals})
         return
     for refusal in summary.refusals:
-        typer.echo(f"refused {refusal['at']}: {refusal['reason']}", err=True)
+        echo(f"refused {refusal['at']}: {refusal['reason']}", err=True)
     if summary.refused > len(summary.refusals):
-        typer.echo(f"... and {summary.refused - len(summary.refusals)} more refusals", err=True)
-    typer.echo(summary.line())
+        echo(f"... and {summary.refused - len(summary.refusals)} more refusals", err=True)
+    echo(summary.line())
 
 
 def publish(

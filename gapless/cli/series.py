@@ -6,10 +6,10 @@ from datetime import datetime
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from gapless.cli.options import DatabaseUrlOption, run, settings_from
+from gapless.cli.printable import console, echo
 from gapless.errors import SeriesError
 
 series_app = typer.Typer(help="Define and inspect numbering series.", no_args_is_help=True)
@@ -49,9 +49,9 @@ def series_add(
     settings = settings_from(database_url=database_url)
     created = run(_add_series(settings.database_url, spec))
     verb = "added" if created else "exists (identical)"
-    typer.echo(f"series {spec.tenant}/{spec.code} {verb}: prefix {spec.prefix}, reset "
-               f"{spec.reset.value}, tz {spec.tz}, format {spec.format}, width {spec.width}, "
-               f"channel {spec.channel.value}" + (" (default)" if spec.default else ""))
+    echo(f"series {spec.tenant}/{spec.code} {verb}: prefix {spec.prefix}, reset "
+         f"{spec.reset.value}, tz {spec.tz}, format {spec.format}, width {spec.width}, "
+         f"channel {spec.channel.value}" + (" (default)" if spec.default else ""))
 
 
 async def _add_series(database_url: str, spec: object) -> bool:
@@ -82,7 +82,7 @@ def series_list(
                       row.channel + (" (default)" if row.is_default else ""),
                       row.period_key or "-", str(row.last_no) if row.last_no else "0",
                       row.last_number or "-")
-    Console(width=120).print(table)
+    console(width=120).print(table)
 
 
 async def _list_series(database_url: str, tenant: str | None, code: str | None) -> list[Any]:
@@ -108,10 +108,10 @@ def series_bump(
     where = f"counter {tenant}/{code}/{bump.period_key}"
     before = "no row" if bump.before is None else str(bump.before)
     if bump.before is not None and bump.before >= bump.after:
-        typer.echo(f"{where}: already at {bump.after}, past {past}; unchanged")
+        echo(f"{where}: already at {bump.after}, past {past}; unchanged")
     else:
-        typer.echo(f"{where}: {before} -> {bump.after}; the next seal of this period takes no "
-                   f"{bump.after + 1}")
+        echo(f"{where}: {before} -> {bump.after}; the next seal of this period takes no "
+             f"{bump.after + 1}")
 
 
 async def _bump(database_url: str, tenant: str, code: str, past: str) -> Any:
@@ -132,7 +132,7 @@ def series_next(
     """Show the next number without consuming it."""
     settings = settings_from(database_url=database_url)
     preview = run(_preview(settings.database_url, tenant, code, at))
-    typer.echo(f"{preview.number}  (period {preview.period_key}, no {preview.next_no})")
+    echo(f"{preview.number}  (period {preview.period_key}, no {preview.next_no})")
 
 
 async def _preview(database_url: str, tenant: str, code: str, at: datetime | None) -> Any:

@@ -10,13 +10,12 @@ as text, never as rich markup.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import typer
 
 from gapless.cli.options import AmqpUrlOption, DatabaseUrlOption, QueueOption, run, settings_from
-from gapless.cli.printable import plain, printable
+from gapless.cli.printable import console, echo_json, plain, printable
 from gapless.ops.status import (
     BreakerStatus,
     FeedStatus,
@@ -182,12 +181,11 @@ def _gib_lines(lines: Any, status: Status) -> None:
 async def _status(settings: Settings, *, watch: bool, interval: float, as_json: bool,
                   tenant: str | None, series: str | None, metrics_urls: list[str],
                   management_url: str | None) -> None:
-    from rich.console import Console
     from rich.live import Live
 
     from gapless.ops.status import StatusReader
 
-    console = Console()
+    out = console()
     async with StatusReader(settings, tenant=tenant, series=series, metrics_urls=metrics_urls,
                             management_url=management_url) as reader:
         snapshot = reader.snapshot
@@ -195,17 +193,17 @@ async def _status(settings: Settings, *, watch: bool, interval: float, as_json: 
             while True:
                 # One JSON document per line: with --watch, a JSON Lines stream.
                 shown = await snapshot()
-                typer.echo(json.dumps(shown.as_dict()))
+                echo_json(shown.as_dict())
                 if not watch:
                     _fail_if_broker_unreachable(shown)
                     return
                 await asyncio.sleep(interval)  # the refresh period, not synchronisation
         if not watch:
             shown = await snapshot()
-            console.print(render(shown))
+            out.print(render(shown))
             _fail_if_broker_unreachable(shown)
             return
-        with Live(render(await snapshot()), console=console, auto_refresh=False) as live:
+        with Live(render(await snapshot()), console=out, auto_refresh=False) as live:
             while True:
                 await asyncio.sleep(interval)  # the refresh period, not synchronisation
                 live.update(render(await snapshot()), refresh=True)

@@ -7,14 +7,13 @@ the version they were sealed with.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from gapless.cli.options import DatabaseUrlOption, run, settings_from
+from gapless.cli.printable import console, echo, echo_json
 from gapless.settings import Settings
 
 tenant_app = typer.Typer(help="Issuer profiles: who issues a tenant's documents.",
@@ -52,13 +51,13 @@ def tenant_set(
     settings = settings_from(database_url=database_url)
     version, problems = run(_set(settings, tenant, issuer))
     if version is None:
-        typer.echo(f"tenant {tenant}: profile unchanged (identical to the one in force)")
+        echo(f"tenant {tenant}: profile unchanged (identical to the one in force)")
     else:
-        typer.echo(f"tenant {tenant}: profile version {version} in force; its invoices sealed "
-                   "from now on get UBL-TR 2.1 documents")
+        echo(f"tenant {tenant}: profile version {version} in force; its invoices sealed "
+             "from now on get UBL-TR 2.1 documents")
     for problem in problems:
-        typer.echo(f"warning: {problem}; messages of that series will be dead-lettered",
-                   err=True)
+        echo(f"warning: {problem}; messages of that series will be dead-lettered",
+             err=True)
 
 
 async def _set(settings: Settings, tenant: str, issuer: Any) -> tuple[int | None, list[str]]:
@@ -87,10 +86,10 @@ def tenant_show(
     settings = settings_from(database_url=database_url)
     profiles = run(_profiles(settings, tenant))
     if tenant is not None and not profiles:
-        typer.echo(f"tenant {tenant}: no issuer profile (its documents are the message's JSON)")
+        echo(f"tenant {tenant}: no issuer profile (its documents are the message's JSON)")
         raise typer.Exit(1)
     if as_json:
-        typer.echo(json.dumps([_as_dict(p) for p in profiles], ensure_ascii=False, indent=2))
+        echo_json([_as_dict(p) for p in profiles], indent=2, ensure_ascii=False)
         return
     table = Table(title="issuer profiles", title_justify="left")
     for column in ("tenant", "version", "tax id", "name", "tax office", "address", "e-mail"):
@@ -101,7 +100,7 @@ def tenant_show(
                                               issuer.postal_zone, issuer.country) if part)
         table.add_row(profile.tenant, str(profile.version), issuer.tax_id, issuer.name,
                       issuer.tax_office, address, issuer.email or "-")
-    Console(width=120).print(table)
+    console(width=120).print(table)
 
 
 def _as_dict(profile: Any) -> dict[str, Any]:

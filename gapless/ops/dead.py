@@ -17,7 +17,6 @@ closed connection returns it to the dead queue.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +54,15 @@ class DeadLetter:
     priority: int | None
     content_type: str | None
     body_bytes: int
+    #: Why the body cannot be read (not UTF-8, not JSON, nested too deep, too large, not an
+    #: object), one line; None when it is a JSON object.
+    body_problem: str | None = None
+
+
+def _loggable(text: str | None) -> str | None:
+    """A value from a dead message as a log field: as it is when printable, else its ``ascii``
+    form, so a console log line on the operator's terminal carries no escape sequence."""
+    return text if text is None or text.isprintable() else ascii(text)
 
 
 def _text(value: Any) -> str | None:
@@ -65,19 +73,34 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-def invoice_id_of(body: bytes) -> str | None:
-    """The body's ``invoice_id`` when the body is a JSON object that has one.
+def read_body(body: bytes) -> tuple[str | None, str | None]:
+    """``(invoice_id, problem)`` of a dead body: its ``invoice_id`` when the body is a JSON
+    object that has one, and — when it cannot be read — why, in one line.
 
-    Not the ``message_id``: a publisher that gives none gets a random one from its client
-    library, which would pass for an invoice_id here.
+    Read as the worker reads a delivery: no more than ``MAX_BODY_BYTES``, then
+    :func:`gapless.message.parse.decode_json` (strict UTF-8 and JSON, bounded depth), so a body
+    that broke the worker is described here, never raised. Not the ``message_id``: a publisher
+    that gives none gets a random one from its client library, which would pass for an
+    invoice_id here.
     """
+    from gapless.message.fields import MAX_BODY_BYTES, InvalidMessage, json_type
+    from gapless.message.parse import decode_json
+
+    if len(body) > MAX_BODY_BYTES:
+        return None, f"body is {len(body)} bytes; at most {MAX_BODY_BYTES} are read"
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if isinstance(data, dict) and isinstance(data.get("invoice_id"), str):
-        return str(data["invoice_id"])
-    return None
+        data = decode_json(body)
+    except InvalidMessage as exc:
+        return None, exc.reason
+    if not isinstance(data, dict):
+        return None, f"body must be a JSON object, not {json_type(data)}"
+    invoice_id = data.get("invoice_id")
+    return (invoice_id if isinstance(invoice_id, str) else None), None
+
+
+def invoice_id_of(body: bytes) -> str | None:
+    """The body's ``invoice_id`` when the body is a JSON object that has one (:func:`read_body`)."""
+    return read_body(body)[0]
 
 
 def dead_reason(headers: dict[str, Any]) -> str | None:
@@ -98,13 +121,14 @@ def dead_reason(headers: dict[str, Any]) -> str | None:
 def describe(position: int, message: Any) -> DeadLetter:
     """What an operator sees of the dead ``message`` (an incoming aio-pika message) at
     ``position`` (1: the head of the queue); its body is only measured and searched for an
-    ``invoice_id``."""
+    ``invoice_id`` (:func:`read_body`)."""
     headers = dict(message.headers or {})
     dead_at = _text(headers.get(HEADER_DEAD_AT))
     if dead_at is None and message.timestamp is not None:
         dead_at = message.timestamp.isoformat()
+    invoice_id, body_problem = read_body(message.body)
     return DeadLetter(
-        position=position, invoice_id=invoice_id_of(message.body),
+        position=position, invoice_id=invoice_id, body_problem=body_problem,
         reason=dead_reason(headers), dead_at=dead_at, worker=_text(headers.get(HEADER_DEAD_WORKER)),
         message_id=message.message_id, priority=message.priority,
         content_type=message.content_type, body_bytes=len(message.body))
@@ -118,7 +142,7 @@ async def requeue(messages: list[Any]) -> None:
         try:
             await message.nack(requeue=True)
         except (aiormq.exceptions.AMQPError, RuntimeError, ConnectionError):
-            log.warning("dead_requeue_failed", message_id=message.message_id)
+            log.warning("dead_requeue_failed", message_id=_loggable(message.message_id))
 
 
 @dataclass(frozen=True)
@@ -162,9 +186,11 @@ async def list_dead(settings: Settings, limit: int) -> DeadLetters:
 class ReplayResult:
     """What a replay did: the invoice_ids replayed in order (None: a body without one), those
     replayed with a fixed body, how many dead messages stayed, and the invoice_ids asked for
-    that the dead queue did not hold (sorted)."""
+    that the dead queue did not hold (sorted). ``problems`` goes with ``replayed``: why each
+    body cannot be read (:func:`read_body`), None for a readable one."""
 
     replayed: list[str | None] = field(default_factory=list)
+    problems: list[str | None] = field(default_factory=list)
     fixed: list[str] = field(default_factory=list)
     kept: int = 0
     not_found: list[str] = field(default_factory=list)
@@ -230,7 +256,7 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
                 if message is None:
                     break
                 held.append(message)
-                invoice_id = invoice_id_of(message.body)
+                invoice_id, problem = read_body(message.body)
                 if not replay_all and invoice_id not in invoice_ids:
                     continue
                 if invoice_id is not None:
@@ -238,10 +264,11 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
                 await republish(publisher, message, fixes.get(invoice_id or ""))
                 held.remove(message)
                 result.replayed.append(invoice_id)
+                result.problems.append(problem)
                 if invoice_id is not None and invoice_id in fixes:
                     result.fixed.append(invoice_id)
-                log.info("dead_letter_replayed", queue=settings.queue, invoice_id=invoice_id,
-                         fixed=invoice_id in fixes)
+                log.info("dead_letter_replayed", queue=settings.queue,
+                         invoice_id=_loggable(invoice_id), fixed=invoice_id in fixes)
         finally:
             result.kept = len(held)
             await requeue(held)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import io
 
 import pytest
-from rich.console import Console
 
 from gapless.cli.dead import letters_table
 from gapless.cli.doctor import check_line
-from gapless.cli.printable import plain, printable
+from gapless.cli.printable import console, plain, printable
 from gapless.cli.status import render
 from gapless.ops.dead import DeadLetter, DeadLetters
 from gapless.ops.doctor import FAIL, Check
@@ -29,8 +28,11 @@ SHOWN = r"a[bold]b[/bold]\x1b[2J\x1b]8;;http://x\x07c\u202ed\x0a\x09e"
 
 
 def printed(renderable: object, width: int = 200) -> str:
+    """What the CLI's console (:func:`gapless.cli.printable.console`) prints of it."""
     out = io.StringIO()
-    Console(file=out, width=width, force_terminal=False, color_system=None).print(renderable)
+    shown = console(width=width)
+    shown.file = out
+    shown.print(renderable)
     return out.getvalue()
 
 

@@ -25,6 +25,7 @@ from gapless.ops.dead import (
     describe,
     invoice_id_of,
     parse_fixes,
+    read_body,
     replay_headers,
 )
 
@@ -47,6 +48,26 @@ def line(**changes: Any) -> bytes:
 ])
 def test_the_invoice_id_is_read_from_the_body_only(body: bytes, invoice_id: str | None) -> None:
     assert invoice_id_of(body) == invoice_id
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    (b'{"invoice_id": 7}', None),
+    (b'["inv-1"]', "body must be a JSON object, not a list"),
+    (b"\xff\xfe", "body is not valid UTF-8"),
+    (b"[" * 10_000 + b"]" * 10_000, "body nests more than 16 levels deep"),
+    (b'{"a": ' * 10_000 + b"1" + b"}" * 10_000, "body nests more than 16 levels deep"),
+    (b'{"invoice_id": "a", "invoice_id": "b"}', "body has a duplicate field name in an object"),
+    (b"9" * 10_000, "body is not valid JSON: a number literal is too long"),
+    (b" " * (1024 * 1024), "bytes; at most"),
+])
+def test_a_body_that_cannot_be_read_is_described_in_one_line(body: bytes,
+                                                              problem: str | None) -> None:
+    invoice_id, found = read_body(body)
+    assert invoice_id is None
+    assert (found is None) if problem is None else (found is not None and problem in found)
+    letter = describe(1, SimpleNamespace(headers={}, timestamp=None, body=body, message_id=None,
+                                         priority=None, content_type=None))
+    assert (letter.invoice_id, letter.body_problem) == (None, found)
 
 
 def test_the_reason_is_gaplesss_own_else_what_the_broker_recorded() -> None:
