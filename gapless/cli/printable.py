@@ -28,34 +28,22 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gapless.escape import printable
+
+__all__ = ["console", "echo", "echo_json", "json_text", "plain", "printable"]
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-#: C0 controls (tab and newline included: one value, one line), DEL, C1 controls, the
-#: bidirectional marks, embeddings, overrides and isolates, the line and paragraph separators,
-#: and lone surrogates (which no terminal encoding can write).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-                     "\u2066-\u2069\ud800-\udfff]")
 #: What ``json.dumps(ensure_ascii=False)`` leaves raw that :data:`_UNSAFE` names (it escapes C0
 #: controls itself; outside strings there is only ASCII punctuation, digits and whitespace).
 _UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
                              "\u2066-\u2069\ud800-\udfff]")
 
 
-def _escape(found: re.Match[str]) -> str:
-    code = ord(found.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
 def _json_escape(found: re.Match[str]) -> str:
     return f"\\u{ord(found.group()):04x}"
-
-
-def printable(text: str) -> str:
-    """``text`` with every control, bidirectional, separator and surrogate character written as
-    an escape."""
-    return _UNSAFE.sub(_escape, text)
 
 
 def plain(text: str) -> Text:

@@ -12,6 +12,7 @@ from gapless.cli.options import (
     run,
     settings_from,
 )
+from gapless.cli.printable import echo
 from gapless.settings import Settings
 
 
@@ -66,7 +67,7 @@ def recovery(
         gib=GibPolicy.from_settings(settings), settings=settings)
     summary = run(_recovery(settings, options, once=once, metrics_port=metrics_port))
     if summary is not None:
-        typer.echo(summary)
+        echo(summary)
 
 
 async def _recovery(settings: Settings, options: object, *, once: bool,

@@ -22,7 +22,6 @@ CLI = Path(__file__).resolve().parents[2] / "gapless" / "cli"
 NOT_YET = {
     "chain.py": "its Console(highlight=False) reads markup in data: use printable.console() "
                 "and printable.echo",
-    "recovery.py": "typer.echo(summary): printable.echo",
     "demo.py": "gapless.demo.runner styles its own lines with markup on the consoles it is "
                "given; what it shows of data is the audit's, run as `gapless audit`",
 }
