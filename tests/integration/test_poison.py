@@ -11,29 +11,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aio_pika
 import pytest
-from pamqp.frame import marshal
-from pamqp.header import ContentHeader
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.amqp.publisher import Publisher, PublishUnconfirmed
-from gapless.constants import HEADER_DEAD_HEADERS_CUT, HEADER_DEAD_REASON, dead_queue_name
+from gapless.constants import HEADER_DEAD_HEADERS_CUT, HEADER_DEAD_REASON
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from gapless.ops.dead import dead_reason
 from gapless.settings import Settings
 from tests.helpers import await_until, ledger
 from tests.mock_client import MockIntegratorClient
+from tests.poison_support import RawText, dead_depth, nested, publish_deep, publish_raw
 from tests.worker_support import all_in, drain_dead, rows, running_worker, sale
 
 #: How long a valid message behind a poison one may take to be ISSUED.
 DEADLINE_S = 30
-#: What the content header frame of the poison message leaves free of the broker's frame_max:
-#: too little for the reason headers a dead-letter copy adds.
-SLACK = 48
-
-
 @pytest.fixture
 async def series(engine: AsyncEngine) -> None:
     async with ledger(engine).transaction() as tx:
@@ -45,48 +38,6 @@ def poison_settings(request: pytest.FixtureRequest, settings: Settings,
                     mock_integrator: MockIntegratorClient) -> Settings:
     return settings.with_overrides(integrator_url=mock_integrator.url, retry_wait_s=0.05,
                                    retry_max_s=5.0, queue_type=request.param)
-
-
-def header_frame_size(message: aio_pika.Message) -> int:
-    """The bytes of the content header frame that carries ``message``'s properties."""
-    return len(marshal(ContentHeader(0, message.body_size, message.properties), 1))
-
-
-def filled(message: aio_pika.Message, frame_max: int) -> aio_pika.Message:
-    """``message`` with headers added that make its content header frame ``frame_max - SLACK``
-    bytes (eight string headers of about 16 KiB each)."""
-    fillers = [f"x-filler-{n}" for n in range(8)]
-    headers: dict[str, Any] = {**(message.headers or {}), **dict.fromkeys(fillers, "")}
-
-    def with_headers() -> aio_pika.Message:
-        return aio_pika.Message(message.body, headers=headers,
-                                content_type=message.content_type,
-                                message_id=message.message_id,
-                                delivery_mode=message.delivery_mode)
-
-    room = frame_max - SLACK - header_frame_size(with_headers())
-    for name in fillers:
-        headers[name] = "f" * (room // len(fillers))
-    headers[fillers[0]] += "f" * (frame_max - SLACK - header_frame_size(with_headers()))
-    result = with_headers()
-    assert header_frame_size(result) == frame_max - SLACK
-    return result
-
-
-async def publish_raw(settings: Settings, body: bytes, *, message_id: str,
-                      headers: dict[str, Any] | None = None, fill: bool = False) -> None:
-    """Publish to ``<prefix>`` with confirms, as any producer could; ``fill``: with headers
-    that nearly fill the negotiated frame_max."""
-    connection = await aio_pika.connect(settings.amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        message = aio_pika.Message(body, headers=headers, content_type="application/json",
-                                   message_id=message_id,
-                                   delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
-        if fill:
-            underlay = connection.transport.connection
-            message = filled(message, underlay.connection_tune.frame_max)
-        await channel.default_exchange.publish(message, routing_key=settings.queue)
 
 
 @pytest.mark.usefixtures("series")
@@ -115,14 +66,6 @@ async def test_a_poison_message_is_dead_lettered_and_the_valid_one_behind_it_iss
     assert "required field is missing" in str(dead_reason(headers))
     assert HEADER_DEAD_HEADERS_CUT in headers  # the copy says its headers were cut
     assert await dead_depth(settings) == 0
-
-
-async def dead_depth(settings: Settings) -> int:
-    connection = await aio_pika.connect(settings.amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(dead_queue_name(settings.queue), passive=True)
-        return int(queue.declaration_result.message_count or 0)
 
 
 @pytest.mark.usefixtures("series")
@@ -167,3 +110,36 @@ async def test_a_copy_that_cannot_be_published_leaves_the_message_to_the_broker(
     assert HEADER_DEAD_REASON not in headers
     assert dead_reason(headers) == f"broker: rejected in {settings.queue}"
     assert set(await rows(engine)) == {"good-3"}
+
+
+@pytest.mark.usefixtures("series")
+async def test_headers_pamqp_cannot_decode_neither_end_the_connection_nor_stall_the_queue(
+        engine: AsyncEngine, poison_settings: Settings) -> None:
+    """A header nested 3000 levels deep and a key that is not UTF-8 used to end the consumer's
+    connection in its reader, before the worker saw the message; a string header that is not
+    UTF-8 made the dead-letter copy fail to encode."""
+    settings = poison_settings
+    invalid = json.dumps({"invoice_id": "poison", "tenant": "acme"}).encode()
+    async with running_worker(settings, concurrency=1) as worker:
+        await publish_deep(settings, invalid, message_id="deep", headers={"x-deep": nested(3000)})
+        await publish_raw(settings, invalid, message_id="bad-key",
+                          headers={RawText(b"x-\xff\xfe"): "v"})
+        await publish_raw(settings, invalid, message_id="bad-text",
+                          headers={"x-text": RawText(b"\xff\xfe")})
+        await publish_deep(settings, json.dumps(sale("good-deep")).encode(),
+                           message_id="good-deep",
+                           headers={"x-deep": nested(3000), RawText(b"\xff"): RawText(b"\xff")})
+        await publish_raw(settings, json.dumps(sale("good-after")).encode(),
+                          message_id="good-after")
+        await await_until(lambda: all_in(engine, {"good-deep", "good-after"}, "ISSUED"),
+                          DEADLINE_S, message="the valid invoices behind the poison ones ISSUED")
+        dead = await drain_dead(settings, 3)
+        assert worker.consuming
+    by_id = {message.message_id: dict(message.headers or {}) for message in dead}
+    assert set(by_id) == {"deep", "bad-key", "bad-text"}
+    for headers in by_id.values():
+        assert "required field is missing" in str(dead_reason(headers))
+    assert by_id["bad-text"]["x-text"] == bytearray(b"\xff\xfe")  # kept, as a byte array
+    assert by_id["bad-key"]["x-\ufffd\ufffd"] == "v"
+    assert "nested deeper than 32 levels" in json.dumps(by_id["deep"]["x-deep"])
+    assert set(await rows(engine)) == {"good-deep", "good-after"}
