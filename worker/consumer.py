@@ -1,7 +1,9 @@
 """The RabbitMQ consumer: deliveries in, the issuing flow, explicit ack/nack out.
 
 Guarantees: a delivery is acked only once its outcome has committed, and nacked explicitly
-otherwise (never dead-lettered by a shutdown or a cancellation); a redelivery, after a reconnect
+otherwise (never dead-lettered by a shutdown or a cancellation); a refused message is acked once
+its copy is in ``<prefix>.dead``, or rejected to the broker's own dead-lettering when the copy
+cannot be published (never requeued, so it cannot loop); a redelivery, after a reconnect
 or on another node, is harmless because the database decides; priorities hold (classic mode:
 ``prefetch_count`` equals ``--concurrency``; quorum mode: the ``<prefix>.user`` queue served
 first); no number is taken while the circuit breaker is open or the database is away — the
