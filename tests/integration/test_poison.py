@@ -143,3 +143,23 @@ async def test_headers_pamqp_cannot_decode_neither_end_the_connection_nor_stall_
     assert by_id["bad-key"]["x-\ufffd\ufffd"] == "v"
     assert "nested deeper than 32 levels" in json.dumps(by_id["deep"]["x-deep"])
     assert set(await rows(engine)) == {"good-deep", "good-after"}
+
+
+@pytest.mark.usefixtures("series")
+async def test_the_dead_letter_publisher_reconnects_after_losing_its_connection(
+        engine: AsyncEngine, poison_settings: Settings) -> None:
+    settings = poison_settings
+    invalid = json.dumps({"invoice_id": "poison-3", "tenant": "acme"}).encode()
+    async with running_worker(settings, concurrency=1) as worker:
+        publisher = worker._dead_letters  # its connection is what is lost
+        assert publisher is not None
+        lost = publisher._connection
+        assert lost is not None
+        await lost.close()  # the publisher still holds its channel, closed with it
+        assert publisher.channel.is_closed
+        await publish_raw(settings, invalid, message_id="poison-3")
+        await publish_raw(settings, json.dumps(sale("good-4")).encode(), message_id="good-4")
+        await await_until(lambda: all_in(engine, {"good-4"}, "ISSUED"), DEADLINE_S,
+                          message="the valid invoice behind the poison one ISSUED")
+        [dead] = await drain_dead(settings, 1)
+    assert "required field is missing" in str(dead.headers[HEADER_DEAD_REASON])  # our copy
