@@ -1,9 +1,11 @@
-"""Poison messages against a real worker, RabbitMQ and PostgreSQL: an invalid message whose
-headers nearly fill the broker's frame, in classic and quorum mode, ends in ``<prefix>.dead``
-and never stalls the queue; a valid one with such headers is issued.
+"""Poison messages against a real worker, RabbitMQ and PostgreSQL, in classic and quorum mode:
+an invalid message whose headers nearly fill the broker's frame, nest thousands of levels deep,
+or are not UTF-8 ends in ``<prefix>.dead`` and never stalls the queue (the worker has one slot);
+so does one whose copy cannot be published (the broker dead-letters it); a valid one with such
+headers is issued.
 
 The worker runs in-process (:func:`tests.worker_support.running_worker`); messages are
-published raw with aio-pika, as any producer could.
+published raw with aio-pika, as any producer could (tests/poison_support.py).
 """
 
 from __future__ import annotations
