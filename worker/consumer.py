@@ -431,9 +431,7 @@ class Worker:
                 message.body, reason=reason, headers=dict(message.headers or {}),
                 content_type=message.content_type, message_id=message.message_id,
                 priority=message.priority, worker=WORKER_ID)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # not CancelledError: a cancelled copy leaves the delivery unacked
             log.error("dead_letter_failed", reason=bounded_reason(reason),
                       error=type(exc).__name__, detail=_first_line(exc),
                       then="rejected to the broker's dead-lettering")
