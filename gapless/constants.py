@@ -16,6 +16,8 @@ DLX_SUFFIX = ".dlx"
 HEADER_DEAD_REASON = "x-gapless-reason"
 HEADER_DEAD_AT = "x-gapless-dead-at"
 HEADER_DEAD_WORKER = "x-gapless-worker"
+#: On a dead-letter copy whose original headers did not all fit its budget: what was cut.
+HEADER_DEAD_HEADERS_CUT = "x-gapless-headers-cut"
 #: Set by ``gapless dead replay`` on a message put back on the main queue (UTC ISO time).
 HEADER_REPLAYED_AT = "x-gapless-replayed-at"
 

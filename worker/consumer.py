@@ -1,7 +1,9 @@
 """The RabbitMQ consumer: deliveries in, the issuing flow, explicit ack/nack out.
 
 Guarantees: a delivery is acked only once its outcome has committed, and nacked explicitly
-otherwise (never dead-lettered by a shutdown or a cancellation); a redelivery, after a reconnect
+otherwise (never dead-lettered by a shutdown or a cancellation); a refused message is acked once
+its copy is in ``<prefix>.dead``, or rejected to the broker's own dead-lettering when the copy
+cannot be published (never requeued, so it cannot loop); a redelivery, after a reconnect
 or on another node, is harmless because the database decides; priorities hold (classic mode:
 ``prefetch_count`` equals ``--concurrency``; quorum mode: the ``<prefix>.user`` queue served
 first); no number is taken while the circuit breaker is open or the database is away — the
@@ -26,9 +28,11 @@ import structlog
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from gapless.amqp.connection import connect
+from gapless.amqp.headers import bounded_reason
 from gapless.amqp.publisher import Publisher
 from gapless.amqp.topology import declare_topology
 from gapless.constants import PRIORITY_USER
+from gapless.errors import GaplessError
 from gapless.integrator.base import (
     Integrator,
     IntegratorAuthError,
@@ -399,13 +403,17 @@ class Worker:
         if verdict.pause:
             self._pause.set()
         if verdict.action is Action.DEAD_LETTER:
+            metrics.count(verdict.outcome)
             if await self._dead_letter(message, verdict.reason or "invalid message"):
-                metrics.count(verdict.outcome)
                 await _quietly(message.ack(), "ack")
             else:
-                metrics.count("requeued")
-                await self._backoff(TROUBLE_BACKOFF_S)
-                await _quietly(message.nack(requeue=True), "nack")
+                # The copy cannot be published (after every attempt of the publisher, which
+                # reconnects for the next copy). The message is invalid for ever: requeueing
+                # it would loop, holding a slot, in classic mode (quorum mode only ends it at
+                # the delivery limit). Rejected, the broker dead-letters it itself: the work
+                # queue's x-dead-letter-exchange leads to <prefix>.dead, and its x-death header
+                # says "rejected" (gapless dead list shows that; the reason is in our log).
+                await _quietly(message.reject(requeue=False), "reject")
             return
         metrics.count(verdict.outcome)
         if verdict.action is Action.ACK:
@@ -415,15 +423,18 @@ class Worker:
         await _quietly(message.nack(requeue=True), "nack")
 
     async def _dead_letter(self, message: AbstractIncomingMessage, reason: str) -> bool:
-        """Copy the message into ``<prefix>.dead`` with the reason (confirmed); False if not."""
+        """Copy the message into ``<prefix>.dead`` with the reason (confirmed), its headers
+        capped (:func:`gapless.amqp.headers.cap_headers`); False if not, whatever the error."""
         assert self._dead_letters is not None
         try:
             await self._dead_letters.dead_letter(
                 message.body, reason=reason, headers=dict(message.headers or {}),
                 content_type=message.content_type, message_id=message.message_id,
                 priority=message.priority, worker=WORKER_ID)
-        except Exception as exc:
-            log.error("dead_letter_failed", reason=reason, error=type(exc).__name__)
+        except Exception as exc:  # not CancelledError: a cancelled copy leaves the delivery unacked
+            log.error("dead_letter_failed", reason=bounded_reason(reason),
+                      error=type(exc).__name__, detail=_first_line(exc),
+                      then="rejected to the broker's dead-lettering")
             return False
         return True
 
@@ -485,6 +496,13 @@ async def _first(*aws: Any) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of one of gapless's errors, bounded; nothing of any other (its text might
+    quote the message's headers)."""
+    text = str(exc).strip().splitlines() if isinstance(exc, GaplessError) else []
+    return bounded_reason(text[0], 200) if text else ""
 
 
 async def _quietly(settle: Any, what: str) -> None:

@@ -25,6 +25,7 @@ from aio_pika.abc import (
 from pamqp.common import FieldValue
 
 from gapless.amqp.connection import BrokerUnavailable, broker_unavailable, library_logs_held
+from gapless.amqp.headers import TooLargeForFrame, bounded_reason, cap_headers, check_frame
 from gapless.amqp.nodes import open_plain
 from gapless.amqp.topology import amqp_priority, declare_topology, work_queue
 from gapless.constants import (
@@ -88,8 +89,15 @@ async def _publish_confirmed(channel: AbstractChannel, message: aio_pika.Message
         raise ConfigurationError("publishing needs a channel with publisher confirms "
                                  "(aio-pika's default); without them nothing is guaranteed")
     try:
+        underlay = await channel.get_underlay_channel()
+        # A frame larger than the connection's frame_max makes the broker close the connection
+        # (and with it every confirm still awaited on it): refuse such a message before sending.
+        check_frame(message.body_size, message.properties,
+                    underlay.connection.connection_tune.frame_max)
         result = await channel.default_exchange.publish(
             message, routing_key=routing_key, mandatory=True, timeout=confirm_timeout)
+    except TooLargeForFrame as exc:
+        raise PublishRefused(f"the message for {routing_key!r} cannot be sent: {exc}") from exc
     except aiormq.exceptions.PublishError as exc:  # Basic.Return: no queue took it
         raise PublishRefused(f"unroutable: no queue {routing_key!r} ({exc})") from exc
     except aiormq.exceptions.DeliveryError as exc:  # Basic.Nack
@@ -109,13 +117,17 @@ def dead_copy(body: bytes, *, reason: str, headers: dict[str, FieldValue] | None
               priority: int | None = None, worker: str | None = None) -> aio_pika.Message:
     """The copy of a message that goes into ``<prefix>.dead``.
 
-    It keeps the body, content type, message id and headers, and adds ``x-gapless-reason`` (one
-    line, no payload), ``x-gapless-dead-at`` (UTC ISO time) and ``x-gapless-worker`` when
-    given. The worker acks the original only once the copy is confirmed, so a bad message
-    leaves the work queue exactly once, never looping through redelivery.
+    It keeps the body whole (the broker took it once), the content type, message id, and the
+    headers within a budget (:func:`gapless.amqp.headers.cap_headers`: what is cut is said in
+    ``x-gapless-headers-cut``), and adds ``x-gapless-reason`` (one line, no payload, at most
+    1 KiB), ``x-gapless-dead-at`` (UTC ISO time) and ``x-gapless-worker`` when given. So the
+    copy fits the broker's frame whatever headers the original had. The worker acks the
+    original only once the copy is confirmed, and rejects it to the broker's own dead-lettering
+    when the copy cannot be published: a bad message leaves the work queue, never looping
+    through redelivery.
     """
-    all_headers: dict[str, FieldValue] = dict(headers or {})
-    all_headers[HEADER_DEAD_REASON] = reason
+    all_headers = cap_headers(headers)
+    all_headers[HEADER_DEAD_REASON] = bounded_reason(reason)
     all_headers[HEADER_DEAD_AT] = datetime.now(UTC).isoformat()
     if worker is not None:
         all_headers[HEADER_DEAD_WORKER] = worker
@@ -137,7 +149,7 @@ async def dead_letter(channel: AbstractChannel, prefix: str, body: bytes, *, rea
                         message_id=message_id, priority=priority, worker=worker)
     await _publish_confirmed(channel, message, dead_queue_name(prefix), confirm_timeout)
     log.info("message_dead_lettered", queue=dead_queue_name(prefix), message_id=message_id,
-             reason=reason)
+             reason=bounded_reason(reason))
 
 
 class Publisher:
@@ -301,7 +313,7 @@ class Publisher:
                             message_id=message_id, priority=priority, worker=worker)
         await self._confirmed(message, dead_queue_name(self.settings.queue))
         log.info("message_dead_lettered", queue=dead_queue_name(self.settings.queue),
-                 message_id=message_id, reason=reason)
+                 message_id=message_id, reason=bounded_reason(reason))
 
 
 async def publish_invoice(message: dict[str, Any] | InvoiceMessage, *,
