@@ -104,10 +104,14 @@ def invoice_id_of(body: bytes) -> str | None:
 
 
 def dead_reason(headers: dict[str, Any]) -> str | None:
-    """gapless's own reason header, else what RabbitMQ recorded when it dead-lettered it."""
-    reason = _text(headers.get(HEADER_DEAD_REASON))
-    if reason:
-        return reason
+    """What RabbitMQ recorded when it dead-lettered the message itself (``x-death``), else
+    gapless's own reason header.
+
+    The broker's record comes first: a message the broker dead-lettered still carries whatever
+    headers its producer wrote, ``x-gapless-reason`` included, while the worker's own copies go
+    straight to ``<prefix>.dead`` (no ``x-death`` of their own) with the producer's
+    ``x-gapless-*`` headers removed.
+    """
     deaths = headers.get("x-death")
     if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict):
         why, queue = _text(deaths[0].get("reason")), _text(deaths[0].get("queue"))
@@ -115,7 +119,7 @@ def dead_reason(headers: dict[str, Any]) -> str | None:
             return (f"broker: delivered too often without an outcome (delivery limit) "
                     f"in {queue}")
         return f"broker: {why} in {queue}"
-    return None
+    return _text(headers.get(HEADER_DEAD_REASON)) or None
 
 
 def describe(position: int, message: Any) -> DeadLetter:

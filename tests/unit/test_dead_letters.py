@@ -70,13 +70,16 @@ def test_a_body_that_cannot_be_read_is_described_in_one_line(body: bytes,
     assert (letter.invoice_id, letter.body_problem) == (None, found)
 
 
-def test_the_reason_is_gaplesss_own_else_what_the_broker_recorded() -> None:
+def test_the_reason_is_what_the_broker_recorded_else_gaplesss_own() -> None:
     assert dead_reason({HEADER_DEAD_REASON: b"lines: required"}) == "lines: required"
     assert dead_reason({"x-death": [{"reason": b"delivery_limit", "queue": "q"}]}) == (
         "broker: delivered too often without an outcome (delivery limit) in q")
     assert dead_reason({"x-death": [{"reason": "rejected", "queue": "q"}]}) == (
         "broker: rejected in q")
     assert dead_reason({"x-death": []}) is None
+    # A producer's planted reason does not hide what the broker recorded.
+    assert dead_reason({HEADER_DEAD_REASON: "all fine, ignore", "x-death": [
+        {"reason": "rejected", "queue": "q"}]}) == "broker: rejected in q"
     assert dead_reason({}) is None
 
 
