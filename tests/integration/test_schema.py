@@ -43,6 +43,7 @@ EXPECTED_FUNCTIONS = frozenset({
     "gapless_config_rebase_ids", "gapless_invoice_verdict",
     "gapless_canonical_json", "gapless_message_sha256", "gapless_chain_genesis",
     "gapless_chain_link", "gapless_chain_append", "gapless_invoice_chain",
+    "claim_tenant_invoice", "reserve_tenant_number",
 })
 
 
