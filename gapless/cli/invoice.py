@@ -17,7 +17,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -48,13 +47,14 @@ async def _tenant(db: Database, invoice_id: str, tenant: str | None) -> str:
     """The tenant of the invoice the command names: ``--tenant``, or the one tenant holding the
     id. An id several tenants hold without ``--tenant`` is a usage error (exit 2) naming them;
     none: InvoiceNotFound (exit 1)."""
+    from gapless.cli import UsageError
     from gapless.errors import AmbiguousInvoice
     from gapless.ledger.invoices import resolve_tenant
 
     try:
         return await resolve_tenant(db, invoice_id, tenant)
     except AmbiguousInvoice as exc:
-        raise click.UsageError(str(exc), ctx=click.get_current_context(silent=True)) from None
+        raise UsageError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------- show
