@@ -219,7 +219,8 @@ async def claims(engine: AsyncEngine, url: str, drafts: Drafts, connections: int
         source = id_sources[SERIES[index % series_count]]
         while time.perf_counter() < stop_at:
             began = time.perf_counter()
-            await claim_for_sending(db, next(source), lease_s=300, lock_timeout_ms=30_000)
+            await claim_for_sending(db, next(source), tenant="bench", lease_s=300,
+                                    lock_timeout_ms=30_000)
             latencies.append((time.perf_counter() - began) * 1000)
 
     began = time.perf_counter()

@@ -66,7 +66,8 @@ async def run_path(engine: AsyncEngine, path: str, connections: int, seconds: fl
             invoice_id = f"{series}-{next(counter)}"
             if path == "claim":
                 start = time.perf_counter()
-                await claim_for_sending(db, invoice_id, lease_s=300, lock_timeout_ms=10_000)
+                await claim_for_sending(db, invoice_id, tenant="bench", lease_s=300,
+                                        lock_timeout_ms=10_000)
                 holds.append((time.perf_counter() - start) * 1000)
             else:
                 # Both paths alike: BEGIN, the statement, COMMIT on one psycopg connection.
@@ -75,7 +76,8 @@ async def run_path(engine: AsyncEngine, path: str, connections: int, seconds: fl
                     if path == "raw":
                         await tx.one(RAW_UPSERT)
                     else:
-                        await reserve_number(tx, invoice_id, lock_timeout_ms=10_000)
+                        await reserve_number(tx, invoice_id, tenant="bench",
+                                             lock_timeout_ms=10_000)
                 holds.append((time.perf_counter() - start) * 1000)
             done += 1
 

@@ -59,6 +59,17 @@ class InvoiceNotFound(GaplessError):
         self.invoice_id = invoice_id
 
 
+class AmbiguousInvoice(GaplessError):
+    """An invoice_id named alone is held by several tenants (it is unique per tenant only):
+    name the tenant."""
+
+    def __init__(self, invoice_id: str, tenants: list[str]) -> None:
+        super().__init__(f"invoice_id {invoice_id!r} is held by tenants {', '.join(tenants)}; "
+                         "name one with --tenant")
+        self.invoice_id = invoice_id
+        self.tenants = tenants
+
+
 class InvalidTransition(GaplessError):
     """The requested operation does not apply to the invoice's current status."""
 

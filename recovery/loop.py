@@ -267,13 +267,13 @@ class RecoveryLoop:
         resends, or a worker that gave the delivery up): each successor sealed, the refused
         number voided naming it, the successor sent like an orphan (gapless.issuing.correction)."""
         corrected = 0
-        for invoice_id in await self.corrector.waiting(self.options.batch):
+        for tenant, invoice_id in await self.corrector.waiting(self.options.batch):
             if self.stopping or self._held_back():
                 break
             try:
-                correction = await self.corrector.correct(invoice_id)
+                correction = await self.corrector.correct(invoice_id, tenant=tenant)
             except NothingToCorrect as exc:
-                await self.corrector.give_up(invoice_id, exc.reason)
+                await self.corrector.give_up(invoice_id, exc.reason, tenant=tenant)
                 log.warning("channel_not_corrected", invoice_id=invoice_id, reason=exc.reason)
                 continue
             except (RecipientUnavailable, ReservationLockTimeout) as exc:

@@ -258,3 +258,19 @@ class TcpProxy:
                     sink.close()
                 self._sockets.discard(source)
                 self._sockets.discard(sink)
+
+
+def schema_at(database_url: str, revision: str) -> None:
+    """Rebuild the database's schema as migration ``revision`` left it (everything in it is
+    dropped first): an older database to upgrade, now that forward-only migrations cannot be
+    stepped down."""
+    import psycopg
+    from alembic import command
+
+    from gapless.ledger.conninfo import driver_conninfo
+    from gapless.ledger.migrations import alembic_config
+
+    with psycopg.connect(driver_conninfo(database_url), autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")
+    command.upgrade(alembic_config(database_url), revision)

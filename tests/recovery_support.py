@@ -49,7 +49,7 @@ async def make_sending(engine: AsyncEngine, invoice_ids: Sequence[str], *,
         await upsert_draft(ledger(engine), Draft(invoice_id, tenant, series, 4,
                                          message(invoice_id, tenant=tenant, series=series,
                                                  tax_id=tax_id)))
-        claim = await claim_for_sending(ledger(engine), invoice_id, lease_s=300,
+        claim = await claim_for_sending(ledger(engine), invoice_id, tenant=tenant, lease_s=300,
                                         lock_timeout_ms=5000)
         assert claim.kind is ClaimKind.SEND
         assert claim.sending is not None

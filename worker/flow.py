@@ -218,7 +218,7 @@ class IssuingFlow:
         goes on as sealed); when the integrator cannot answer the recipient check, it waits."""
         if profile is not None and await self._may_route(message):
             # A numbered invoice (a redelivery, a duplicate) keeps the route it was sealed with.
-            known = await invoice_state(self.db, message.invoice_id)
+            known = await invoice_state(self.db, message.invoice_id, tenant=message.tenant)
             if known is not None and known.number is not None:
                 spec = await self.catalog.series(message.tenant, known.series)
                 if spec is not None:
@@ -273,13 +273,13 @@ class IssuingFlow:
         """A refused message may belong to an invoice that is numbered already (a redelivery
         after the window closed, a profile added later): that invoice goes on as it is. A draft
         that never got its number is cancelled with the reason (no number consumed)."""
-        state = await invoice_state(self.db, message.invoice_id)
+        state = await invoice_state(self.db, message.invoice_id, tenant=message.tenant)
         if state is None:
             return False
         if state.number is not None or Status(state.status) in TERMINAL_STATUSES:
             return True
         try:
-            await cancel(self.db, message.invoice_id, refusal)
+            await cancel(self.db, message.invoice_id, refusal, tenant=message.tenant)
         except InvalidTransition:
             return True  # sealed meanwhile by another delivery: it goes on
         bound.info("draft_cancelled", reason=refusal)
@@ -335,11 +335,11 @@ class IssuingFlow:
                            bound: BoundLogger) -> Verdict:
         if claim.kind is ClaimKind.CONFLICT:
             return self._dead_letter(
-                f"invoice_id: {message.invoice_id!r} already names an invoice of another tenant "
-                "or series", bound)
+                f"invoice_id: {message.invoice_id!r} already names an invoice of another series",
+                bound)
         if (claim.kind is ClaimKind.PARKED and claim.status is Status.REJECTED
-                and await self.corrector.pending(message.invoice_id)):
-            return await self._correct(message.invoice_id, bound)
+                and await self.corrector.pending(message.invoice_id, tenant=message.tenant)):
+            return await self._correct(message.invoice_id, message.tenant, bound)
         if claim.kind is not ClaimKind.SEND:
             label, event = _NOTHING_TO_SEND[claim.kind]
             bound.info(event, status=None if claim.status is None else claim.status.value)
@@ -372,19 +372,19 @@ class IssuingFlow:
         if result.credentials_refused:
             self.credentials_refused = True
         if result.settled is Settled.WRONG_CHANNEL:
-            return await self._correct(sending.invoice_id, bound)
+            return await self._correct(sending.invoice_id, sending.tenant, bound)
         verdict = await self._settled(_OUTCOME_LABELS.get(result.settled, result.settled))
         return Verdict(verdict.action, verdict.outcome,
                        pause=result.credentials_refused or not self.guard.accepting())
 
-    async def _correct(self, invoice_id: str, bound: BoundLogger) -> Verdict:
+    async def _correct(self, invoice_id: str, tenant: str, bound: BoundLogger) -> Verdict:
         """Seal and send the successor of an invoice refused for its channel. When the
         recipient check cannot answer, the delivery is requeued: its redelivery finds the
         invoice still marked and corrects it then."""
         try:
-            correction = await self.corrector.correct(invoice_id)
+            correction = await self.corrector.correct(invoice_id, tenant=tenant)
         except NothingToCorrect as exc:
-            await self.corrector.give_up(invoice_id, exc.reason)
+            await self.corrector.give_up(invoice_id, exc.reason, tenant=tenant)
             bound.warning("channel_not_corrected", reason=exc.reason)
             return await self._settled("rejected")
         except RecipientUnavailable:

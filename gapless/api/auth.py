@@ -1,7 +1,9 @@
 """API authentication: bearer tokens from ``GAPLESS_API_TOKEN``, scoped to a tenant or not.
 
 A tenant-scoped token sees only its tenant: another tenant's invoice is a 404 exactly like a
-missing one, another tenant's feed a 403. Tokens are compared in constant time and never logged.
+missing one (also when both hold an invoice of the id: invoice_id is unique per tenant, and the
+token reads its own), another tenant's feed a 403. Tokens are compared in constant time and
+never logged.
 """
 
 from __future__ import annotations

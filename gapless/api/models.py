@@ -12,7 +12,8 @@ from gapless.ledger.feed import FeedEvent
 
 class Accepted(BaseModel):
     invoice_id: str
-    status_url: str = Field(description="Poll this for the invoice's state.")
+    status_url: str = Field(description="Poll this for the invoice's state (it names the "
+                                        "tenant: invoice_id is unique per tenant).")
     published: bool = Field(description="False when the database already had the invoice "
                                         "past RECEIVED (nothing to publish again).")
     status: str | None = Field(description="The state the database knows, or null if none yet.")

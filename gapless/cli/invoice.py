@@ -1,7 +1,9 @@
 """``gapless invoice show|retry|void|cancel``: what an operator does with one invoice.
 
 Wrong state or unknown invoice: one line, exit 1. Bad usage (a payload that is not valid JSON or
-not a valid message, an empty reason): one line, exit 2.
+not a valid message, an empty reason, an ``invoice_id`` several tenants hold and no ``--tenant``):
+one line, exit 2. ``invoice_id`` is unique per tenant: without ``--tenant``, the one tenant that
+holds the id is meant.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ invoice_app = typer.Typer(help="Inspect and act on one invoice (by its invoice_i
                           no_args_is_help=True)
 
 InvoiceIdArgument = typer.Argument(..., metavar="ID", help="The invoice's invoice_id.")
+TenantOption = typer.Option(
+    None, "--tenant", help="The invoice's tenant; needed only when several tenants hold the id.")
 
 
 def _database(settings: Settings) -> AbstractAsyncContextManager[Database]:
@@ -38,6 +42,20 @@ def _database(settings: Settings) -> AbstractAsyncContextManager[Database]:
     from gapless.ledger.database import short_lived
 
     return short_lived(settings.database_url, actor="operator", pool_size=2)
+
+
+async def _tenant(db: Database, invoice_id: str, tenant: str | None) -> str:
+    """The tenant of the invoice the command names: ``--tenant``, or the one tenant holding the
+    id. An id several tenants hold without ``--tenant`` is a usage error (exit 2) naming them;
+    none: InvoiceNotFound (exit 1)."""
+    from gapless.cli import UsageError
+    from gapless.errors import AmbiguousInvoice
+    from gapless.ledger.invoices import resolve_tenant
+
+    try:
+        return await resolve_tenant(db, invoice_id, tenant)
+    except AmbiguousInvoice as exc:
+        raise UsageError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------- show
@@ -52,13 +70,14 @@ def show(
     document: bool = typer.Option(
         False, "--document",
         help="Print the document sent (UBL-TR XML or JSON), byte for byte, and nothing else."),
+    tenant: str | None = TenantOption,
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
     """State, number, UUID, document type and profile (and, for a return, the invoices it
     returns), attempts, last error, integrator reference and the event history."""
     settings = settings_from(database_url=database_url)
     if document:
-        body, note = run(_document(settings, invoice_id))
+        body, note = run(_document(settings, invoice_id, tenant))
         if note:
             echo(note, err=True)
         # The document byte for byte (the one output not made printable: it is what was sent).
@@ -67,7 +86,7 @@ def show(
             sys.stdout.buffer.write(b"\n")
         sys.stdout.buffer.flush()
         return
-    row, events, sent = run(_load(settings, invoice_id))
+    row, events, sent = run(_load(settings, invoice_id, tenant))
     kind = document_kind(_payload(row), sent)
     if as_json:
         echo_json(_as_dict(row, events, kind, with_payload=with_payload), indent=2)
@@ -75,7 +94,8 @@ def show(
     _print_invoice(row, events, kind, with_payload=with_payload)
 
 
-async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | None]:
+async def _document(settings: Settings, invoice_id: str,
+                    tenant: str | None) -> tuple[bytes, str | None]:
     """The document in force: the stored bytes, or — sealed, not sent yet — what the next send
     will send (rendered now, said on stderr). Exit 1 when the invoice has no number yet."""
     from gapless.issuing.render import Renderer, RenderError
@@ -83,7 +103,8 @@ async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | N
     from gapless.ledger.invoices import invoice_as_sent
 
     async with _database(settings) as db:
-        sending = await invoice_as_sent(db, invoice_id)
+        sending = await invoice_as_sent(db, invoice_id,
+                                        tenant=await _tenant(db, invoice_id, tenant))
         if sending is None:
             echo(f"invoice {invoice_id!r} has no number yet, so no document", err=True)
             raise typer.Exit(1)
@@ -98,7 +119,8 @@ async def _document(settings: Settings, invoice_id: str) -> tuple[bytes, str | N
                                f"one its next send sends (sha256 {document.sha256})")
 
 
-async def _load(settings: Settings, invoice_id: str) -> tuple[Any, list[Any], bytes | None]:
+async def _load(settings: Settings, invoice_id: str,
+                tenant: str | None) -> tuple[Any, list[Any], bytes | None]:
     """The invoice row, its history, and the UBL-TR document in force (None: it sent none yet,
     or its documents are JSON)."""
     from gapless.integrator.base import MEDIA_XML
@@ -106,7 +128,7 @@ async def _load(settings: Settings, invoice_id: str) -> tuple[Any, list[Any], by
 
     # One snapshot: the history and the document match the state shown.
     async with _database(settings) as db, db.snapshot() as snap:
-        row = await get_invoice(snap, invoice_id)
+        row = await get_invoice(snap, invoice_id, tenant=await _tenant(snap, invoice_id, tenant))
         events = await invoice_events(snap, row.id)
         body = None
         if row.document_sha256 is not None:
@@ -281,13 +303,14 @@ def retry(
         None, "--payload", exists=False, dir_okay=False,
         help="A corrected message (JSON) to send instead; it must keep invoice_id, tenant "
              "and series."),
+    tenant: str | None = TenantOption,
     database_url: str | None = DatabaseUrlOption,
     integrator_url: str | None = IntegratorUrlOption,
 ) -> None:
     """REJECTED/ERROR -> send again with the same number (asking the integrator first)."""
     settings = settings_from(database_url=database_url, integrator_url=integrator_url)
     corrected = None if payload is None else _read_payload(payload)
-    code, line = run(_retry(settings, invoice_id, corrected))
+    code, line = run(_retry(settings, invoice_id, corrected, tenant))
     echo(line)
     if code:
         raise typer.Exit(code)
@@ -329,8 +352,8 @@ def _read_payload(path: Path) -> dict[str, Any]:
     return message.payload()
 
 
-async def _retry(settings: Settings, invoice_id: str,
-                 corrected: dict[str, Any] | None) -> tuple[int, str]:
+async def _retry(settings: Settings, invoice_id: str, corrected: dict[str, Any] | None,
+                 tenant: str | None = None) -> tuple[int, str]:
     from gapless.integrator.base import load_integrator
     from gapless.integrator.guard import GuardedIntegrator
     from gapless.issuing.render import Renderer
@@ -344,10 +367,11 @@ async def _retry(settings: Settings, invoice_id: str,
     await probe_integrator(settings)
     async with _database(settings) as db:
         catalog = Catalog(db)
+        tenant = await _tenant(db, invoice_id, tenant)
         if corrected is not None:
-            row = await get_invoice(db, invoice_id)
+            row = await get_invoice(db, invoice_id, tenant=tenant)
             await _check_correction(catalog, row, corrected)
-        sending = await start_retry(db, invoice_id, corrected)
+        sending = await start_retry(db, invoice_id, corrected, tenant=tenant)
         guard = GuardedIntegrator(load_integrator(settings), settings, name="operator")
         try:
             # Without an orphan to put back, reconcile itself leaves the invoice ERROR, due
@@ -386,23 +410,25 @@ def _retry_answer(where: str, result: Any) -> tuple[int, str]:
 def void(
     invoice_id: str = InvoiceIdArgument,
     reason: str = typer.Option(..., "--reason", help="Why the number is voided (recorded)."),
+    tenant: str | None = TenantOption,
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
     """ERROR/REJECTED -> VOIDED with a reason; the number stays pinned and accounted for."""
     if not reason.strip():
         raise typer.BadParameter("--reason must not be empty")
     settings = settings_from(database_url=database_url)
-    number = run(_void(settings, invoice_id, reason.strip()))
+    number = run(_void(settings, invoice_id, reason.strip(), tenant))
     echo(f"invoice {invoice_id!r}: VOIDED; number {number} stays accounted for")
 
 
-async def _void(settings: Settings, invoice_id: str, reason: str) -> str:
+async def _void(settings: Settings, invoice_id: str, reason: str, tenant: str | None) -> str:
     from gapless.ledger.invoices import get_invoice
     from gapless.ledger.invoices import void as void_invoice
 
     async with _database(settings) as db:
-        await void_invoice(db, invoice_id, reason)
-        return str((await get_invoice(db, invoice_id)).number)
+        tenant = await _tenant(db, invoice_id, tenant)
+        await void_invoice(db, invoice_id, reason, tenant=tenant)
+        return str((await get_invoice(db, invoice_id, tenant=tenant)).number)
 
 
 @invoice_app.command("cancel")
@@ -410,21 +436,23 @@ def cancel(
     invoice_id: str = InvoiceIdArgument,
     reason: str = typer.Option("cancelled by operator", "--reason",
                                help="Why it is cancelled (recorded)."),
+    tenant: str | None = TenantOption,
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
     """RECEIVED -> CANCELLED, only before a number is reserved (no number consumed)."""
     if not reason.strip():
         raise typer.BadParameter("--reason must not be empty")
     settings = settings_from(database_url=database_url)
-    run(_cancel(settings, invoice_id, reason.strip()))
+    run(_cancel(settings, invoice_id, reason.strip(), tenant))
     echo(f"invoice {invoice_id!r}: CANCELLED; no number was consumed")
 
 
-async def _cancel(settings: Settings, invoice_id: str, reason: str) -> None:
+async def _cancel(settings: Settings, invoice_id: str, reason: str, tenant: str | None) -> None:
     from gapless.ledger.invoices import cancel as cancel_invoice
 
     async with _database(settings) as db:
-        await cancel_invoice(db, invoice_id, reason)
+        await cancel_invoice(db, invoice_id, reason,
+                             tenant=await _tenant(db, invoice_id, tenant))
 
 
 def register(app: typer.Typer) -> None:

@@ -85,35 +85,37 @@ class ChannelCorrector:
         self._router = router
         self._settings = settings
 
-    async def give_up(self, invoice_id: str, why: str) -> None:
-        """The invoice stays REJECTED for an operator: its reason loses the correction's mark
-        (so nobody tries again) and says why it was not corrected."""
-        row = await self._db.one(q.CORRECTION_STATE, {"invoice_id": invoice_id})
+    async def give_up(self, invoice_id: str, why: str, *, tenant: str) -> None:
+        """The tenant's invoice stays REJECTED for an operator: its reason loses the correction's
+        mark (so nobody tries again) and says why it was not corrected."""
+        row = await self._db.one(q.CORRECTION_STATE, {"invoice_id": invoice_id, "tenant": tenant})
         if row is None or not (row.last_error or "").startswith(WRONG_CHANNEL_PREFIX):
             return
         refused = row.last_error[len(WRONG_CHANNEL_PREFIX):]
         await self._db.one(q.GIVE_UP_CORRECTION, {
-            "invoice_id": invoice_id,
+            "invoice_id": invoice_id, "tenant": tenant,
             "reason": f"refused for its channel ({refused}); not corrected: {why}"[:2000]})
 
-    async def waiting(self, batch: int) -> list[str]:
-        """Invoice ids refused for their channel and not corrected yet, oldest first."""
+    async def waiting(self, batch: int) -> list[tuple[str, str]]:
+        """(tenant, invoice_id) of the invoices refused for their channel and not corrected yet,
+        oldest first."""
         rows = await self._db.all(q.WRONG_CHANNEL_REJECTED, {"batch": batch})
-        return [row.invoice_id for row in rows]
+        return [(row.tenant, row.invoice_id) for row in rows]
 
-    async def pending(self, invoice_id: str) -> bool:
-        """Whether the invoice waits for a channel correction (REJECTED, marked)."""
-        row = await self._db.one(q.CORRECTION_STATE, {"invoice_id": invoice_id})
+    async def pending(self, invoice_id: str, *, tenant: str) -> bool:
+        """Whether the tenant's invoice waits for a channel correction (REJECTED, marked)."""
+        row = await self._db.one(q.CORRECTION_STATE, {"invoice_id": invoice_id, "tenant": tenant})
         return row is not None and row.status == Status.REJECTED.value and (
             row.last_error or "").startswith(WRONG_CHANNEL_PREFIX)
 
-    async def correct(self, invoice_id: str) -> Correction:
-        """Seal the successor of a REJECTED ``WRONG CHANNEL`` invoice and void the invoice.
+    async def correct(self, invoice_id: str, *, tenant: str) -> Correction:
+        """Seal the successor of the tenant's REJECTED ``WRONG CHANNEL`` invoice and void the
+        invoice (the successor is the same tenant's).
 
         Raises NothingToCorrect (it stays REJECTED), RecipientUnavailable (try again later:
         nothing changed), or ReservationLockTimeout.
         """
-        row = await self._db.one(q.CORRECTION_STATE, {"invoice_id": invoice_id})
+        row = await self._db.one(q.CORRECTION_STATE, {"invoice_id": invoice_id, "tenant": tenant})
         if row is None or row.number is None:
             raise NothingToCorrect("the invoice has no number")
         if row.status != Status.REJECTED.value or not (row.last_error or "").startswith(
@@ -141,15 +143,15 @@ class ChannelCorrector:
                              lock_timeout_ms=self._settings.lock_timeout_ms,
                              profile_version=profile.version)
         number = (claim.sending.number if claim.sending is not None
-                  else await self._successor_number(successor))
+                  else await self._successor_number(successor, tenant))
         reason = (f"channel correction: the customer {_now_is(route.channel)}; succeeded by "
                   f"{number} (invoice {successor!r}, series {route.series.code})")
         with contextlib.suppress(InvalidTransition):  # voided already by a concurrent run
-            await void(self._db, invoice_id, reason)
+            await void(self._db, invoice_id, reason, tenant=tenant)
         return Correction(claim, route.message, successor, row.number)
 
-    async def _successor_number(self, successor: str) -> str:
-        found = await self._db.one(q.CORRECTION_STATE, {"invoice_id": successor})
+    async def _successor_number(self, successor: str, tenant: str) -> str:
+        found = await self._db.one(q.CORRECTION_STATE, {"invoice_id": successor, "tenant": tenant})
         assert found is not None  # intake stored it
         assert found.number is not None  # and sealed it
         return str(found.number)

@@ -5,9 +5,9 @@ Where is the number sealed? Not here: in SQL, by ``gapless_seal`` in
 ``schema/current/numbering.sql``. The worker's path is ``intake_invoice``
 (``schema/current/intake.sql``, through :func:`gapless.ledger.invoices.intake`), which locks the
 invoice row and calls the seal in one statement; the counter row stays locked only until that
-statement commits. :func:`reserve_number` wraps the SQL function of the same name (another caller
-of ``gapless_seal``, same file) for tests and other stacks, in their own transaction; the worker
-never calls it.
+statement commits. :func:`reserve_number` wraps the SQL function ``reserve_tenant_number``
+(another caller of ``gapless_seal``, same file) for tests and other stacks, in their own
+transaction; the worker never calls it.
 """
 
 from __future__ import annotations
@@ -72,10 +72,12 @@ class Reservation:
     fresh: bool
 
 
-async def reserve_number(db: Database, invoice_id: str, *, at: datetime | None = None,
+async def reserve_number(db: Database, invoice_id: str, *, tenant: str,
+                         at: datetime | None = None,
                          lock_timeout_ms: int | None = None) -> Reservation:
-    """Pin a gap-free number on the invoice: in the caller's transaction when ``db`` is bound to
-    one (:meth:`Database.transaction`), else in a transaction of its own (one statement).
+    """Pin a gap-free number on the tenant's invoice: in the caller's transaction when ``db`` is
+    bound to one (:meth:`Database.transaction`), else in a transaction of its own (one
+    statement).
 
     Locks the invoice row, and — only if it has no number yet — advances its counter and pins
     ``reserved_no``, ``number`` and ``period_key``, dated ``at`` (default: the transaction's start)
@@ -86,7 +88,8 @@ async def reserve_number(db: Database, invoice_id: str, *, at: datetime | None =
     """
     try:
         row = await db.one(q.RESERVE_NUMBER, {
-            "invoice_id": invoice_id, "at": at, "lock_timeout_ms": lock_timeout_ms})
+            "tenant": tenant, "invoice_id": invoice_id, "at": at,
+            "lock_timeout_ms": lock_timeout_ms})
     except psycopg.Error as exc:
         if is_lock_timeout(exc):
             raise ReservationLockTimeout(

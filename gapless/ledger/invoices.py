@@ -5,6 +5,10 @@ transaction across a call to the integrator (I5): each is one statement that dec
 commits (:class:`gapless.ledger.database.Database`, autocommit), except the test-only
 ``before_commit`` hook of a claim. Each takes the one database handle,
 :class:`~gapless.ledger.database.Database`.
+
+An invoice is named by its producer key, ``(tenant, invoice_id)``: ``invoice_id`` is unique per
+tenant, so every function that finds an invoice by its id takes the tenant too (keyword
+``tenant``). A command that names the id alone asks :func:`resolve_tenant` first.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import psycopg
 
 from gapless.constants import Status
 from gapless.errors import (
+    AmbiguousInvoice,
     InvalidTransition,
     InvoiceNotFound,
     ReservationLockTimeout,
@@ -57,9 +62,10 @@ class DraftState:
 
 
 async def upsert_draft(db: Database, draft: Draft) -> DraftState:
-    """Store the draft for ``invoice_id`` without claiming it (created once; a duplicate maps to
-    the same row and changes nothing). Raises UnknownSeriesError when the series is not defined.
-    The worker does this and the claim in one statement (:func:`intake`)."""
+    """Store the draft for ``(tenant, invoice_id)`` without claiming it (created once; a
+    duplicate maps to the same row and changes nothing). Raises UnknownSeriesError when the
+    series is not defined. The worker does this and the claim in one statement
+    (:func:`intake`)."""
     try:
         row = await db.one(q.UPSERT_DRAFT, {
             "invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
@@ -77,7 +83,7 @@ class ClaimKind(StrEnum):
     BUSY = "busy"          # SENDING under a fresh lease: another process owns it
     PARKED = "parked"      # ERROR / REJECTED: recovery or an operator owns it
     STALE = "stale"        # the issuer profile changed: re-check the message, then come back
-    CONFLICT = "conflict"  # the producer key names an invoice of another tenant or series
+    CONFLICT = "conflict"  # the producer key names an invoice of another series
 
 
 @dataclass(frozen=True)
@@ -189,18 +195,18 @@ async def intake(db: Database, draft: Draft, *, lease_s: float, lock_timeout_ms:
     return _claim(row, draft.payload if row.created else None)
 
 
-async def claim_for_sending(db: Database, invoice_id: str, *, lease_s: float,
+async def claim_for_sending(db: Database, invoice_id: str, *, tenant: str, lease_s: float,
                             lock_timeout_ms: int, at: datetime | None = None,
                             before_commit: Callable[[], Awaitable[None]] | None = None) -> Claim:
-    """Step 2 for a stored draft: lock it, seal a number if it has none (pinning the issuer
-    profile in force), take the sending lease, commit — one statement.
+    """Step 2 for the tenant's stored draft: lock it, seal a number if it has none (pinning the
+    issuer profile in force), take the sending lease, commit — one statement.
 
     A SENDING invoice under a fresh lease is left to its owner (BUSY); a stale lease is taken
     over with the same number. Raises InvoiceNotFound, or ReservationLockTimeout when a lock is
     not granted in time (nothing consumed).
     """
-    params = {"invoice_id": invoice_id, "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
-              "at": at}
+    params = {"tenant": tenant, "invoice_id": invoice_id, "lease_s": lease_s,
+              "lock_timeout_ms": lock_timeout_ms, "at": at}
     try:
         row = await _claim_statement(db, q.CLAIM, params, before_commit)
     except psycopg.Error as exc:
@@ -318,9 +324,28 @@ async def release_orphan(db: Database, orphan: Orphan) -> bool:
     return row is not None
 
 
-async def get_invoice(db: Database, invoice_id: str) -> Any:
-    """The invoice row (no lock); raises InvoiceNotFound."""
-    row = await db.one(q.GET_INVOICE, {"invoice_id": invoice_id})
+async def invoice_tenants(db: Database, invoice_id: str) -> list[str]:
+    """The tenants holding an invoice of this ``invoice_id``, sorted (no lock)."""
+    return [row.tenant for row in await db.all(q.INVOICE_TENANTS, {"invoice_id": invoice_id})]
+
+
+async def resolve_tenant(db: Database, invoice_id: str, tenant: str | None) -> str:
+    """The tenant of the invoice a command names by ``invoice_id`` (and ``tenant``, if given):
+    ``tenant`` itself when given, else the one tenant that holds the id. Raises InvoiceNotFound
+    when none does, AmbiguousInvoice when several do."""
+    if tenant is not None:
+        return tenant
+    tenants = await invoice_tenants(db, invoice_id)
+    if not tenants:
+        raise InvoiceNotFound(invoice_id)
+    if len(tenants) > 1:
+        raise AmbiguousInvoice(invoice_id, tenants)
+    return tenants[0]
+
+
+async def get_invoice(db: Database, invoice_id: str, *, tenant: str) -> Any:
+    """The tenant's invoice row (no lock); raises InvoiceNotFound."""
+    row = await db.one(q.GET_INVOICE, {"invoice_id": invoice_id, "tenant": tenant})
     if row is None:
         raise InvoiceNotFound(invoice_id)
     return row
@@ -337,10 +362,10 @@ async def stored_document(db: Database, pk: int, sha256: str) -> Any:
     return await db.one(q.STORED_DOCUMENT, {"pk": pk, "sha256": sha256})
 
 
-async def invoice_as_sent(db: Database, invoice_id: str) -> Sending | None:
-    """The invoice as its next send would see it, with the document in force if it sent one;
-    None when it has no number yet. Raises InvoiceNotFound."""
-    row = await db.one(q.INVOICE_AS_SENT, {"invoice_id": invoice_id})
+async def invoice_as_sent(db: Database, invoice_id: str, *, tenant: str) -> Sending | None:
+    """The tenant's invoice as its next send would see it, with the document in force if it sent
+    one; None when it has no number yet. Raises InvoiceNotFound."""
+    row = await db.one(q.INVOICE_AS_SENT, {"invoice_id": invoice_id, "tenant": tenant})
     if row is None:
         raise InvoiceNotFound(invoice_id)
     return None if row.number is None else _sending(row)
@@ -350,43 +375,49 @@ async def _operator_update(db: Database, statement: str, params: dict[str, Any],
                            action: str) -> Any:
     row = await db.one(statement, params)
     if row is None:
-        current = await _current(db, params["invoice_id"])
+        current = await _current(db, params["invoice_id"], tenant=params["tenant"])
         raise InvalidTransition(
             f"cannot {action} invoice {params['invoice_id']!r}: it is {current.status}"
             + (f" and holds number {current.number}" if current.number else ""))
     return row
 
 
-async def invoice_state(db: Database, invoice_id: str) -> Any:
-    """The status and number of an invoice (no lock), or None when there is none."""
-    return await db.one(q.INVOICE_STATE, {"invoice_id": invoice_id})
+async def invoice_state(db: Database, invoice_id: str, *, tenant: str) -> Any:
+    """The status and number of the tenant's invoice (no lock), or None when there is none."""
+    return await db.one(q.INVOICE_STATE, {"invoice_id": invoice_id, "tenant": tenant})
 
 
-async def _current(db: Database, invoice_id: str) -> Any:
-    row = await invoice_state(db, invoice_id)
+async def _current(db: Database, invoice_id: str, *, tenant: str) -> Any:
+    row = await invoice_state(db, invoice_id, tenant=tenant)
     if row is None:
         raise InvoiceNotFound(invoice_id)
     return row
 
 
-async def cancel(db: Database, invoice_id: str, reason: str) -> None:
-    """RECEIVED → CANCELLED; only before a number is reserved (no number consumed)."""
-    await _operator_update(db, q.CANCEL, {"invoice_id": invoice_id, "reason": reason}, "cancel")
+async def cancel(db: Database, invoice_id: str, reason: str, *, tenant: str) -> None:
+    """The tenant's invoice RECEIVED → CANCELLED; only before a number is reserved (no number
+    consumed)."""
+    await _operator_update(db, q.CANCEL, {"invoice_id": invoice_id, "tenant": tenant,
+                                          "reason": reason}, "cancel")
 
 
-async def void(db: Database, invoice_id: str, reason: str) -> None:
-    """ERROR/REJECTED → VOIDED with a reason; the number stays pinned and accounted for."""
+async def void(db: Database, invoice_id: str, reason: str, *, tenant: str) -> None:
+    """The tenant's invoice ERROR/REJECTED → VOIDED with a reason; the number stays pinned and
+    accounted for."""
     if not reason.strip():
         raise InvalidTransition("a void needs a reason")
-    await _operator_update(db, q.VOID, {"invoice_id": invoice_id, "reason": reason}, "void")
+    await _operator_update(db, q.VOID, {"invoice_id": invoice_id, "tenant": tenant,
+                                        "reason": reason}, "void")
 
 
 async def start_retry(db: Database, invoice_id: str,
-                      payload: dict[str, Any] | None = None) -> Sending:
-    """ERROR/REJECTED → SENDING under the caller's lease, same number and UUID, with an optional
-    corrected payload (then the next send renders a new document from it)."""
+                      payload: dict[str, Any] | None = None, *, tenant: str) -> Sending:
+    """The tenant's invoice ERROR/REJECTED → SENDING under the caller's lease, same number and
+    UUID, with an optional corrected payload (then the next send renders a new document from
+    it)."""
     row = await _operator_update(
         db, q.RETRY,
-        {"invoice_id": invoice_id, "payload": None if payload is None else json.dumps(payload)},
+        {"invoice_id": invoice_id, "tenant": tenant,
+         "payload": None if payload is None else json.dumps(payload)},
         "retry")
     return _sending(row)

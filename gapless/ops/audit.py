@@ -531,7 +531,7 @@ class _Places:
 
     series: dict[str, list[SeriesSpec]] = field(default_factory=dict)
     counters: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    invoices: dict[str, Any] = field(default_factory=dict)
+    invoices: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     @classmethod
     async def read(cls, snap: Database, rows: Sequence[Any]) -> _Places:
@@ -546,7 +546,7 @@ class _Places:
                 counter.last_no)
         ids = sorted({row.integrator_invoice_id for row in rows if row.integrator_invoice_id})
         for invoice in await snap.all(q.INVOICES_BY_ID, {"ids": ids}):
-            places.invoices[invoice.invoice_id] = invoice
+            places.invoices[(invoice.tenant, invoice.invoice_id)] = invoice
         return places
 
     def locate(self, tenant: str, number: str) -> tuple[str, str, int] | None:
@@ -557,9 +557,10 @@ class _Places:
                 return spec.code, found[0], found[1]
         return None
 
-    def whereabouts(self, invoice_id: str, number: str) -> str:
-        """Where the integrator's invoice is in this database (it may have lost it)."""
-        invoice = self.invoices.get(invoice_id)
+    def whereabouts(self, tenant: str, invoice_id: str, number: str) -> str:
+        """Where the integrator's invoice (of ``tenant``) is in this database (it may have lost
+        it)."""
+        invoice = self.invoices.get((tenant, invoice_id))
         if invoice is None:
             return f"{invoice_id} is not in this database"
         if invoice.number is None:
@@ -574,7 +575,7 @@ class _Places:
         """The violation with where its number belongs, what became of the integrator's
         invoice here, and what to do; a number above its counter becomes
         ``integrator_ahead_of_counter``."""
-        where = self.whereabouts(row.integrator_invoice_id, row.number)
+        where = self.whereabouts(row.tenant, row.integrator_invoice_id, row.number)
         located = self.locate(row.tenant, row.number)
         if located is None:
             return replace(violation, detail=f"{violation.detail}; {where}",

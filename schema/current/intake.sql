@@ -1,7 +1,8 @@
 -- intake.sql: the claim. The worker's steps 1 and 2 (store the draft, lock it, decide, seal if
 -- needed, take the sending lease) in one statement, intake_invoice; the same claim for a stored
--- draft, claim_invoice (other stacks, operator tools). Both decide with gapless_take, which seals
--- through gapless_seal (numbering.sql).
+-- draft, claim_tenant_invoice (other stacks, operator tools; claim_invoice when one tenant holds
+-- the id). All decide with gapless_take, which seals through gapless_seal (numbering.sql). An
+-- invoice is named by its producer key, (tenant, invoice_id): invoice_id is unique per tenant.
 --
 -- The guarantee (I3, I5): an invoice row is locked before anything is decided, so two workers
 -- with the same message never both seal; an invoice that holds a number keeps it (redelivery,
@@ -80,10 +81,11 @@ LANGUAGE sql AS $$
 $$;
 
 -- intake_invoice: the worker's steps 1 and 2 in one statement. Stores the draft for the
--- producer key (a duplicate maps to the same row; the first payload stays) with its message's
--- hash, locks it, and decides with gapless_take — expecting the issuer profile
+-- producer key, (tenant, invoice_id) (a duplicate maps to the same row; the first payload stays)
+-- with its message's hash, locks it, and decides with gapless_take — expecting the issuer profile
 -- p_profile_version (NULL: none) for a fresh seal. 'conflict': the key already names an invoice
--- of another tenant or series (nothing changed). The payload is returned only for a row that
+-- of another series of the tenant (nothing changed); another tenant's invoice of the same
+-- invoice_id is never touched nor seen. The payload is returned only for a row that
 -- existed before (the caller has its own otherwise). Locks: the invoice row and, for a seal, its
 -- counter row, until this statement's transaction ends — run it on its own (autocommit) and the
 -- lock lasts one statement. p_lock_timeout_ms bounds every lock wait (SQLSTATE 55P03 when it
@@ -97,7 +99,6 @@ RETURNS SETOF gapless_claim
 LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
-    v_tenant text;
     v_series text;
     v_created boolean := false;
     v_kind text;
@@ -108,14 +109,14 @@ BEGIN
     INSERT INTO invoices (invoice_id, tenant, series, priority, payload, message_sha256)
     VALUES (p_invoice_id, p_tenant, p_series, p_priority, p_payload,
             gapless_message_sha256(p_payload))
-    ON CONFLICT (invoice_id) DO NOTHING
+    ON CONFLICT (invoice_id, tenant) DO NOTHING
     RETURNING id INTO v_id;
     IF v_id IS NOT NULL THEN
         v_created := true;
     ELSE
-        SELECT i.id, i.tenant, i.series INTO v_id, v_tenant, v_series
-          FROM invoices i WHERE i.invoice_id = p_invoice_id FOR UPDATE;
-        IF v_tenant <> p_tenant OR v_series <> p_series THEN
+        SELECT i.id, i.series INTO v_id, v_series
+          FROM invoices i WHERE i.invoice_id = p_invoice_id AND i.tenant = p_tenant FOR UPDATE;
+        IF v_series <> p_series THEN
             RETURN NEXT gapless_claim_row('conflict', false, v_id, false);
             RETURN;
         END IF;
@@ -125,12 +126,14 @@ BEGIN
     RETURN NEXT gapless_claim_row(v_kind, v_created, v_id, NOT v_created);
 END $$;
 
--- claim_invoice: the claim for a stored draft, by producer key (other stacks, operator tools):
--- lock, decide, seal if needed, take the lease, and return the whole claim; a fresh seal pins
--- whichever issuer profile is in force. No row: the invoice does not exist.
-CREATE FUNCTION claim_invoice(p_invoice_id text, p_lease_s double precision,
-                              p_lock_timeout_ms integer DEFAULT NULL,
-                              p_at timestamptz DEFAULT now())
+-- claim_tenant_invoice: the claim for a stored draft, by producer key (tenant, invoice_id) (other
+-- stacks, operator tools): lock, decide, seal if needed, take the lease, and return the whole
+-- claim; a fresh seal pins whichever issuer profile is in force. No row: the tenant has no such
+-- invoice.
+CREATE FUNCTION claim_tenant_invoice(p_tenant text, p_invoice_id text,
+                                     p_lease_s double precision,
+                                     p_lock_timeout_ms integer DEFAULT NULL,
+                                     p_at timestamptz DEFAULT now())
 RETURNS SETOF gapless_claim
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -140,10 +143,35 @@ BEGIN
     IF p_lock_timeout_ms IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
     END IF;
-    SELECT i.id INTO v_id FROM invoices i WHERE i.invoice_id = p_invoice_id FOR UPDATE;
+    SELECT i.id INTO v_id FROM invoices i
+     WHERE i.invoice_id = p_invoice_id AND i.tenant = p_tenant FOR UPDATE;
     IF NOT FOUND THEN
         RETURN;
     END IF;
     v_kind := gapless_take(v_id, p_lease_s, coalesce(p_at, now()), false, NULL);
     RETURN NEXT gapless_claim_row(v_kind, false, v_id, true);
+END $$;
+
+-- claim_invoice: claim_tenant_invoice for an invoice_id that one tenant holds (the signature
+-- other stacks call since before ids were per tenant). No row: no tenant holds it. An id that
+-- several tenants hold is refused (SQLSTATE 21000, naming them): call claim_tenant_invoice.
+CREATE FUNCTION claim_invoice(p_invoice_id text, p_lease_s double precision,
+                              p_lock_timeout_ms integer DEFAULT NULL,
+                              p_at timestamptz DEFAULT now())
+RETURNS SETOF gapless_claim
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenants text[];
+BEGIN
+    SELECT array_agg(i.tenant ORDER BY i.tenant) INTO v_tenants
+      FROM invoices i WHERE i.invoice_id = p_invoice_id;
+    IF v_tenants IS NULL THEN
+        RETURN;
+    ELSIF cardinality(v_tenants) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'cardinality_violation',
+            MESSAGE = 'invoice_id ' || quote_literal(p_invoice_id) || ' is held by tenants '
+            || array_to_string(v_tenants, ', ') || '; name one (claim_tenant_invoice)';
+    END IF;
+    RETURN QUERY SELECT * FROM claim_tenant_invoice(v_tenants[1], p_invoice_id, p_lease_s,
+                                                    p_lock_timeout_ms, p_at);
 END $$;

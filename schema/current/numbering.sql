@@ -1,7 +1,7 @@
 -- numbering.sql: series, counters and THE SEAL. Where is the number sealed? Here, in
 -- gapless_seal: every number gapless hands out comes from it, whichever entry point asks
--- (intake_invoice and claim_invoice through gapless_take, in intake.sql; reserve_number and
--- next_number below).
+-- (intake_invoice and claim_tenant_invoice through gapless_take, in intake.sql;
+-- reserve_tenant_number and next_number below).
 --
 -- The guarantee (I1, I2): a counter of (tenant, series, period) advances by exactly one in one
 -- statement, `INSERT ... ON CONFLICT DO UPDATE SET last_no = last_no + 1 RETURNING`, which takes
@@ -166,15 +166,16 @@ LANGUAGE sql AS $$
     SELECT reserved_no FROM gapless_seal(p_tenant, p_series, p_at)
 $$;
 
--- reserve_number: pin a number on the invoice (by its producer key), just in time, for SQL
--- callers (the worker's path is intake_invoice, intake.sql). Locks the invoice row, and if it has
--- no number yet seals one (gapless_seal) and pins reserved_no, number, period_key, reserved_at and
--- the issuer profile in force. Idempotent: an invoice that already holds a number gets it back
--- unchanged (fresh = false) and nothing is consumed. Both row locks last until the caller
--- commits: commit at once, never across I/O. p_lock_timeout_ms bounds the wait for either lock
--- (SET LOCAL; SQLSTATE 55P03 when it expires).
-CREATE FUNCTION reserve_number(p_invoice_id text, p_at timestamptz DEFAULT now(),
-                               p_lock_timeout_ms integer DEFAULT NULL)
+-- reserve_tenant_number: pin a number on the invoice (by its producer key, (tenant,
+-- invoice_id)), just in time, for SQL callers (the worker's path is intake_invoice, intake.sql).
+-- Locks the invoice row, and if it has no number yet seals one (gapless_seal) and pins
+-- reserved_no, number, period_key, reserved_at and the issuer profile in force. Idempotent: an
+-- invoice that already holds a number gets it back unchanged (fresh = false) and nothing is
+-- consumed. Both row locks last until the caller commits: commit at once, never across I/O.
+-- p_lock_timeout_ms bounds the wait for either lock (SET LOCAL; SQLSTATE 55P03 when it expires).
+CREATE FUNCTION reserve_tenant_number(p_tenant text, p_invoice_id text,
+                                      p_at timestamptz DEFAULT now(),
+                                      p_lock_timeout_ms integer DEFAULT NULL)
 RETURNS TABLE (invoice_pk bigint, reserved_no bigint, number text, period_key text, fresh boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -185,10 +186,12 @@ BEGIN
     IF p_lock_timeout_ms IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
     END IF;
-    SELECT * INTO inv FROM invoices i WHERE i.invoice_id = p_invoice_id FOR UPDATE;
+    SELECT * INTO inv FROM invoices i
+     WHERE i.invoice_id = p_invoice_id AND i.tenant = p_tenant FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found',
-            MESSAGE = 'no invoice with invoice_id ' || quote_literal(p_invoice_id);
+            MESSAGE = 'no invoice with invoice_id ' || quote_literal(p_invoice_id)
+            || ' for tenant ' || quote_literal(p_tenant);
     END IF;
     IF inv.reserved_no IS NOT NULL THEN
         RETURN QUERY SELECT inv.id, inv.reserved_no, inv.number, inv.period_key, false;
@@ -205,6 +208,30 @@ BEGIN
            reserved_at = s.sealed_at, profile_version = gapless_profile_version(inv.tenant)
      WHERE i.id = inv.id;
     RETURN QUERY SELECT inv.id, s.reserved_no, s.number, s.period_key, true;
+END $$;
+
+-- reserve_number: reserve_tenant_number for an invoice_id that one tenant holds (the signature
+-- other stacks call since before ids were per tenant). An id that several tenants hold is
+-- refused (SQLSTATE 21000, naming them): call reserve_tenant_number.
+CREATE FUNCTION reserve_number(p_invoice_id text, p_at timestamptz DEFAULT now(),
+                               p_lock_timeout_ms integer DEFAULT NULL)
+RETURNS TABLE (invoice_pk bigint, reserved_no bigint, number text, period_key text, fresh boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenants text[];
+BEGIN
+    SELECT array_agg(i.tenant ORDER BY i.tenant) INTO v_tenants
+      FROM invoices i WHERE i.invoice_id = p_invoice_id;
+    IF v_tenants IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = 'no invoice with invoice_id ' || quote_literal(p_invoice_id);
+    ELSIF cardinality(v_tenants) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'cardinality_violation',
+            MESSAGE = 'invoice_id ' || quote_literal(p_invoice_id) || ' is held by tenants '
+            || array_to_string(v_tenants, ', ') || '; name one (reserve_tenant_number)';
+    END IF;
+    RETURN QUERY SELECT * FROM reserve_tenant_number(v_tenants[1], p_invoice_id, p_at,
+                                                     p_lock_timeout_ms);
 END $$;
 
 -- A counter's change is never committed asynchronously (see the head of this file).

@@ -6,6 +6,7 @@
 -- Guarantees kept by constraints alone, whatever writes the rows:
 --   * I1: a counter value and a printed number belong to one invoice (invoices_counter_no_key,
 --     invoices_tenant_number_key); two series of a tenant never share a prefix;
+--   * a producer's key names one invoice of its tenant (invoices_invoice_id_tenant_key);
 --   * a number is pinned whole or not at all (invoices_number_pinned), and only an invoice that
 --     holds one can be past RECEIVED (invoices_numbered_status);
 --   * counters only count up from 1 (number_counters_positive), one row per period.
@@ -100,7 +101,7 @@ CREATE TABLE tenant_profiles (
 -- pending, accepted, refused; gib_next_check_at: when the next question to GİB is due (gib.sql).
 CREATE TABLE invoices (
     id                 bigint PRIMARY KEY DEFAULT nextval('invoices_local_seq'),
-    invoice_id         text NOT NULL CONSTRAINT invoices_invoice_id_key UNIQUE,
+    invoice_id         text NOT NULL,
     tenant             text NOT NULL,
     series             text NOT NULL,
     status             text NOT NULL DEFAULT 'RECEIVED'
@@ -131,6 +132,10 @@ CREATE TABLE invoices (
     gib_next_check_at  timestamptz,
     message_sha256     text,
     CONSTRAINT invoices_series_fkey FOREIGN KEY (tenant, series) REFERENCES series (tenant, code),
+    -- The producer's key is unique per tenant: two tenants may use the same invoice_id, and
+    -- neither can learn of or take the other's. invoice_id comes first so that the index also
+    -- finds every tenant's invoice of an id (an operator's command names the id alone).
+    CONSTRAINT invoices_invoice_id_tenant_key UNIQUE (invoice_id, tenant),
     CONSTRAINT invoices_number_pinned CHECK (
         (reserved_no IS NULL AND number IS NULL AND period_key IS NULL)
         OR (reserved_no > 0 AND number IS NOT NULL AND period_key IS NOT NULL)),

@@ -77,8 +77,9 @@ class World:
         return check(self.db_url, self.history, Expectations(**expect))
 
 
-async def claim(engine: AsyncEngine, invoice_id: str) -> Sending:
-    result = await claim_for_sending(ledger(engine), invoice_id, lease_s=60, lock_timeout_ms=5000)
+async def claim(engine: AsyncEngine, invoice_id: str, tenant: str = "acme") -> Sending:
+    result = await claim_for_sending(ledger(engine), invoice_id, tenant=tenant, lease_s=60,
+                                     lock_timeout_ms=5000)
     assert result.kind is ClaimKind.SEND
     assert result.sending is not None
     return result.sending
@@ -100,7 +101,7 @@ async def world(engine: AsyncEngine, db_url: str) -> World:
     for tenant, series, invoice_id in ISSUED + REJECTED + ERRORED:
         history.publish(invoice_id, tenant, series)
         await draft(engine, tenant, series, invoice_id)
-        sending = await claim(engine, invoice_id)
+        sending = await claim(engine, invoice_id, tenant)
         built.numbers[invoice_id] = sending.number
         if (tenant, series, invoice_id) in REJECTED:
             assert await mark_rejected(ledger(engine), sending, "customer not registered")

@@ -82,7 +82,8 @@ async def issued_invoice(engine: AsyncEngine, invoice_id: str, tenant: str = "ac
     """An invoice taken through the real domain operations to ISSUED; returns its number."""
     await upsert_draft(ledger(engine), Draft(invoice_id, tenant, series, 4,
                                      invoice_message(invoice_id, tenant, series)))
-    claim = await claim_for_sending(ledger(engine), invoice_id, lease_s=60, lock_timeout_ms=5000)
+    claim = await claim_for_sending(ledger(engine), invoice_id, tenant=tenant, lease_s=60,
+                                    lock_timeout_ms=5000)
     assert claim.sending is not None
     receipt = Receipt(tenant=tenant, number=claim.sending.number, invoice_id=invoice_id,
                       ref="REF-1")
@@ -184,6 +185,38 @@ async def test_another_tenants_invoice_is_404_exactly_like_a_missing_one(
     assert foreign.status_code == missing.status_code == 404
     assert foreign.json() == missing.json()
     assert foreign.headers.get("content-length") == missing.headers.get("content-length")
+    # Naming the other tenant changes nothing: the same 404.
+    named = await http.get(f"{api.url}/v1/invoices/acme-1?tenant=acme",
+                           headers=api.headers(api.globex))
+    assert (named.status_code, named.content) == (404, missing.content)
+
+
+async def test_an_invoice_id_two_tenants_hold_is_each_ones_own(
+        api: Api, http: httpx.AsyncClient, engine: AsyncEngine) -> None:
+    """invoice_id is unique per tenant: each scoped token sees its own tenant's invoice of the
+    id, an all-tenant token names the tenant (409 naming both without it)."""
+    acme_number = await issued_invoice(engine, "same-1")
+    globex_number = await issued_invoice(engine, "same-1", "globex", "GLX")
+    for token, tenant, number in ((api.acme, "acme", acme_number),
+                                  (api.globex, "globex", globex_number)):
+        own = await http.get(f"{api.url}/v1/invoices/same-1", headers=api.headers(token))
+        assert own.status_code == 200
+        assert (own.json()["tenant"], own.json()["number"]) == (tenant, number)
+        other = "globex" if tenant == "acme" else "acme"
+        assert other not in own.text
+        named = await http.get(f"{api.url}/v1/invoices/same-1?tenant={tenant}",
+                               headers=api.headers(token))
+        assert named.json() == own.json()
+    ambiguous = await http.get(f"{api.url}/v1/invoices/same-1", headers=api.headers(api.admin))
+    assert ambiguous.status_code == 409
+    assert ambiguous.json()["detail"] == ("invoice_id is held by tenants acme, globex; name one "
+                                          "with ?tenant=")
+    chosen = await http.get(f"{api.url}/v1/invoices/same-1?tenant=globex",
+                            headers=api.headers(api.admin))
+    assert (chosen.status_code, chosen.json()["number"]) == (200, globex_number)
+    malformed = await http.get(f"{api.url}/v1/invoices/same-1?tenant=a%20b",
+                               headers=api.headers(api.admin))
+    assert malformed.status_code == 400
 
 
 async def test_scoped_tokens_read_only_their_tenants_feed(
@@ -249,7 +282,7 @@ async def test_post_publishes_at_user_priority_and_answers_202_with_the_status_u
     assert response.status_code == 202
     body = response.json()
     assert body["invoice_id"] == "shop-42-000981"
-    assert body["status_url"] == f"{api.url}/v1/invoices/shop-42-000981"
+    assert body["status_url"] == f"{api.url}/v1/invoices/shop-42-000981?tenant=acme"
     assert response.headers["Location"] == body["status_url"]
     assert body["published"] is True
     assert body["status"] is None
@@ -289,18 +322,42 @@ async def test_repeated_posts_are_idempotent(api: Api, http: httpx.AsyncClient,
     issued = await http.post(f"{api.url}/v1/invoices", json=invoice_message("r-3"),
                              headers=headers)
     assert issued.status_code == 202
-    assert issued.json() == {"invoice_id": "r-3", "status_url": f"{api.url}/v1/invoices/r-3",
+    assert issued.json() == {"invoice_id": "r-3",
+                             "status_url": f"{api.url}/v1/invoices/r-3?tenant=acme",
                              "published": False, "status": "ISSUED"}
     assert [m.message_id for m in await take_queue(settings)] == ["r-2"]
 
 
-async def test_an_invoice_id_of_another_tenants_invoice_is_a_conflict(
+async def test_an_invoice_id_another_tenant_holds_is_accepted_for_the_callers_tenant(
         api: Api, http: httpx.AsyncClient, settings: Settings, engine: AsyncEngine) -> None:
+    """Nothing tells a tenant that another holds the id: the answer is the one for a new id."""
     await issued_invoice(engine, "taken", "globex", "GLX")
     response = await http.post(f"{api.url}/v1/invoices", json=invoice_message("taken"),
                                headers=api.headers(api.acme))
-    assert response.status_code == 409
+    fresh = await http.post(f"{api.url}/v1/invoices", json=invoice_message("fresh"),
+                            headers=api.headers(api.acme))
+    assert response.status_code == fresh.status_code == 202
+    assert response.json() == {"invoice_id": "taken", "published": True, "status": None,
+                                "status_url": f"{api.url}/v1/invoices/taken?tenant=acme"}
     assert "globex" not in response.text
+    assert [m.message_id for m in await take_queue(settings)] == ["taken", "fresh"]
+    # Not stored for acme yet: its status URL answers exactly as for an id nobody holds.
+    status = await http.get(response.json()["status_url"], headers=api.headers(api.acme))
+    absent = await http.get(f"{api.url}/v1/invoices/nobody", headers=api.headers(api.acme))
+    assert (status.status_code, status.content) == (404, absent.content)
+
+
+async def test_an_invoice_id_of_another_series_of_the_tenant_is_a_conflict(
+        api: Api, http: httpx.AsyncClient, settings: Settings, engine: AsyncEngine) -> None:
+    await issued_invoice(engine, "taken-g", "globex", "GLX")
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("globex", "GLY"))
+    response = await http.post(
+        f"{api.url}/v1/invoices", json=invoice_message("taken-g", "globex", "GLY"),
+        headers=api.headers(api.globex))
+    assert response.status_code == 409
+    assert response.json()["detail"] == ("invoice_id already names an invoice of another "
+                                         "series of this tenant")
     assert await take_queue(settings) == []
 
 
@@ -362,7 +419,8 @@ async def test_invoice_ids_with_url_characters_round_trip(
     accepted = await http.post(f"{api.url}/v1/invoices", json=invoice_message(odd),
                                headers=api.headers(api.admin))
     assert accepted.status_code == 202
-    assert accepted.json()["status_url"] == f"{api.url}/v1/invoices/{quote(odd, safe='')}"
+    assert accepted.json()["status_url"] == (f"{api.url}/v1/invoices/{quote(odd, safe='')}"
+                                             "?tenant=acme")
     await issued_invoice(engine, odd)
     status = await http.get(accepted.json()["status_url"], headers=api.headers(api.admin))
     assert status.status_code == 200

@@ -220,7 +220,7 @@ class Writer:
                                                    "payload": "{}"})
                     await asyncio.sleep(self.rng.uniform(0, 0.15))
                 if self.rng.random() < 0.7:
-                    await reserve_number(tx, invoice_id, lock_timeout_ms=10_000)
+                    await reserve_number(tx, invoice_id, tenant=tenant, lock_timeout_ms=10_000)
                     await tx.execute(
                         "UPDATE invoices SET status = 'SENDING', attempts = attempts + 1, "
                         "sending_since = now() WHERE invoice_id = %(i)s", {"i": invoice_id})
@@ -235,8 +235,8 @@ class Writer:
         invoice_id = self.new_id()
         tenant, series = self.tenant()
         await upsert_draft(ledger(self.engine), Draft(invoice_id, tenant, series, 4, {}))
-        claim = await claim_for_sending(ledger(self.engine), invoice_id, lease_s=60,
-                                        lock_timeout_ms=10_000)
+        claim = await claim_for_sending(ledger(self.engine), invoice_id, tenant=tenant,
+                                        lease_s=60, lock_timeout_ms=10_000)
         assert claim.sending is not None
         await asyncio.sleep(self.rng.uniform(0, 0.05))
         if self.rng.random() < 0.8:

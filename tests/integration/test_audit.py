@@ -71,7 +71,7 @@ async def test_clean_database_passes_and_every_number_not_issued_is_explained(
     await mark_rejected(ledger(engine), rejected, "invalid tax id")
     await mark_error(ledger(engine), errored, "TransientIntegratorError: HTTP 503", None)
     await mark_rejected(ledger(engine), voided, "customer not registered")
-    await void(ledger(engine), "voided", "issued on paper instead")
+    await void(ledger(engine), "voided", "issued on paper instead", tenant="acme")
     await mark_alarm(ledger(engine), alarmed, DuplicateOfAnother(alarmed.number, "someone-else"))
     await upsert_draft(ledger(engine),
                        Draft("no-number-yet", "acme", "ABC", 1, message("no-number-yet")))

@@ -14,9 +14,9 @@ from gapless.errors import ClusterMismatchError, NotMigratedError
 from gapless.ids import decode_id
 from gapless.ledger.conninfo import driver_conninfo
 from gapless.ledger.database import check_cluster, make_engine
-from gapless.ledger.migrations import downgrade, migrate
+from gapless.ledger.migrations import migrate
 from tests.conftest import RUN_ID, create_database, database_url, drop_database
-from tests.helpers import ledger, run_gapless
+from tests.helpers import ledger, run_gapless, schema_at
 
 EVENT_COLUMNS = ("invoice_events (id, invoice_pk, invoice_id, tenant, series, kind, from_status, "
                  "to_status, number, attempts, detail, actor, created_at)")
@@ -140,7 +140,9 @@ def test_ids_continue_across_the_upgrade_to_plain_nextval(regional: dict[int, st
     gapless_next_id() under 0005 goes on with the same cluster and the next local part, and
     gapless_next_id() keeps giving such ids to SQL callers."""
     url = regional[1]
-    downgrade(url, "0005")
+    schema_at(url, "0005")
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        conn.execute("INSERT INTO gapless_config (cluster_id) VALUES (1)")
     before = fill(url, "EU1", 3)
     migrate(url, 1)
     with psycopg.connect(conninfo(url), autocommit=True) as conn:

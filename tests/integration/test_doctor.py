@@ -14,9 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from gapless.ledger.migrations import downgrade
 from tests.conftest import create_database, database_url, drop_database
-from tests.helpers import free_port, run_gapless
+from tests.helpers import free_port, run_gapless, schema_at
 
 PASSWORD = "sekrit-Pa55"
 NAMES = ["postgres", "rabbitmq", "integrator", "schema", "cluster", "replication"]
@@ -135,7 +134,7 @@ def test_a_foreign_cluster_id_fails_the_cluster_check(integrated_env: dict[str, 
 
 
 def test_a_schema_behind_asks_for_migrate(integrated_env: dict[str, str], db_url: str) -> None:
-    downgrade(db_url, "0002")
+    schema_at(db_url, "0002")
     code, checks, _ = doctor(integrated_env)
     assert code == 1
     assert checks["schema"]["status"] == "fail"

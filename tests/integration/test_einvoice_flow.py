@@ -292,7 +292,8 @@ async def test_invoice_show_document_prints_the_bytes_sent_or_what_the_next_send
 
     # Sealed under the profile, nothing sent yet: the document its next send will send.
     await upsert_draft(ledger(engine), Draft("sealed-1", "acme", "ABC", 4, ubl_message("sealed-1")))
-    claim = await claim_for_sending(ledger(engine), "sealed-1", lease_s=300, lock_timeout_ms=5000)
+    claim = await claim_for_sending(ledger(engine), "sealed-1", tenant="acme", lease_s=300,
+                                    lock_timeout_ms=5000)
     assert claim.sending is not None
     shown = run_gapless(["invoice", "show", "sealed-1", "--document"], gapless_env)
     assert shown.returncode == 0, shown.stderr

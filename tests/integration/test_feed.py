@@ -230,7 +230,8 @@ async def test_events_of_the_issuing_flow_in_commit_order_with_actor(
         engine: AsyncEngine) -> None:
     await define(engine)
     await upsert_draft(ledger(engine), Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
-    claim = await claim_for_sending(ledger(engine), "inv-1", lease_s=60, lock_timeout_ms=5000)
+    claim = await claim_for_sending(ledger(engine), "inv-1", tenant="acme", lease_s=60,
+                                    lock_timeout_ms=5000)
     assert claim.sending is not None
     events = await poll(engine, 0)
     assert [(e.kind, e.from_status, e.to_status) for e in events] == [
@@ -365,7 +366,8 @@ async def test_an_invoice_history_is_in_order_before_and_after_its_events_are_po
         engine: AsyncEngine) -> None:
     await define(engine)
     await upsert_draft(ledger(engine), Draft("inv-1", "acme", "ABC", 4, {"lines": []}))
-    claim = await claim_for_sending(ledger(engine), "inv-1", lease_s=60, lock_timeout_ms=5000)
+    claim = await claim_for_sending(ledger(engine), "inv-1", tenant="acme", lease_s=60,
+                                    lock_timeout_ms=5000)
     assert claim.sending is not None
     waiting = await invoice_events(ledger(engine), claim.sending.pk)
     await position_events(ledger(engine))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
@@ -198,3 +199,50 @@ async def test_cancel_only_before_a_number_is_reserved(
     one_line_error(run_gapless(["invoice", "cancel", "inv-c"], integrated_env), 1,
                    "it is CANCELLED")
     assert run_gapless(["invoice", "nonsense"], integrated_env).returncode == 2
+
+
+async def test_an_invoice_id_two_tenants_hold_needs_the_tenant(
+        engine: AsyncEngine, mock_integrator: MockIntegratorClient,
+        integrated_env: dict[str, str]) -> None:
+    """invoice_id is unique per tenant: a command naming an id two tenants hold is a usage
+    error naming them (exit 2, one line) until --tenant says which; an id one tenant holds
+    needs no --tenant."""
+    await define_series(engine)
+    await define_series(engine, "globex", "GLX")
+    [acme] = await make_sending(engine, ["shared"])
+    [globex] = await make_sending(engine, ["shared"], tenant="globex", series="GLX")
+    await mark_issued(ledger(engine), acme.pk, Receipt("acme", acme.number, "shared", "r-a"))
+    await mark_rejected(ledger(engine), globex, "customer not registered")
+
+    for command in (["show", "shared"], ["show", "shared", "--document"],
+                    ["void", "shared", "--reason", "issued on paper"],
+                    ["cancel", "shared"], ["retry", "shared"]):
+        one_line_error(run_gapless(["invoice", *command], integrated_env), 2,
+                       "invoice_id 'shared' is held by tenants acme, globex",
+                       "name one with --tenant")
+
+    for tenant, number, status in (("acme", acme.number, "ISSUED"),
+                                   ("globex", globex.number, "REJECTED")):
+        shown = run_gapless(["invoice", "show", "shared", "--tenant", tenant, "--json"],
+                            integrated_env)
+        assert shown.returncode == 0, shown.stderr
+        data = json.loads(shown.stdout)
+        assert (data["tenant"], data["number"], data["status"]) == (tenant, number, status)
+
+    voided = run_gapless(["invoice", "void", "shared", "--tenant", "globex", "--reason",
+                          "issued on paper"], integrated_env)
+    assert voided.returncode == 0, voided.stderr
+    assert globex.number in voided.stdout
+    async with engine.connect() as conn:
+        rows = {row.tenant: row for row in (await conn.execute(text(
+            "SELECT tenant, status, number FROM invoices WHERE invoice_id = 'shared'"))).all()}
+    assert {tenant: (row.status, row.number) for tenant, row in rows.items()} == {
+        "acme": ("ISSUED", acme.number), "globex": ("VOIDED", globex.number)}
+
+    one_line_error(run_gapless(["invoice", "show", "shared", "--tenant", "initech"],
+                               integrated_env), 1, "no invoice with invoice_id 'shared'")
+    [alone] = await make_sending(engine, ["alone"], tenant="globex", series="GLX")
+    shown = run_gapless(["invoice", "show", "alone", "--json"], integrated_env)
+    assert shown.returncode == 0, shown.stderr
+    assert (json.loads(shown.stdout)["tenant"], json.loads(shown.stdout)["number"]) == (
+        "globex", alone.number)

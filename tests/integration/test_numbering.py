@@ -35,9 +35,10 @@ async def draft(engine: AsyncEngine, invoice_id: str, tenant: str = "acme",
     await upsert_draft(ledger(engine), Draft(invoice_id, tenant, series, 1, {"lines": []}))
 
 
-async def reserve(engine: AsyncEngine, invoice_id: str, at: datetime | None = None):  # type: ignore[no-untyped-def]
+async def reserve(engine: AsyncEngine, invoice_id: str, at: datetime | None = None,  # type: ignore[no-untyped-def]
+                  tenant: str = "acme"):
     async with ledger(engine).transaction() as tx:
-        return await reserve_number(tx, invoice_id, at=at, lock_timeout_ms=10_000)
+        return await reserve_number(tx, invoice_id, tenant=tenant, at=at, lock_timeout_ms=10_000)
 
 
 async def numbers(engine: AsyncEngine, tenant: str = "acme", series: str = "ABC") -> list[int]:
@@ -81,7 +82,7 @@ async def test_rolled_back_reservation_consumes_nothing(engine: AsyncEngine) -> 
 
     async def reserve_then_roll_back() -> None:
         async with ledger(engine).transaction() as tx:
-            got.append((await reserve_number(tx, "a")).reserved_no)
+            got.append((await reserve_number(tx, "a", tenant="acme")).reserved_no)
             raise RolledBack
 
     with pytest.raises(RolledBack):
@@ -113,7 +114,8 @@ async def test_first_use_of_a_period_raced_by_20_connections(engine: AsyncEngine
     async def racer(i: int) -> int:
         async with ledger(engine).transaction() as tx:
             await start.wait()
-            return (await reserve_number(tx, f"d-{i}", at=at, lock_timeout_ms=10_000)).reserved_no
+            return (await reserve_number(tx, f"d-{i}", tenant="acme", at=at,
+                                         lock_timeout_ms=10_000)).reserved_no
 
     got = await asyncio.gather(*(racer(i) for i in range(20)))
     assert sorted(got) == list(range(1, 21))
@@ -166,7 +168,7 @@ async def test_tenants_and_series_are_independent(engine: AsyncEngine) -> None:
     for tenant, series in (("acme", "ABC"), ("acme", "XYZ"), ("globex", "ABC")):
         for i in range(3):
             await draft(engine, f"{tenant}-{series}-{i}", tenant, series)
-            await reserve(engine, f"{tenant}-{series}-{i}")
+            await reserve(engine, f"{tenant}-{series}-{i}", tenant=tenant)
         assert await numbers(engine, tenant, series) == [1, 2, 3]
     async with engine.connect() as conn:
         printed = (await conn.execute(text(
@@ -188,7 +190,7 @@ async def test_second_transaction_waits_for_the_first_commit(engine: AsyncEngine
 
     async def first() -> None:
         async with ledger(engine).transaction() as tx:
-            got = await reserve_number(tx, "first", lock_timeout_ms=10_000)
+            got = await reserve_number(tx, "first", tenant="acme", lock_timeout_ms=10_000)
             events.append(f"first reserved {got.reserved_no}")
             first_reserved.set()
             await release_first.wait()
@@ -200,7 +202,7 @@ async def test_second_transaction_waits_for_the_first_commit(engine: AsyncEngine
         async with ledger(engine).transaction() as tx:
             pid = (await tx.one("SELECT pg_backend_pid() AS pid")).pid
             second_pid.set_result(pid)
-            got = await reserve_number(tx, "second", lock_timeout_ms=10_000)
+            got = await reserve_number(tx, "second", tenant="acme", lock_timeout_ms=10_000)
             events.append(f"second reserved {got.reserved_no}")
 
     second_pid: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -228,10 +230,10 @@ async def test_lock_timeout_raises_a_clear_error_and_consumes_nothing(engine: As
     await draft(engine, "holder")
     await draft(engine, "waiter")
     async with ledger(engine).transaction() as holder:
-        await reserve_number(holder, "holder")
+        await reserve_number(holder, "holder", tenant="acme")
         with pytest.raises(ReservationLockTimeout, match="within 200 ms"):
             async with ledger(engine).transaction() as tx:
-                await reserve_number(tx, "waiter", lock_timeout_ms=200)
+                await reserve_number(tx, "waiter", tenant="acme", lock_timeout_ms=200)
     assert (await reserve(engine, "waiter")).reserved_no == 2
     assert await numbers(engine) == [1, 2]
 

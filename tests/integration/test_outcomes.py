@@ -84,8 +84,8 @@ async def seal(engine: AsyncEngine, message: dict[str, Any]) -> None:
     """The invoice as a worker that died after the seal leaves it: number pinned, SENDING."""
     payload = validate_message(message).payload()
     await upsert_draft(ledger(engine), Draft(message["invoice_id"], "acme", "ABC", 4, payload))
-    claim = await claim_for_sending(ledger(engine), message["invoice_id"], lease_s=300,
-                                    lock_timeout_ms=5000)
+    claim = await claim_for_sending(ledger(engine), message["invoice_id"], tenant="acme",
+                                    lease_s=300, lock_timeout_ms=5000)
     assert claim.kind is ClaimKind.SEND
 
 

@@ -43,6 +43,7 @@ EXPECTED_FUNCTIONS = frozenset({
     "gapless_config_rebase_ids", "gapless_invoice_verdict",
     "gapless_canonical_json", "gapless_message_sha256", "gapless_chain_genesis",
     "gapless_chain_link", "gapless_chain_append", "gapless_invoice_chain",
+    "claim_tenant_invoice", "reserve_tenant_number",
 })
 
 
@@ -228,3 +229,81 @@ def test_a_forward_only_migration_applies_and_refuses_to_be_stepped_down(
     with pytest.raises(IrreversibleMigration, match="9999_forward_only is forward-only"):
         downgrade(fresh_url, "base")
     assert migrate(fresh_url, 0).from_revision == "9999"  # nothing was stepped down
+
+
+def _rows(url: str) -> dict[str, list[tuple[object, ...]]]:
+    """What a migration must keep: every invoice, event, counter and chain record."""
+    queries = {
+        "invoices": "SELECT id, invoice_id, tenant, series, status, reserved_no, number, uuid, "
+                    "payload::text, message_sha256 FROM invoices ORDER BY id",
+        "events": "SELECT id, invoice_pk, invoice_id, tenant, kind, to_status, number "
+                  "FROM invoice_events ORDER BY id",
+        "counters": "SELECT tenant, series, period_key, last_no, chain_seq, chain_hash "
+                    "FROM number_counters ORDER BY 1, 2, 3",
+        "chain": "SELECT tenant, series, period_key, seq, kind, invoice_id, hash "
+                 "FROM chain_records ORDER BY 1, 2, 3, 4",
+    }
+    with psycopg.connect(driver_conninfo(url)) as conn:
+        return {name: conn.execute(query).fetchall() for name, query in queries.items()}
+
+
+def _intake(conn: psycopg.Connection, invoice_id: str, tenant: str, series: str) -> tuple[
+        object, ...]:
+    row = conn.execute(
+        "SELECT kind, created, tenant, number FROM intake_invoice(%s, %s, %s, 1::smallint, "
+        "%s::jsonb, 300)", (invoice_id, tenant, series, f'{{"id": "{invoice_id}"}}')).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_migration_0010_keeps_every_row_and_makes_invoice_id_unique_per_tenant(
+        fresh_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database at 0009 with invoices of two tenants (numbered, drafts, events, chains) is
+    migrated to head: every row is kept, and the producer's key is (tenant, invoice_id)."""
+    schema = tmp_path / "schema"
+    shutil.copytree(schema_dir(), schema, ignore=shutil.ignore_patterns("__pycache__"))
+    for revision in (schema / "versions").glob("*.py"):
+        if revision.name[:4].isdigit() and int(revision.name[:4]) > 9:
+            revision.unlink()
+    monkeypatch.setenv("GAPLESS_SCHEMA_DIR", str(schema))
+    assert migrate(fresh_url, 0).to_revision == "0009"
+    with psycopg.connect(driver_conninfo(fresh_url), autocommit=True) as conn:
+        conn.execute("INSERT INTO series (tenant, code, prefix) "
+                     "VALUES ('acme', 'ABC', 'ABC'), ('globex', 'GLX', 'GLX')")
+        for invoice_id, tenant, series in (("a-1", "acme", "ABC"), ("a-2", "acme", "ABC"),
+                                           ("g-1", "globex", "GLX")):
+            assert _intake(conn, invoice_id, tenant, series)[:2] == ("sealed", True)
+        conn.execute("INSERT INTO invoices (invoice_id, tenant, series) "
+                     "VALUES ('a-draft', 'acme', 'ABC')")
+        # At 0009 the id is unique across tenants: globex cannot store acme's a-1.
+        assert _intake(conn, "a-1", "globex", "GLX")[0] == "conflict"
+    before = _rows(fresh_url)
+    assert len(before["invoices"]) == 4
+
+    monkeypatch.delenv("GAPLESS_SCHEMA_DIR")
+    assert migrate(fresh_url, 0).from_revision == "0009"
+    assert _rows(fresh_url) == before
+    with psycopg.connect(driver_conninfo(fresh_url), autocommit=True) as conn:
+        constraints = dict(conn.execute(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = 'invoices'::regclass AND contype = 'u'").fetchall())
+        assert constraints["invoices_invoice_id_tenant_key"] == "UNIQUE (invoice_id, tenant)"
+        assert "invoices_invoice_id_key" not in constraints
+        # Now globex stores and seals its own a-1, in its own series; acme's is untouched.
+        kind, created, tenant, number = _intake(conn, "a-1", "globex", "GLX")
+        assert (kind, created, tenant) == ("sealed", True, "globex")
+        assert re.fullmatch(r"GLX[0-9]{4}0{8}2", str(number))  # the one after g-1
+        assert _intake(conn, "a-1", "acme", "ABC")[:3] == ("busy", False, "acme")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("INSERT INTO invoices (invoice_id, tenant, series) "
+                         "VALUES ('a-1', 'acme', 'ABC')")
+        # The signatures other stacks call refuse an id two tenants hold, naming them.
+        with pytest.raises(psycopg.errors.CardinalityViolation, match="acme, globex"):
+            conn.execute("SELECT * FROM claim_invoice('a-1', 300)")
+        with pytest.raises(psycopg.errors.CardinalityViolation, match="acme, globex"):
+            conn.execute("SELECT * FROM reserve_number('a-1')")
+        # ... and serve an id one tenant holds, as before.
+        claimed = conn.execute("SELECT kind, tenant FROM claim_invoice('a-draft', 300)")
+        assert claimed.fetchone() == ("sealed", "acme")
+        assert conn.execute("SELECT * FROM claim_tenant_invoice('acme', 'g-1', 300)"
+                            ).fetchall() == []

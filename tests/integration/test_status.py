@@ -40,7 +40,8 @@ MESSAGE = {"tenant": "acme", "series": "ABC", "issue_date": today(), "currency":
 
 async def claim(engine: AsyncEngine, tenant: str, series: str, invoice_id: str) -> Sending:
     await upsert_draft(ledger(engine), Draft(invoice_id, tenant, series, 1, {"lines": []}))
-    got = await claim_for_sending(ledger(engine), invoice_id, lease_s=300, lock_timeout_ms=10_000)
+    got = await claim_for_sending(ledger(engine), invoice_id, tenant=tenant, lease_s=300,
+                                  lock_timeout_ms=10_000)
     assert got.kind is ClaimKind.SEND
     assert got.sending is not None
     return got.sending

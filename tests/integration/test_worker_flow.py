@@ -92,6 +92,44 @@ async def test_duplicate_messages_consume_one_number_per_invoice(
     assert_ledger_matches_database(mock_integrator, current)
 
 
+async def test_two_tenants_each_issue_their_own_invoice_of_one_invoice_id(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    """invoice_id is unique per tenant: the same ids published by two tenants are two invoices,
+    each numbered in its own tenant's series; a copy of either maps onto its own tenant's."""
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("globex", "GLX"))
+    ids = ["shared-1", "shared-2", "shared-3"]
+    messages = [invoice(i, tenant=t, series=s) for i in ids
+                for t, s in (("acme", "ABC"), ("globex", "GLX"))]
+    async with running_worker(worker_settings, concurrency=4):
+        await publish(worker_settings, *messages, *messages)  # every message twice
+
+        async def both_issued() -> bool:
+            return len(await tenant_rows()) == 6 and all(
+                row.status == "ISSUED" for row in (await tenant_rows()).values())
+
+        async def tenant_rows() -> dict[tuple[str, str], Any]:
+            async with engine.connect() as conn:
+                return {(row.tenant, row.invoice_id): row for row in (await conn.execute(text(
+                    "SELECT tenant, series, invoice_id, status, reserved_no, number, attempts "
+                    "FROM invoices"))).all()}
+
+        await await_until(both_issued, 60, message="6 invoices ISSUED")
+    current = await tenant_rows()
+    assert set(current) == {(t, i) for i in ids for t in ("acme", "globex")}
+    for tenant, series in (("acme", "ABC"), ("globex", "GLX")):
+        mine = [current[(tenant, i)] for i in ids]
+        assert {row.series for row in mine} == {series}
+        assert sorted(row.reserved_no for row in mine) == [1, 2, 3]
+        assert all(row.number.startswith(series) for row in mine)
+    assert {row.attempts for row in current.values()} == {1}
+    accepted = {(entry["tenant"], entry["invoice_id"]): entry["number"]
+                for entry in mock_integrator.ledger()}
+    assert accepted == {key: row.number for key, row in current.items()}
+
+
 @pytest.mark.usefixtures("series")
 async def test_lost_response_is_resent_recognised_as_ours_and_issued_with_its_number(
         engine: AsyncEngine, worker_settings: Settings,

@@ -11,20 +11,20 @@ an ``invoice_documents`` row, and ``invoices.document_sha256`` naming it — in 
 so the bytes sent and the state they led to commit together.
 """
 
-#: Store the draft for a producer key without claiming it; a duplicate key changes nothing (no
-#: lock on conflict). Returns the row's id, status and whether it was created.
+#: Store the draft for a producer key, (tenant, invoice_id), without claiming it; a duplicate key
+#: changes nothing (no lock on conflict). Returns the row's id, status and whether it was created.
 UPSERT_DRAFT = """
     WITH new AS (
         INSERT INTO invoices (invoice_id, tenant, series, priority, payload)
         VALUES (%(invoice_id)s, %(tenant)s, %(series)s, %(priority)s::smallint,
                 %(payload)s::jsonb)
-        ON CONFLICT (invoice_id) DO NOTHING
+        ON CONFLICT (invoice_id, tenant) DO NOTHING
         RETURNING id, status
     )
     SELECT id, status, true AS created FROM new
     UNION ALL
     SELECT id, status, false FROM invoices
-     WHERE invoice_id = %(invoice_id)s AND NOT EXISTS (SELECT FROM new)
+     WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s AND NOT EXISTS (SELECT FROM new)
 """
 
 #: Columns of a claim (the composite type ``gapless_claim`` of schema/current/intake.sql).
@@ -32,10 +32,10 @@ _CLAIM_COLUMNS = """kind, created, id, invoice_id, tenant, series, status, numbe
            attempts, uuid, reserved_at, profile_version, payload, document_sha256,
            document_media_type, document_format, document"""
 
-#: Steps 1 and 2 in one statement (``intake_invoice``): store the draft for the producer key,
-#: lock it, and decide (sealed, send, final, busy, parked, stale, conflict). Locks the invoice row
-#: and, for a fresh seal, the counter row, until the statement commits. The payload comes back
-#: only for a row that existed before.
+#: Steps 1 and 2 in one statement (``intake_invoice``): store the draft for the producer key
+#: (tenant, invoice_id), lock it, and decide (sealed, send, final, busy, parked, stale,
+#: conflict). Locks the invoice row and, for a fresh seal, the counter row, until the statement
+#: commits. The payload comes back only for a row that existed before.
 INTAKE = f"""
     SELECT {_CLAIM_COLUMNS}
       FROM intake_invoice(%(invoice_id)s, %(tenant)s, %(series)s, %(priority)s::smallint,
@@ -43,12 +43,13 @@ INTAKE = f"""
                           %(profile_version)s::integer, %(at)s::timestamptz)
 """  # noqa: S608 - constant column list, values are bound
 
-#: Step 2 for a stored draft (``claim_invoice``), by producer key: lock, decide, seal if needed
-#: (pinning whichever issuer profile is in force), take the lease. No row: unknown invoice.
+#: Step 2 for a stored draft (``claim_tenant_invoice``), by producer key (tenant, invoice_id):
+#: lock, decide, seal if needed (pinning whichever issuer profile is in force), take the lease.
+#: No row: unknown invoice.
 CLAIM = f"""
     SELECT {_CLAIM_COLUMNS}
-      FROM claim_invoice(%(invoice_id)s, %(lease_s)s, %(lock_timeout_ms)s,
-                         coalesce(%(at)s::timestamptz, now()))
+      FROM claim_tenant_invoice(%(tenant)s, %(invoice_id)s, %(lease_s)s, %(lock_timeout_ms)s,
+                                coalesce(%(at)s::timestamptz, now()))
 """  # noqa: S608 - constant column list, values are bound
 
 #: Store the document an outcome concerns, unless it is stored already (%(sha256)s NULL: it is).
@@ -177,14 +178,16 @@ RELEASE_ORPHAN = """
 #: Operator: cancel before a number is reserved.
 CANCEL = """
     UPDATE invoices SET status = 'CANCELLED', last_error = %(reason)s
-     WHERE invoice_id = %(invoice_id)s AND status = 'RECEIVED' AND reserved_no IS NULL
+     WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s
+       AND status = 'RECEIVED' AND reserved_no IS NULL
     RETURNING id
 """
 
 #: Operator: void an ERROR/REJECTED invoice; its number stays accounted for.
 VOID = """
     UPDATE invoices SET status = 'VOIDED', last_error = %(reason)s, next_attempt_at = NULL
-     WHERE invoice_id = %(invoice_id)s AND status IN ('ERROR', 'REJECTED')
+     WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s
+       AND status IN ('ERROR', 'REJECTED')
     RETURNING id
 """
 
@@ -198,7 +201,8 @@ RETRY = f"""
            SET status = 'SENDING', sending_since = now(), attempts = attempts + 1,
                next_attempt_at = NULL, payload = coalesce(%(payload)s::jsonb, payload),
                document_sha256 = CASE WHEN %(payload)s::jsonb IS NULL THEN document_sha256 END
-         WHERE invoice_id = %(invoice_id)s AND status IN ('ERROR', 'REJECTED')
+         WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s
+           AND status IN ('ERROR', 'REJECTED')
         RETURNING *
     )
     SELECT {_SENDING_COLUMNS}
@@ -207,13 +211,22 @@ RETRY = f"""
 """  # noqa: S608 - constant column list, values are bound
 
 #: The status and number of one invoice (no lock): what an operator action found instead.
-INVOICE_STATE = \
-    "SELECT status, number, series FROM invoices WHERE invoice_id = %(invoice_id)s"
+INVOICE_STATE = """
+    SELECT status, number, series FROM invoices
+     WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s
+"""
+
+#: The tenants that hold an invoice of this invoice_id (no lock), for a command that names the
+#: id alone: an id is unique per tenant, so two tenants may each hold one. Uses the unique index
+#: invoices_invoice_id_tenant_key.
+INVOICE_TENANTS = """
+    SELECT tenant FROM invoices WHERE invoice_id = %(invoice_id)s ORDER BY tenant
+"""
 
 #: Invoices refused for their channel and not corrected yet, oldest first (no lock; the partial
 #: index invoices_wrong_channel_idx).
 WRONG_CHANNEL_REJECTED = """
-    SELECT invoice_id FROM invoices
+    SELECT tenant, invoice_id FROM invoices
      WHERE status = 'REJECTED' AND last_error LIKE 'WRONG CHANNEL: %%'
      ORDER BY id LIMIT %(batch)s
 """
@@ -222,7 +235,7 @@ WRONG_CHANNEL_REJECTED = """
 #: reason says why, for the operator (no history event: the status does not change).
 GIVE_UP_CORRECTION = """
     UPDATE invoices SET last_error = %(reason)s
-     WHERE invoice_id = %(invoice_id)s AND status = 'REJECTED'
+     WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s AND status = 'REJECTED'
        AND last_error LIKE 'WRONG CHANNEL: %%'
     RETURNING id
 """
@@ -230,16 +243,16 @@ GIVE_UP_CORRECTION = """
 #: What a channel correction needs of an invoice (no lock).
 CORRECTION_STATE = """
     SELECT id, tenant, series, status, number, priority, payload, last_error
-      FROM invoices WHERE invoice_id = %(invoice_id)s
+      FROM invoices WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s
 """
 
-#: One invoice by producer key (no lock).
+#: One invoice by producer key, (tenant, invoice_id) (no lock).
 GET_INVOICE = """
     SELECT id, invoice_id, tenant, series, status, priority, period_key, reserved_no, number,
            reserved_at, payload, attempts, sending_since, next_attempt_at, last_error,
            integrator_ref, created_at, updated_at, issued_at, uuid, profile_version,
            document_sha256
-      FROM invoices WHERE invoice_id = %(invoice_id)s
+      FROM invoices WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s
 """
 
 #: History of one invoice, oldest first: in insertion order, which is also its feed order (events
@@ -263,5 +276,5 @@ INVOICE_AS_SENT = f"""
     SELECT {_SENDING_COLUMNS}
       FROM invoices i
       LEFT JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256
-     WHERE i.invoice_id = %(invoice_id)s
+     WHERE i.invoice_id = %(invoice_id)s AND i.tenant = %(tenant)s
 """  # noqa: S608 - constant column list, values are bound

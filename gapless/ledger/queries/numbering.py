@@ -71,11 +71,12 @@ PREVIEW_NUMBER = """
 #: Does PostgreSQL know this time zone name?
 CHECK_TIME_ZONE = "SELECT count(*) FROM pg_timezone_names WHERE name = %(tz)s"
 
-#: Pin a number on the invoice (reserve_number in schema/current/numbering.sql; not the worker's
-#: path, which is intake_invoice). Locks the invoice row and, for a fresh reservation, the counter
-#: row, until the caller's transaction ends.
+#: Pin a number on the invoice of (tenant, invoice_id) (reserve_tenant_number in
+#: schema/current/numbering.sql; not the worker's path, which is intake_invoice). Locks the invoice
+#: row and, for a fresh reservation, the counter row, until the caller's transaction ends.
 RESERVE_NUMBER = """
     SELECT invoice_pk, reserved_no, number, period_key, fresh
-      FROM reserve_number(%(invoice_id)s, coalesce(CAST(%(at)s AS timestamptz), now()),
-                          %(lock_timeout_ms)s)
+      FROM reserve_tenant_number(%(tenant)s, %(invoice_id)s,
+                                 coalesce(CAST(%(at)s AS timestamptz), now()),
+                                 %(lock_timeout_ms)s)
 """
