@@ -20,6 +20,7 @@ from gapless.constants import dead_queue_name
 from gapless.ops.dead import (
     DeadLetter,
     DeadLetters,
+    FixKey,
     InvalidFix,
     list_dead,
     parse_fixes,
@@ -30,7 +31,7 @@ dead_app = typer.Typer(help="Inspect the dead-letter queue and replay fixed mess
                        no_args_is_help=True)
 
 
-def load_fixes(path: Path) -> dict[str, tuple[bytes, str | None]]:
+def load_fixes(path: Path) -> dict[FixKey, tuple[bytes, str | None]]:
     """The fixes of ``--file`` (:func:`gapless.ops.dead.parse_fixes`); a file that cannot be
     read or a bad line is a usage error, and nothing is replayed."""
     try:
@@ -101,6 +102,9 @@ def dead_replay(
         None, "--file",
         help="JSON Lines of fixed messages: each replaces the dead body with its invoice_id "
              "(and selects it when neither --all nor --invoice-id is given)."),
+    tenant: str | None = typer.Option(
+        None, "--tenant", help="Only this tenant's messages (invoice ids are unique per "
+                               "tenant: two tenants may each have a dead message of one id)."),
     amqp_url: str | None = AmqpUrlOption,
     queue: str | None = QueueOption,
 ) -> None:
@@ -110,12 +114,13 @@ def dead_replay(
     fixes = load_fixes(file) if file is not None else {}
     if not (replay_all or invoice_ids or fixes):
         raise typer.BadParameter("choose what to replay: --all, --invoice-id ID, or --file F")
-    wanted = set(invoice_ids) if invoice_ids else set(fixes)
     settings = settings_from(amqp_url=amqp_url, queue=queue)
-    result = run(replay_dead(settings, replay_all=replay_all, invoice_ids=wanted, fixes=fixes))
-    for invoice_id, problem in zip(result.replayed, result.problems, strict=True):
+    result = run(replay_dead(settings, replay_all=replay_all, invoice_ids=set(invoice_ids),
+                             fixes=fixes, tenant=tenant))
+    for invoice_id, owner, problem in zip(result.replayed, result.tenants, result.problems,
+                                          strict=True):
         if invoice_id is not None:
-            suffix = " (fixed body)" if invoice_id in result.fixed else ""
+            suffix = " (fixed body)" if (owner, invoice_id) in result.fixed else ""
             echo(f"replayed {invoice_id}{suffix}")
         else:
             echo(f"replayed a message without an invoice_id ({problem or 'none in its body'})")

@@ -75,7 +75,14 @@ def _text(value: Any) -> str | None:
 
 def read_body(body: bytes) -> tuple[str | None, str | None]:
     """``(invoice_id, problem)`` of a dead body: its ``invoice_id`` when the body is a JSON
-    object that has one, and — when it cannot be read — why, in one line.
+    object that has one, and — when it cannot be read — why, in one line (:func:`read_key`)."""
+    _, invoice_id, problem = read_key(body)
+    return invoice_id, problem
+
+
+def read_key(body: bytes) -> tuple[str | None, str | None, str | None]:
+    """``(tenant, invoice_id, problem)`` of a dead body: the tenant and invoice_id it names
+    (an invoice is the pair: ids are unique per tenant) and — when it cannot be read — why.
 
     Read as the worker reads a delivery: no more than ``MAX_BODY_BYTES``, then
     :func:`gapless.message.parse.decode_json` (strict UTF-8 and JSON, bounded depth), so a body
@@ -87,15 +94,16 @@ def read_body(body: bytes) -> tuple[str | None, str | None]:
     from gapless.message.parse import decode_json
 
     if len(body) > MAX_BODY_BYTES:
-        return None, f"body is {len(body)} bytes; at most {MAX_BODY_BYTES} are read"
+        return None, None, f"body is {len(body)} bytes; at most {MAX_BODY_BYTES} are read"
     try:
         data = decode_json(body)
     except InvalidMessage as exc:
-        return None, exc.reason
+        return None, None, exc.reason
     if not isinstance(data, dict):
-        return None, f"body must be a JSON object, not {json_type(data)}"
-    invoice_id = data.get("invoice_id")
-    return (invoice_id if isinstance(invoice_id, str) else None), None
+        return None, None, f"body must be a JSON object, not {json_type(data)}"
+    tenant, invoice_id = data.get("tenant"), data.get("invoice_id")
+    return ((tenant if isinstance(tenant, str) else None),
+            (invoice_id if isinstance(invoice_id, str) else None), None)
 
 
 def invoice_id_of(body: bytes) -> str | None:
@@ -186,22 +194,29 @@ async def list_dead(settings: Settings, limit: int) -> DeadLetters:
             await requeue(held)
 
 
+#: A fixed message's invoice: (tenant, invoice_id).
+FixKey = tuple[str, str]
+
+
 @dataclass
 class ReplayResult:
-    """What a replay did: the invoice_ids replayed in order (None: a body without one), those
-    replayed with a fixed body, how many dead messages stayed, and the invoice_ids asked for
-    that the dead queue did not hold (sorted). ``problems`` goes with ``replayed``: why each
-    body cannot be read (:func:`read_body`), None for a readable one."""
+    """What a replay did: the invoice_ids replayed in order (None: a body without one) with
+    their tenants, those replayed with a fixed body, how many dead messages stayed, and the
+    invoice_ids asked for that the dead queue did not hold (sorted). ``problems`` goes with
+    ``replayed``: why each body cannot be read (:func:`read_body`), None for a readable one."""
 
     replayed: list[str | None] = field(default_factory=list)
+    tenants: list[str | None] = field(default_factory=list)
     problems: list[str | None] = field(default_factory=list)
-    fixed: list[str] = field(default_factory=list)
+    fixed: list[FixKey] = field(default_factory=list)
     kept: int = 0
     not_found: list[str] = field(default_factory=list)
 
-    def unused_fixes(self, fixes: dict[str, Any]) -> list[str]:
+    def unused_fixes(self, fixes: dict[FixKey, Any]) -> list[str]:
         """The invoice_ids of ``fixes`` whose message was there but not selected (sorted)."""
-        return sorted(set(fixes) - set(self.fixed) - set(self.not_found))
+        missing = set(self.not_found)
+        return sorted(invoice_id for key in set(fixes) - set(self.fixed)
+                      if (invoice_id := key[1]) not in missing)
 
 
 class InvalidFix(GaplessError):
@@ -214,15 +229,17 @@ class InvalidFix(GaplessError):
         self.reason = reason
 
 
-def parse_fixes(data: bytes) -> dict[str, tuple[bytes, str | None]]:
-    """Fixed bodies keyed by invoice_id from JSON Lines: ``{id: (body, priority or None)}``.
+def parse_fixes(data: bytes) -> dict[FixKey, tuple[bytes, str | None]]:
+    """Fixed bodies keyed by (tenant, invoice_id) from JSON Lines:
+    ``{(tenant, id): (body, priority or None)}``.
 
-    Each line must be a valid contract message (the point of a fix), and name an invoice_id no
+    Each line must be a valid contract message (the point of a fix), and name an invoice no
     other line names; else :class:`InvalidFix` for the first bad line. Blank lines are skipped.
+    A fix replaces the dead message of its own tenant's invoice only.
     """
     from gapless.message import InvalidMessage, parse_message
 
-    fixes: dict[str, tuple[bytes, str | None]] = {}
+    fixes: dict[FixKey, tuple[bytes, str | None]] = {}
     for number, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -230,21 +247,35 @@ def parse_fixes(data: bytes) -> dict[str, tuple[bytes, str | None]]:
             message = parse_message(raw, CONTENT_TYPE_JSON)
         except InvalidMessage as exc:
             raise InvalidFix(number, exc.reason) from None
-        if message.invoice_id in fixes:
-            raise InvalidFix(number, f"invoice_id {message.invoice_id!r} appears twice")
-        fixes[message.invoice_id] = (raw.strip(), message.priority)
+        key = (message.tenant, message.invoice_id)
+        if key in fixes:
+            raise InvalidFix(number, f"invoice_id {message.invoice_id!r} of tenant "
+                                     f"{message.tenant!r} appears twice")
+        fixes[key] = (raw.strip(), message.priority)
     return fixes
 
 
 async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[str],
-                      fixes: dict[str, tuple[bytes, str | None]]) -> ReplayResult:
+                      fixes: dict[FixKey, tuple[bytes, str | None]],
+                      tenant: str | None = None) -> ReplayResult:
     """Move the selected dead messages to the main queue: publish (confirmed), then ack.
 
     Selected: every message with ``replay_all``, else those whose invoice_id is in
-    ``invoice_ids``. A message with a fix in ``fixes`` is published with the fixed body.
+    ``invoice_ids``, else (neither given) those ``fixes`` names; with ``tenant``, only that
+    tenant's messages. A message with a fix for its (tenant, invoice_id) is published with the
+    fixed body.
     """
     from gapless.amqp.connection import connect_once
     from gapless.amqp.publisher import Publisher
+
+    def selected(body_tenant: str | None, invoice_id: str | None) -> bool:
+        if tenant is not None and body_tenant != tenant:
+            return False
+        if replay_all:
+            return True
+        if invoice_ids:
+            return invoice_id in invoice_ids
+        return (body_tenant, invoice_id) in fixes
 
     result = ReplayResult()
     found: set[str] = set()
@@ -260,24 +291,28 @@ async def replay_dead(settings: Settings, *, replay_all: bool, invoice_ids: set[
                 if message is None:
                     break
                 held.append(message)
-                invoice_id, problem = read_body(message.body)
-                if not replay_all and invoice_id not in invoice_ids:
+                body_tenant, invoice_id, problem = read_key(message.body)
+                if not selected(body_tenant, invoice_id):
                     continue
                 if invoice_id is not None:
                     found.add(invoice_id)
-                await republish(publisher, message, fixes.get(invoice_id or ""))
+                key = (body_tenant or "", invoice_id or "")
+                fix = fixes.get(key) if body_tenant and invoice_id else None
+                await republish(publisher, message, fix)
                 held.remove(message)
                 result.replayed.append(invoice_id)
+                result.tenants.append(body_tenant)
                 result.problems.append(problem)
-                if invoice_id is not None and invoice_id in fixes:
-                    result.fixed.append(invoice_id)
+                if fix is not None:
+                    result.fixed.append(key)
                 log.info("dead_letter_replayed", queue=settings.queue,
-                         invoice_id=_loggable(invoice_id), fixed=invoice_id in fixes)
+                         invoice_id=_loggable(invoice_id), fixed=fix is not None)
         finally:
             result.kept = len(held)
             await requeue(held)
     if not replay_all:
-        result.not_found = sorted(invoice_ids - found)
+        wanted = invoice_ids or {invoice_id for _, invoice_id in fixes}
+        result.not_found = sorted(wanted - found)
     return result
 
 

@@ -148,3 +148,40 @@ async def test_a_replayed_message_that_is_still_invalid_returns_to_dead_with_its
     finally:
         worker.terminate()
         worker.close()
+
+
+async def test_two_tenants_dead_messages_of_one_id_are_each_their_own(
+        settings: Settings, gapless_env: dict[str, str], tmp_path: Path) -> None:
+    """Invoice ids are unique per tenant: a fix replaces its own tenant's dead message only,
+    and --tenant picks one tenant's message of an id two tenants have."""
+    def broken_of(tenant: str) -> bytes:
+        body = {key: value for key, value in VALID.items() if key != "lines"}
+        return json.dumps({**body, "tenant": tenant, "invoice_id": "inv-1"}).encode()
+
+    async with Publisher(settings) as publisher:
+        for tenant in ("acme", "globex"):
+            await publisher.dead_letter(broken_of(tenant), reason="lines: field required",
+                                        content_type="application/json")
+    fixed = {**VALID, "tenant": "globex", "invoice_id": "inv-1"}
+    fixes = tmp_path / "fixes.jsonl"
+    fixes.write_text(json.dumps(fixed) + "\n", encoding="utf-8")
+
+    result = run_gapless(["dead", "replay", "--file", str(fixes)], gapless_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("replayed inv-1 (fixed body)") == 1
+    assert await depths(settings) == (1, 1)
+    [message] = await take_queue(settings)
+    assert json.loads(message.body) == fixed  # globex's fix went out with globex's message
+    [left] = dead_list(gapless_env)["messages"]
+    assert left["invoice_id"] == "inv-1"
+
+    other = run_gapless(["dead", "replay", "--invoice-id", "inv-1", "--tenant", "globex"],
+                        gapless_env)
+    assert other.returncode == 1, other.stderr  # globex has none left: nothing moves
+    assert "not in" in other.stderr
+    assert await depths(settings) == (0, 1)
+    mine = run_gapless(["dead", "replay", "--invoice-id", "inv-1", "--tenant", "acme"],
+                       gapless_env)
+    assert mine.returncode == 0, mine.stderr
+    [message] = await take_queue(settings)
+    assert message.body == broken_of("acme")

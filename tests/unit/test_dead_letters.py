@@ -99,10 +99,13 @@ def test_a_dead_message_is_described_without_its_payload() -> None:
                                           "timestamp": None})).dead_at is None
 
 
-def test_fixes_are_keyed_by_invoice_id_with_their_priority() -> None:
-    data = b"\n".join([line(), b"  ", line(invoice_id="inv-2", priority="user"), b""])
-    assert parse_fixes(data) == {"inv-1": (line(), None),
-                                 "inv-2": (line(invoice_id="inv-2", priority="user"), "user")}
+def test_fixes_are_keyed_by_tenant_and_invoice_id_with_their_priority() -> None:
+    data = b"\n".join([line(), b"  ", line(invoice_id="inv-2", priority="user"),
+                       line(tenant="globex"), b""])
+    assert parse_fixes(data) == {
+        ("acme", "inv-1"): (line(), None),
+        ("acme", "inv-2"): (line(invoice_id="inv-2", priority="user"), "user"),
+        ("globex", "inv-1"): (line(tenant="globex"), None)}
 
 
 def test_a_bad_fix_names_its_line() -> None:
@@ -112,7 +115,8 @@ def test_a_bad_fix_names_its_line() -> None:
     assert invalid.value.reason.startswith("tenant: required field is missing")
     with pytest.raises(InvalidFix) as twice:
         parse_fixes(line() + b"\n\n" + line())
-    assert (twice.value.line, twice.value.reason) == (3, "invoice_id 'inv-1' appears twice")
+    assert (twice.value.line, twice.value.reason) == (
+        3, "invoice_id 'inv-1' of tenant 'acme' appears twice")
 
 
 def test_a_replayed_message_keeps_its_own_headers_only_and_is_stamped() -> None:
@@ -125,6 +129,7 @@ def test_a_replayed_message_keeps_its_own_headers_only_and_is_stamped() -> None:
 
 
 def test_fixes_not_used_are_those_found_but_not_selected() -> None:
-    result = ReplayResult(replayed=["inv-1"], fixed=["inv-1"], not_found=["inv-9"])
-    fixes = dict.fromkeys(("inv-1", "inv-3", "inv-2", "inv-9"), (b"", None))
+    result = ReplayResult(replayed=["inv-1"], fixed=[("acme", "inv-1")], not_found=["inv-9"])
+    fixes = {("acme", invoice_id): (b"", None) for invoice_id in ("inv-1", "inv-3", "inv-2",
+                                                                  "inv-9")}
     assert result.unused_fixes(fixes) == ["inv-2", "inv-3"]
