@@ -66,7 +66,8 @@ def verify(
         if checkpoints is None and public_key:
             checkpoints = export_checkpoints(directory)  # never through a symbolic link
         signed = load_checkpoints(public_key, checkpoints, setting=None)
-        reports = [r for r in verify_export(directory, signed.heads if signed else ())
+        reports = [r for r in verify_export(directory, signed.heads if signed else (),
+                                            tenant=tenant, series=series)
                    if (tenant is None or r.tenant == tenant)
                    and (series is None or r.series == series)]
     else:

@@ -1,9 +1,14 @@
 """The tamper-evident chain of every counter (docs/chain.md): its canonical JSON, its hashes,
-and the verification of the chains stored in the database.
+the verification of the chains stored in the database, and their export.
 
 The database writes the chain (schema 0009: ``gapless_seal`` and the ``invoices_history_zchain``
 trigger); this module only reads it, and recomputes every hash here, from the format, so a
 verification never trusts the SQL that wrote the records.
+
+An export is written to a new directory (0700, files 0600, never through a symbolic link) and
+read back as hostile input: relative to its directory, never through a link, every size
+bounded, JSON parsed bounded (:func:`read_json`), anything unexpected a one-line
+:class:`MalformedExport`.
 """
 
 from __future__ import annotations
@@ -990,9 +995,13 @@ def export_checkpoints(directory: Path) -> Path | None:
     return directory / "checkpoints"
 
 
-def verify_export(directory: Path, heads: Sequence[SignedHead] = ()) -> list[ChainReport]:
+def verify_export(directory: Path, heads: Sequence[SignedHead] = (), *,
+                  tenant: str | None = None, series: str | None = None) -> list[ChainReport]:
     """Verify an export with no database: the same checks, the documents' hashes recomputed
-    from the files' bytes; the signed ``heads`` of the chains in the export's scope too.
+    from the files' bytes; the signed ``heads`` of the chains in scope too: ``tenant`` and
+    ``series`` when given (the auditor's), else the scope the export states. Every chain, record
+    and invoice of the export must lie within the scope it states (a scope claimed narrower
+    than what the export holds could otherwise leave signed heads unchecked).
 
     The export is hostile input: raises MalformedExport (one line) for anything that is not
     what ``gapless chain export`` writes, reads nothing outside ``directory``, and holds at
@@ -1008,6 +1017,13 @@ def verify_export(directory: Path, heads: Sequence[SignedHead] = ()) -> list[Cha
         invoices = _read_invoices(root)
     finally:
         os.close(root)
+    for what, rows in (("manifest.json: a chain", counters), ("records.jsonl: a record", records),
+                       ("invoices.jsonl: an invoice", invoices)):
+        for row in rows:
+            if (scope["tenant"] is not None and row["tenant"] != scope["tenant"]) or (
+                    scope["series"] is not None and row["series"] != scope["series"]):
+                raise MalformedExport(f"{what} outside the scope the manifest states")
     documents = {inv["id"]: inv.pop("documents") for inv in invoices}
     return verify_all(counters, records, invoices, documents,
-                      in_scope(heads, scope["tenant"], scope["series"]))
+                      in_scope(heads, scope["tenant"] if tenant is None else tenant,
+                               scope["series"] if series is None else series))

@@ -598,3 +598,36 @@ def test_checkpoints_of_a_hostile_export_are_never_followed(
     assert f"checkpoint: INVALID {mine.name}: a symbolic link: not followed; not read" \
         in result.stdout
     assert not watch.opened()
+
+
+def test_a_scope_claimed_by_an_export_does_not_hide_signed_heads(
+        chain_db: str, gapless_env: dict[str, str], tmp_path: Path) -> None:
+    """An export that states a scope narrower than what it holds is malformed; an export
+    emptied and restated as another tenant's, verified by an auditor for ``--tenant acme``,
+    is checked against acme's signed heads (its chain is missing), not the export's claim."""
+    env = env_for(gapless_env, chain_db)
+    assert run_gapless(["chain", "keygen", "--out", str(tmp_path / "k")], env).returncode == 0
+    result = run_gapless(["chain", "checkpoint", "--key", str(tmp_path / "k"), "--out",
+                          str(tmp_path / "ck")], env)
+    assert result.returncode == 0, result.stderr
+    genuine = tmp_path / "e"
+    result = run_gapless(["chain", "export", "--out", str(genuine), "--checkpoints",
+                          str(tmp_path / "ck")], env)
+    assert result.returncode == 0, result.stderr
+    pub = str(tmp_path / "k.pub")
+    narrower = tmp_path / "narrower"
+    shutil.copytree(genuine, narrower)
+    manifest = json.loads((narrower / "manifest.json").read_text())
+    (narrower / "manifest.json").write_text(json.dumps(
+        {**manifest, "scope": {"tenant": "nobody", "series": None}}))
+    refused(verify(gapless_env, str(narrower), "--public-key", pub),
+            "manifest.json: a chain outside the scope the manifest states")
+    emptied = tmp_path / "emptied"
+    shutil.copytree(genuine, emptied)
+    (emptied / "manifest.json").write_text(json.dumps(
+        {**manifest, "scope": {"tenant": "nobody", "series": None}, "chains": []}))
+    (emptied / "records.jsonl").write_bytes(b"")
+    (emptied / "invoices.jsonl").write_bytes(b"")
+    result = verify(gapless_env, str(emptied), "--public-key", pub, "--tenant", "acme")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the chain is missing: the checkpoint signed at" in result.stdout
