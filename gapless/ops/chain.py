@@ -807,8 +807,8 @@ def _typed(value: Any, types: Mapping[str, tuple[type, ...]], where: str,
     if set(value) != set(types):
         missing = sorted(set(types) - set(value))
         extra = sorted(set(value) - set(types))
-        raise MalformedExport(f"{where}: " + (f"missing key {missing[0]!r}" if missing else
-                                              f"unknown key {extra[0]!r}"))
+        raise MalformedExport(f"{where}: " + (f"missing key {_short(missing[0])}" if missing
+                                              else f"unknown key {_short(extra[0])}"))
     for key, kinds in types.items():
         item = value[key]
         if type(item) not in kinds:
@@ -817,6 +817,11 @@ def _typed(value: Any, types: Mapping[str, tuple[type, ...]], where: str,
         if type(item) is int and not least <= item <= MAX_BIGINT:
             raise MalformedExport(f"{where}: {key} {item} is out of range")
     return value
+
+
+def _short(text: str) -> str:
+    """A value from an export in a message: quoted, escaped (repr), at most 40 characters."""
+    return repr(text[:40]) + ("…" if len(text) > 40 else "")
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", dict: "an object",
@@ -897,7 +902,7 @@ def _read_records(root: int) -> list[dict[str, Any]]:
         for where, line in _lines(f, "records.jsonl", MAX_RECORD_LINE, MAX_RECORDS_BYTES):
             r = _typed(_parse(line, where), _RECORD_TYPES, where, least=1)
             if r["kind"] not in KINDS:
-                raise MalformedExport(f"{where}: kind {r['kind']!r} is not one of "
+                raise MalformedExport(f"{where}: kind {_short(r['kind'])} is not one of "
                                       + ", ".join(KINDS))
             key = (r["tenant"], r["series"], r["period_key"])
             if key != current:

@@ -373,10 +373,11 @@ def verified_body(data: bytes, keys: Mapping[str, Ed25519PublicKey]) -> dict[str
 
 
 def _well_formed(body: Mapping[str, Any]) -> bool:
-    kinds: dict[str, type | tuple[type, ...]] = {
-        "tenant": str, "series": str, "period_key": str, "last_no": int,
-        "last_number": (str, type(None)), "head_seq": int, "head_hash": str}
+    """Every head has its keys, each of its exact type (a boolean is not an integer)."""
+    kinds: dict[str, tuple[type, ...]] = {
+        "tenant": (str,), "series": (str,), "period_key": (str,), "last_no": (int,),
+        "last_number": (str, type(None)), "head_seq": (int,), "head_hash": (str,)}
     chains = body.get("chains")
     return isinstance(body.get("at"), str) and isinstance(chains, list) and all(
-        isinstance(c, dict) and all(isinstance(c.get(k), t) for k, t in kinds.items())
+        isinstance(c, dict) and all(type(c.get(k)) in t for k, t in kinds.items())
         for c in chains)
