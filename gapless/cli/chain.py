@@ -7,14 +7,15 @@ makes an Ed25519 key pair, ``gapless chain checkpoint --key FILE`` signs every c
 it, and ``verify --public-key PUB --checkpoints DIR`` checks the chains against those signed
 heads too: the anchor outside the database.
 
-Exit codes: 0 verified, 1 broken (a chain, a checkpoint it no longer matches, or a checkpoint
-file that is not what the key signed), 2 bad arguments (a key file missing, unreadable or of
-the wrong type, no checkpoint where one was asked for).
+Exit codes: 0 verified, 1 broken (a chain, a checkpoint it no longer matches, a checkpoint
+file that is not what the key signed, or an export that is not what ``chain export`` writes:
+"malformed export: ..."), 2 bad arguments (a key file missing, unreadable or of the wrong type,
+no checkpoint where one was asked for, an export directory that is not new and empty).
 """
 
 from __future__ import annotations
 
-import shutil
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gapless.cli.options import DatabaseUrlOption, run, settings_from
+from gapless.cli.printable import plain, printable
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -57,14 +59,15 @@ def verify(
     """Recompute every chain (in the database, or in an export), and check it against signed
     checkpoints when given; exit 1 naming the first broken number."""
     if directory is not None:
-        from gapless.ops.chain import verify_export
+        from gapless.ops.chain import export_checkpoints, verify_export
 
-        if not (directory / "manifest.json").is_file():
+        if not directory.is_dir() or not os.path.lexists(directory / "manifest.json"):
             raise typer.BadParameter(f"{directory} holds no manifest.json", param_hint="DIR")
-        if checkpoints is None and public_key and (directory / "checkpoints").is_dir():
-            checkpoints = directory / "checkpoints"
+        if checkpoints is None and public_key:
+            checkpoints = export_checkpoints(directory)  # never through a symbolic link
         signed = load_checkpoints(public_key, checkpoints, setting=None)
-        reports = [r for r in verify_export(directory, signed.heads if signed else ())
+        reports = [r for r in verify_export(directory, signed.heads if signed else (),
+                                            tenant=tenant, series=series)
                    if (tenant is None or r.tenant == tenant)
                    and (series is None or r.series == series)]
     else:
@@ -111,7 +114,9 @@ def load_checkpoints(public_keys: list[Path] | None, directory: Path | None, *,
 
 @chain_app.command("export")
 def export(
-    out: Path = typer.Option(..., "--out", help="Directory to write (created if missing)."),
+    out: Path = typer.Option(
+        ..., "--out", help="A new directory to write (created, mode 0700; an existing one only "
+                           "if empty). Its files are 0600: they hold tax ids."),
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant."),
     series: str | None = typer.Option(None, "--series", help="Only this series code."),
     checkpoints: Path | None = typer.Option(
@@ -122,20 +127,33 @@ def export(
 ) -> None:
     """Write every chain with its invoices' messages and documents to DIR (one snapshot), and
     the signed checkpoints, so that the export and the public key are all an auditor needs."""
-    from gapless.ops.checkpoints import CheckpointDirectoryError, checkpoint_files
+    from gapless.ops.chain import ExportDirectoryError, new_export_directory
+    from gapless.ops.checkpoints import (
+        CheckpointDirectoryError,
+        InvalidCheckpoint,
+        checkpoint_files,
+        read_checkpoint_file,
+    )
 
     settings = settings_from(database_url=database_url)
     source = checkpoints or (Path(settings.chain_checkpoints) if settings.chain_checkpoints
                              else None)
     try:
-        files = checkpoint_files(source) if source is not None else []
+        files = [(path.name, read_checkpoint_file(path))
+                 for path in (checkpoint_files(source) if source is not None else [])]
     except CheckpointDirectoryError as exc:
         raise typer.BadParameter(str(exc), param_hint="--checkpoints") from None
-    manifest = run(_export(settings.database_url, out, tenant, series))
-    if files:
-        (out / "checkpoints").mkdir(exist_ok=True)
-        for path in files:
-            shutil.copyfile(path, out / "checkpoints" / path.name)
+    except InvalidCheckpoint as exc:
+        raise typer.BadParameter(f"a checkpoint file: {exc}", param_hint="--checkpoints"
+                                 ) from None
+    try:
+        directory = new_export_directory(out)
+    except ExportDirectoryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--out") from None
+    try:
+        manifest = run(_export(settings.database_url, directory, tenant, series, files))
+    finally:
+        os.close(directory)
     typer.echo(f"chain: exported {len(manifest['chains'])} chain(s) and {len(files)} "
                f"checkpoint(s) to {out}")
 
@@ -204,13 +222,14 @@ async def _checkpoint(url: str, private_key: Ed25519PrivateKey,
         return await take_checkpoint(db, private_key, directory)
 
 
-async def _export(url: str, out: Path, tenant: str | None,
-                  series: str | None) -> dict[str, Any]:
+async def _export(url: str, out: int, tenant: str | None, series: str | None,
+                  checkpoints: list[tuple[str, bytes]]) -> dict[str, Any]:
     from gapless.ledger.database import short_lived
     from gapless.ops.chain import export as export_chains
 
     async with short_lived(url, actor="chain") as db:
-        return await export_chains(db, out, tenant=tenant, series=series)
+        return await export_chains(db, out, tenant=tenant, series=series,
+                                   checkpoints=checkpoints)
 
 
 async def _verify(url: str, tenant: str | None, series: str | None,
@@ -227,6 +246,19 @@ async def _verify(url: str, tenant: str | None, series: str | None,
 _LINE: dict[str, Any] = {"soft_wrap": True, "markup": False}
 
 
+def _shown(text: str) -> str:
+    """Data (from the database or an export) as one printable line: controls, bidirectional
+    marks and the Unicode line and paragraph separators written as escapes."""
+    return printable(text).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def _number(number: str | None, no: int | None) -> str:
+    """``number ABC2026000000017 (17)``; the counter value alone where nothing prints it."""
+    if number is not None:
+        return f"number {_shown(number)} ({no})"
+    return f"number ({no}; printed nowhere in the chain)"
+
+
 def _print(reports: list[ChainReport], signed: Checkpoints | None) -> None:
     console = Console(highlight=False, width=200)
     table = Table(title=f"chains ({len(reports)})", title_justify="left")
@@ -241,21 +273,23 @@ def _print(reports: list[ChainReport], signed: Checkpoints | None) -> None:
                                                    "corrected", "migrated"))]
         if signed is not None:
             row.append(f"{r.anchor.at} (seq {r.anchor.head_seq})" if r.anchor else "-")
-        table.add_row(*row)
+        table.add_row(*(plain(_shown(cell)) for cell in row))
     console.print(table)
     broken = [r for r in reports if not r.ok]
     for r in broken:
-        where = f"{r.tenant}/{r.series}/{r.period_key}"
+        where = _shown(f"{r.tenant}/{r.series}/{r.period_key}")
         if r.reason is not None:
-            what = (f"number {r.broken_number or '?'} ({r.broken_no})"
-                    if r.broken_no is not None else "the chain")
-            console.print(f"chain: BROKEN {where}: {what}: {r.reason}", **_LINE)
+            what = (_number(r.broken_number, r.broken_no) if r.broken_no is not None
+                    else "the chain")
+            console.print(f"chain: BROKEN {where}: {what}: {_shown(r.reason)}", **_LINE)
         if r.checkpoint_reason is not None:
-            console.print(f"chain: BROKEN {where}: number {r.checkpoint_number or '?'} "
-                          f"({r.checkpoint_no}): {r.checkpoint_reason}", **_LINE)
+            what = (_number(r.checkpoint_number, r.checkpoint_no)
+                    if r.checkpoint_number is not None or r.checkpoint_no else "the chain")
+            console.print(f"chain: BROKEN {where}: {what}: {_shown(r.checkpoint_reason)}",
+                          **_LINE)
     if signed is not None:
         for name, why in signed.invalid:
-            console.print(f"checkpoint: INVALID {name}: {why}", **_LINE)
+            console.print(f"checkpoint: INVALID {_shown(name)}: {_shown(why)}", **_LINE)
         console.print(f"checkpoints: {len(signed.valid)} of {len(signed.files)} verified "
                       f"with the public key, the latest signed at {signed.latest or '-'}")
     if not broken and not (signed is not None and signed.invalid):

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -31,7 +31,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from gapless.errors import GaplessError
 from gapless.ledger.queries import chain as q
-from gapless.ops.chain import SignedHead, canonical_json
+from gapless.ops.chain import (
+    SignedHead,
+    UnreadableJson,
+    UnsafeFile,
+    canonical_json,
+    read_json,
+    read_regular,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +49,8 @@ if TYPE_CHECKING:
 FORMAT = "gapless-chain-checkpoint/1"
 #: The checkpoint files of a directory (other files there are not read).
 FILE_GLOB = "checkpoint-*.json"
+#: A checkpoint file larger than this is refused unread (one holds a head per chain).
+MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 #: The keys of one chain's head in a checkpoint, each always present.
 HEAD_FIELDS = ("tenant", "series", "period_key", "last_no", "last_number", "head_seq",
                "head_hash")
@@ -241,7 +250,7 @@ def latest_checkpoint(directory: Path,
     keys = {fingerprint(public_key): public_key}
     for path in reversed(checkpoint_files(directory)):
         try:
-            return path.name, verified_body(path.read_bytes(), keys)
+            return path.name, verified_body(read_checkpoint_file(path), keys)
         except InvalidCheckpoint:
             continue
     return None
@@ -291,10 +300,25 @@ class Checkpoints:
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
-    """The checkpoint files of ``directory`` (``checkpoint-*.json``), by name (time)."""
+    """The checkpoint files of ``directory`` (``checkpoint-*.json``), by name (time): every
+    entry of that name but a directory (a symbolic link is listed, and refused when read)."""
     if not directory.is_dir():
         raise CheckpointDirectoryError(f"{directory} is not a directory")
-    return sorted(p for p in directory.glob(FILE_GLOB) if p.is_file())
+    with os.scandir(directory) as entries:
+        return sorted(directory / e.name for e in entries
+                      if fnmatch.fnmatchcase(e.name, FILE_GLOB)
+                      and not e.is_dir(follow_symlinks=False))
+
+
+def read_checkpoint_file(path: Path) -> bytes:
+    """A checkpoint file's bytes: a regular file of at most MAX_CHECKPOINT_BYTES, never read
+    through a symbolic link; raises InvalidCheckpoint."""
+    try:
+        return read_regular(path, MAX_CHECKPOINT_BYTES)
+    except FileNotFoundError:
+        raise InvalidCheckpoint("gone while it was read") from None
+    except UnsafeFile as exc:
+        raise InvalidCheckpoint(f"{exc}; not read") from None
 
 
 def read_checkpoints(directory: Path, public_keys: Sequence[Ed25519PublicKey]) -> Checkpoints:
@@ -308,7 +332,7 @@ def read_checkpoints(directory: Path, public_keys: Sequence[Ed25519PublicKey]) -
     found = Checkpoints(files=[p.name for p in paths])
     for path in paths:
         try:
-            body = verified_body(path.read_bytes(), keys)
+            body = verified_body(read_checkpoint_file(path), keys)
         except InvalidCheckpoint as exc:
             found.invalid.append((path.name, str(exc)))
             continue
@@ -322,9 +346,11 @@ def read_checkpoints(directory: Path, public_keys: Sequence[Ed25519PublicKey]) -
 def verified_body(data: bytes, keys: Mapping[str, Ed25519PublicKey]) -> dict[str, Any]:
     """The body of a checkpoint file whose signature verifies with the key it names."""
     try:
-        envelope = json.loads(data.decode("utf-8"), parse_float=Decimal)
-    except (UnicodeDecodeError, ValueError):
-        raise InvalidCheckpoint("not JSON") from None
+        envelope = read_json(data)  # bounded: depth, numbers, surrogates
+    except UnreadableJson as exc:
+        why = str(exc)
+        raise InvalidCheckpoint("not JSON" if why.startswith("not ") else f"not JSON: {why}"
+                                ) from None
     if not isinstance(envelope, dict) or not isinstance(envelope.get("checkpoint"), dict) \
             or not isinstance(envelope.get("signature"), str):
         raise InvalidCheckpoint("not a checkpoint (no checkpoint object and signature)")
@@ -347,10 +373,11 @@ def verified_body(data: bytes, keys: Mapping[str, Ed25519PublicKey]) -> dict[str
 
 
 def _well_formed(body: Mapping[str, Any]) -> bool:
-    kinds: dict[str, type | tuple[type, ...]] = {
-        "tenant": str, "series": str, "period_key": str, "last_no": int,
-        "last_number": (str, type(None)), "head_seq": int, "head_hash": str}
+    """Every head has its keys, each of its exact type (a boolean is not an integer)."""
+    kinds: dict[str, tuple[type, ...]] = {
+        "tenant": (str,), "series": (str,), "period_key": (str,), "last_no": (int,),
+        "last_number": (str, type(None)), "head_seq": (int,), "head_hash": (str,)}
     chains = body.get("chains")
     return isinstance(body.get("at"), str) and isinstance(chains, list) and all(
-        isinstance(c, dict) and all(isinstance(c.get(k), t) for k, t in kinds.items())
+        isinstance(c, dict) and all(type(c.get(k)) in t for k, t in kinds.items())
         for c in chains)

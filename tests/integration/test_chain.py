@@ -143,6 +143,7 @@ def doc_verifier(url: str) -> dict[tuple[str, str, str], dict[str, Any]]:
             structure = True
         bad.update(n for n in range(1, c["last_no"] + 1) if n not in seals)
         bad.update(n for n in seals if n > c["last_no"])
+        bad.update(n for n, s in seals.items() if s["invoice_id"] is not None and n not in invs)
         for no, inv in invs.items():
             s = seals.get(no)
             if s is None or (s["invoice_id"], s["uuid"], s["number"]) != (
@@ -426,6 +427,9 @@ TAMPERING = {
         ["DELETE FROM chain_records r USING invoices i WHERE i.invoice_id = 'inv-47' "
          "AND r.kind = 'issued' AND (r.tenant, r.series, r.period_key, r.reserved_no) = "
          "(i.tenant, i.series, i.period_key, i.reserved_no)"]),
+    "a rejected invoice's row deleted": (
+        "SELECT reserved_no FROM invoices WHERE invoice_id = 'inv-190'",
+        ["DELETE FROM invoices WHERE invoice_id = 'inv-190'"]),
     "the tail truncated": (
         "SELECT min(reserved_no) FROM chain_records WHERE series = 'ABC' AND seq > "
         "(SELECT max(seq) - 6 FROM chain_records WHERE series = 'ABC')",
