@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from gapless.cli.options import DatabaseUrlOption, run, settings_from
-from gapless.cli.printable import plain, printable
+from gapless.cli.printable import console as text_console
+from gapless.cli.printable import echo, plain, printable
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -154,7 +154,7 @@ def export(
         manifest = run(_export(settings.database_url, directory, tenant, series, files))
     finally:
         os.close(directory)
-    typer.echo(f"chain: exported {len(manifest['chains'])} chain(s) and {len(files)} "
+    echo(f"chain: exported {len(manifest['chains'])} chain(s) and {len(files)} "
                f"checkpoint(s) to {out}")
 
 
@@ -173,7 +173,7 @@ def keygen(
         name = generate_key_pair(out)
     except CheckpointKeyError as exc:
         raise typer.BadParameter(str(exc), param_hint="--out") from None
-    typer.echo(f"chain: key {name}: private key {out} (mode 0600), public key "
+    echo(f"chain: key {name}: private key {out} (mode 0600), public key "
                f"{public_key_path(out)}")
 
 
@@ -206,10 +206,10 @@ def checkpoint(
     except CheckpointKeyError as exc:
         raise typer.BadParameter(str(exc), param_hint="--key") from None
     if readable_by_others(key):
-        typer.echo(f"gapless: warning: {key} is readable by others than its owner; keep the "
+        echo(f"gapless: warning: {key} is readable by others than its owner; keep the "
                    "private key readable only by the checkpoint job (chmod 600)", err=True)
     path, body = run(_checkpoint(settings.database_url, private_key, directory))
-    typer.echo(f"chain: checkpoint {path}: {len(body['chains'])} chain head(s) signed at "
+    echo(f"chain: checkpoint {path}: {len(body['chains'])} chain head(s) signed at "
                f"{body['at']} with key {fingerprint(private_key.public_key())[:16]}")
 
 
@@ -260,7 +260,7 @@ def _number(number: str | None, no: int | None) -> str:
 
 
 def _print(reports: list[ChainReport], signed: Checkpoints | None) -> None:
-    console = Console(highlight=False, width=200)
+    console = text_console(width=200)
     table = Table(title=f"chains ({len(reports)})", title_justify="left")
     columns = ["tenant", "series", "period", "first", "last", "head", "seals", "issued",
                "rejected", "voided", "corrected", "migrated"]

@@ -20,8 +20,6 @@ CLI = Path(__file__).resolve().parents[2] / "gapless" / "cli"
 
 #: Modules that still print by other means, and what they must change to leave this list.
 NOT_YET = {
-    "chain.py": "its Console(highlight=False) reads markup in data: use printable.console() "
-                "and printable.echo",
     "demo.py": "gapless.demo.runner styles its own lines with markup on the consoles it is "
                "given; what it shows of data is the audit's, run as `gapless audit`",
 }
