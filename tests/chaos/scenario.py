@@ -42,6 +42,7 @@ from typing import Any
 
 import aio_pika
 import aiormq
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -414,8 +415,10 @@ class Poller:
         while not stop.is_set():
             try:
                 got = await self.poll_once()
-            except (DBAPIError, OSError):
-                self.errors += 1  # a client retries; the cursor has not moved
+            except (DBAPIError, psycopg.Error, OSError):
+                # SQLAlchemy wraps the driver's errors, except those the ledger's own statements
+                # meet on a raw connection: a client retries either; the cursor has not moved.
+                self.errors += 1
                 got = 0
             if got < 500:
                 # A client's poll interval; waking early on stop.
