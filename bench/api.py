@@ -24,7 +24,8 @@ series bench/ABC, queues of their own, ``gapless api`` as a subprocess with an a
    ``published: false`` and the queue must stay empty (no second publish).
 4. **Batches** — if the API serves ``POST /v1/invoices/batch`` (its OpenAPI document says so),
    wrk drives it with batches of ``--batch-size`` new invoices; the rate is the invoices queued per
-   second. Without that route the table says "batch endpoint absent".
+   second, and the queue is read back: no invoice queued twice. Without that route the table says
+   "batch endpoint absent".
 
 Goals (bench/goals.toml, ``make bench-check``): ≤ 1.0 ms of API CPU per accepted POST; batches
 ≥ 10,000 invoices/s; no accepted invoice lost or queued twice; no duplicate published again.
@@ -392,6 +393,8 @@ class Batches:
     note: str
     run: WrkRun | None = None
     queued: int = 0
+    #: Invoices queued more than once, or not of the batch run (read back from the queue).
+    twice: int = 0
 
     @property
     def rate(self) -> float:
@@ -409,12 +412,15 @@ def batch_run(env: dict[str, str], api: Proc, token: str, directory: Path,
     if isinstance(shape, str):
         return Batches(shape)
     before = settled_depth(env)
-    script, out = wrk_script(directory, f"bb{secrets.token_hex(3)}", token,
-                             batch=args.batch_size, body_shape=shape)
+    run_id = f"b{secrets.token_hex(3)}"
+    script, out = wrk_script(directory, run_id, token, batch=args.batch_size, body_shape=shape)
     run = run_wrk(api, script, out, seconds=args.seconds, connections=args.batch_connections,
                   threads=min(args.threads, args.batch_connections))
     queued = settled_depth(env) - before
-    return Batches(f"batches of {args.batch_size}", run, queued)
+    counts = Counter(str(body.get("invoice_id")) for body in asyncio.run(drain(env, queued)))
+    twice = sum(1 for invoice_id, n in counts.items()
+                if n > 1 or not invoice_id.startswith(f"{run_id}-"))
+    return Batches(f"batches of {args.batch_size}", run, queued, twice)
 
 
 # -------------------------------------------------------------------------------------- main
@@ -474,6 +480,7 @@ def values(result: Result) -> dict[str, float | str]:
                                       + (duplicates.sample - duplicates.answered)
                                       + duplicates.queued_after),
         "batch_per_s": batches.rate if batches.run else batches.note,
+        "batch_queued_twice": float(batches.twice) if batches.run else batches.note,
     }
 
 
@@ -501,6 +508,8 @@ def report(result: Result, args: argparse.Namespace) -> None:
              "—"),
             ("batch invoices queued per second", f"{batches.rate:,.0f}",
              f"≥ {BATCH_GOAL:,}: {verdict}"),
+            ("batch invoices queued twice, or not of the run", f"{batches.twice}",
+             f"0: {'met' if batches.twice == 0 else 'NOT met'}"),
             ("batch API CPU ms per invoice", f"{batches.cpu_ms:.3f}", "—")]
     lost_ok = "met" if ingestion.lost == 0 and ingestion.twice + ingestion.strays == 0 else \
         "NOT met"

@@ -125,10 +125,9 @@ class Goal:
     at_most: float | None = None
 
     def describe(self) -> str:
-        if self.at_least is not None:
-            return f"≥ {number(self.at_least)}"
-        if self.at_most is not None:
-            return f"≤ {number(self.at_most)}"
+        for sign, bound in (("≥", self.at_least), ("≤", self.at_most)):
+            if bound is not None:  # a whole number in the table (a count, a rate) stays whole
+                return f"{sign} {bound:,}" if isinstance(bound, int) else f"{sign} {number(bound)}"
         return "—"
 
     def met(self, value: float) -> bool:
