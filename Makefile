@@ -6,7 +6,7 @@ WORKERS ?= 3
 SEED ?= 7
 FAULTS ?= default
 
-.PHONY: install test lint typecheck bench chaos demo clean-test-dbs
+.PHONY: install test lint typecheck bench bench-check bench-tools chaos demo clean-test-dbs
 
 install:
 	python3 -m venv .venv
@@ -28,6 +28,21 @@ lint:
 
 bench:
 	$(PY) bench/run_all.py
+
+## The regression guard (docs/benchmarks.md): the benchmarks' short runs against bench/goals.toml;
+## exits 1 naming each goal missed. ONLY=issue,reserve,feed,api runs some suites; ARGS are passed
+## on (e.g. ARGS=--report-only, ARGS="--repeat 5"). Run it on an idle machine (~6 minutes);
+## the api suite needs wrk (`make bench-tools`).
+ONLY ?=
+ARGS ?=
+bench-check:
+	$(PY) bench/check.py $(if $(ONLY),--only $(ONLY)) $(ARGS)
+
+## The benchmarks' external tools: wrk (bench/api.py's load generator), from Debian's package.
+bench-tools:
+	@command -v wrk >/dev/null 2>&1 || { \
+		echo "installing wrk (apt-get install -y wrk)"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get install -y wrk; else sudo apt-get install -y wrk; fi; }
 
 chaos:
 	GAPLESS_CHAOS_DURATION=$(DURATION) GAPLESS_CHAOS_INVOICES=$(INVOICES) \

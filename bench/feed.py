@@ -58,21 +58,18 @@ import psycopg
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench import harness
 from bench.harness import (
-    GAPLESS,
-    Proc,
     bench_database,
     clean_env,
     conninfo,
     delete_queues,
-    free_port,
     machine,
     median,
     percentile,
     print_table,
     queue_prefix,
     settings_of,
-    wait_until,
 )
 from gapless.ledger.database import Database, make_engine, short_lived
 from gapless.ledger.feed import events_after
@@ -191,10 +188,11 @@ FEED_PAGE = """SELECT sequence_id, invoice_id, tenant, series, kind, from_status
 
 @contextmanager
 def feed_clients(urls: dict[str, str]) -> Iterator[None]:
-    """One feed client per variant that has a feed, for the whole claim benchmark."""
+    """One feed client per variant that has a feed (of those in ``urls``), for the whole claim
+    benchmark."""
     stop = multiprocessing.Event()
     clients = [multiprocessing.Process(target=follow_feed, args=(urls[v], v == "on", stop),
-                                       daemon=True) for v in ("on", "lock")]
+                                       daemon=True) for v in ("on", "lock") if v in urls]
     for client in clients:
         client.start()
     try:
@@ -283,63 +281,91 @@ def alternating(variants: Sequence[str]) -> Callable[[int], Sequence[str]]:
     return order
 
 
-async def reservation_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
-                            seconds: float, slice_s: float, estimate: int
-                            ) -> list[list[object]]:
-    """Every (connections, series) cell runs the variants in short interleaved slices (on,
-    events, off, events, off, on, …) until each has had `seconds`; a variant's rate is its claims
+#: A cell's result: connections, series, claims/s per variant, latencies ms per variant.
+CellRates = tuple[int, int, dict[str, float], dict[str, list[float]]]
+
+
+async def claim_rates(urls: dict[str, str], order: Callable[[int], Sequence[str]],
+                      cells: Sequence[tuple[int, int]], seconds: float, slice_s: float,
+                      estimate: int) -> list[CellRates]:
+    """Every (connections, series) cell runs the variants of ``urls`` in short interleaved
+    slices, in ``order(turn)``, until each has had ``seconds``; a variant's rate is its claims
     over its time. Background load that comes and goes then hits every variant alike."""
-    engines = {v: make_engine(urls[v], actor="bench", pool_size=max(levels) + 2)
-               for v in VARIANTS}
+    engines = {v: make_engine(url, actor="bench", pool_size=max(n for n, _ in cells) + 2)
+               for v, url in urls.items()}
     drafts = Drafts()
-    rows: list[list[object]] = []
+    results: list[CellRates] = []
     try:
-        await warm(engines, urls, drafts, max(levels), estimate)
-        for n in levels:
-            for s in series_levels:
-                rate, lats = await interleaved(engines, urls, drafts, rotating(VARIANTS), n, s,
-                                               seconds, slice_s, estimate)
-                print(f"  connections {n} series {s}: " + ", ".join(
-                    f"{v} {rate[v]:,.0f}/s" for v in VARIANTS), file=sys.stderr)
-                rows.append([
-                    n, s, f"{rate['off']:,.0f}", f"{rate['events']:,.0f}",
-                    f"{rate['lock']:,.0f}", f"{rate['on']:,.0f}",
-                    f"{rate['events'] / rate['off']:.2f}", f"{rate['lock'] / rate['off']:.2f}",
-                    f"{rate['on'] / rate['off']:.2f}", f"{rate['on'] / rate['events']:.2f}",
-                    f"{median(lats['off']):.2f} / {percentile(lats['off'], 0.99):.2f}",
-                    f"{median(lats['on']):.2f} / {percentile(lats['on'], 0.99):.2f}",
-                ])
+        await warm(engines, urls, drafts, max(n for n, _ in cells), estimate)
+        for n, s in cells:
+            rate, lats = await interleaved(engines, urls, drafts, order, n, s, seconds, slice_s,
+                                           estimate)
+            print(f"  connections {n} series {s}: " + ", ".join(
+                f"{v} {rate[v]:,.0f}/s" for v in order(0)), file=sys.stderr)
+            results.append((n, s, rate, lats))
     finally:
         for engine in engines.values():
             await engine.dispose()
-    return rows
+    return results
+
+
+async def reservation_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
+                            seconds: float, slice_s: float, estimate: int
+                            ) -> list[list[object]]:
+    """The variants (on, events, lock, off) in every (connections, series) cell."""
+    cells = [(n, s) for n in levels for s in series_levels]
+    return [[n, s, f"{rate['off']:,.0f}", f"{rate['events']:,.0f}", f"{rate['lock']:,.0f}",
+             f"{rate['on']:,.0f}", f"{rate['events'] / rate['off']:.2f}",
+             f"{rate['lock'] / rate['off']:.2f}", f"{rate['on'] / rate['off']:.2f}",
+             f"{rate['on'] / rate['events']:.2f}",
+             f"{median(lats['off']):.2f} / {percentile(lats['off'], 0.99):.2f}",
+             f"{median(lats['on']):.2f} / {percentile(lats['on'], 0.99):.2f}"]
+            for n, s, rate, lats in await claim_rates(urls, rotating(VARIANTS), cells, seconds,
+                                                      slice_s, estimate)]
 
 
 async def chain_bench(urls: dict[str, str], levels: list[int], series_levels: list[int],
                       seconds: float, slice_s: float, estimate: int) -> list[list[object]]:
     """--chain: the claim with the chain (schema 0009) and without (0008), interleaved in
-    slices per (connections, series) cell as in reservation_bench."""
-    engines = {v: make_engine(urls[v], actor="bench", pool_size=max(levels) + 2)
-               for v in CHAIN_VARIANTS}
-    drafts = Drafts()
-    rows: list[list[object]] = []
-    try:
-        await warm(engines, urls, drafts, max(levels), estimate)
-        for n, s in zip(levels, series_levels, strict=True):
-            rate, lats = await interleaved(engines, urls, drafts, alternating(CHAIN_VARIANTS),
-                                           n, s, seconds, slice_s, estimate)
-            print(f"  connections {n} series {s}: " + ", ".join(
-                f"{v} {rate[v]:,.0f}/s" for v in CHAIN_VARIANTS), file=sys.stderr)
-            rows.append([
-                n, s, f"{rate['nochain']:,.0f}", f"{rate['chain']:,.0f}",
-                f"{rate['chain'] / rate['nochain']:.2f}",
-                f"{median(lats['nochain']):.2f} / {percentile(lats['nochain'], 0.99):.2f}",
-                f"{median(lats['chain']):.2f} / {percentile(lats['chain'], 0.99):.2f}",
-            ])
-    finally:
-        for engine in engines.values():
-            await engine.dispose()
-    return rows
+    slices per (connections, series) cell as in reservation_bench; the cells pair the lists."""
+    cells = list(zip(levels, series_levels, strict=True))
+    return [[n, s, f"{rate['nochain']:,.0f}", f"{rate['chain']:,.0f}",
+             f"{rate['chain'] / rate['nochain']:.2f}",
+             f"{median(lats['nochain']):.2f} / {percentile(lats['nochain'], 0.99):.2f}",
+             f"{median(lats['chain']):.2f} / {percentile(lats['chain'], 0.99):.2f}"]
+            for n, s, rate, lats in await claim_rates(urls, alternating(CHAIN_VARIANTS), cells,
+                                                      seconds, slice_s, estimate)]
+
+
+@contextmanager
+def variant_databases(variants: Sequence[str] = VARIANTS) -> Iterator[dict[str, str]]:
+    """The variants' databases (by default all four: on, events, lock, off), their series
+    defined; dropped afterwards."""
+    with ExitStack() as stack:
+        urls = {v: stack.enter_context(bench_database(f"feed_{v}")) for v in variants}
+        for variant, url in urls.items():
+            # Series first: add_series writes today's columns, which the downgraded schema of
+            # the "lock" variant lacks (its downgrade keeps the rows).
+            asyncio.run(_define_series(url))
+            prepare(url, variant)
+        yield urls
+
+
+@contextmanager
+def chain_databases() -> Iterator[dict[str, str]]:
+    """The chain variants' databases (chain: as migrated; nochain: downgraded to 0008), their
+    series defined, drafts carrying a realistic message meanwhile; dropped afterwards."""
+    with ExitStack() as stack:
+        urls = {v: stack.enter_context(bench_database(f"chain_{v}")) for v in CHAIN_VARIANTS}
+        downgrade(urls["nochain"], NOCHAIN_REVISION)
+        for url in urls.values():
+            asyncio.run(_define_series(url))
+        previous = DRAFT_PAYLOAD["value"]
+        DRAFT_PAYLOAD["value"] = CHAIN_PAYLOAD
+        try:
+            yield urls
+        finally:
+            DRAFT_PAYLOAD["value"] = previous
 
 
 def run_chain_bench(args: argparse.Namespace) -> None:
@@ -349,12 +375,7 @@ def run_chain_bench(args: argparse.Namespace) -> None:
     series_levels = [int(s) for s in args.series.split(",")]
     if len(levels) != len(series_levels):
         raise SystemExit("--chain pairs --connections with --series: give as many of each")
-    DRAFT_PAYLOAD["value"] = CHAIN_PAYLOAD
-    with ExitStack() as stack:
-        urls = {v: stack.enter_context(bench_database(f"chain_{v}")) for v in CHAIN_VARIANTS}
-        downgrade(urls["nochain"], NOCHAIN_REVISION)
-        for url in urls.values():
-            asyncio.run(_define_series(url))
+    with chain_databases() as urls:
         rows = asyncio.run(chain_bench(urls, levels, series_levels, args.seconds, args.slice,
                                        args.estimate))
     print(f"machine: {machine()}; {args.seconds:g} s per variant and cell, in interleaved "
@@ -498,26 +519,14 @@ async def walk_sql(url: str, limit: int) -> tuple[int, float]:
 def start_api(url: str, token: str, stack: ExitStack) -> str:
     """``gapless api`` on the database, on a free port, answering /healthz; stopped (and its
     queues deleted) when ``stack`` closes."""
-    port = free_port()
     env = clean_env()
     env.update(GAPLESS_DATABASE_URL=url, GAPLESS_QUEUE=queue_prefix("feed"),
-               GAPLESS_API_TOKEN=token, GAPLESS_LOG_LEVEL="warning",
-               GAPLESS_AMQP_URL=Settings().amqp_url)
-    proc = Proc([*GAPLESS, "api", "--port", str(port)], env, "feed-api")
+               GAPLESS_LOG_LEVEL="warning", GAPLESS_AMQP_URL=Settings().amqp_url)
     stack.callback(lambda: asyncio.run(delete_queues(settings_of(env))))
+    proc = harness.start_api(env, token, name="feed-api")
     stack.callback(proc.stop)
-    base = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if proc.proc.poll() is not None:
-            raise RuntimeError("gapless api exited:\n" + proc.log_tail())
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_until(healthy, 30, interval=0.1, message="gapless api answering /healthz")
-    return base
+    assert proc.url is not None
+    return proc.url
 
 
 def read_bench(url: str, total: int, repeats: int) -> list[list[object]]:
@@ -567,12 +576,7 @@ def main() -> None:
         parser.error(f"at most {len(SERIES)} series")
 
     with ExitStack() as stack:
-        urls = {v: stack.enter_context(bench_database(f"feed_{v}")) for v in VARIANTS}
-        for variant, url in urls.items():
-            # Series first: add_series writes today's columns, which the downgraded schema of
-            # the "lock" variant lacks (its downgrade keeps the rows).
-            asyncio.run(_define_series(url))
-            prepare(url, variant)
+        urls = stack.enter_context(variant_databases())
         with feed_clients(urls):
             reservation_rows = asyncio.run(reservation_bench(
                 urls, levels, series_levels, args.seconds, args.slice, args.estimate))

@@ -7,7 +7,7 @@
 * **Processes** — :func:`free_port`, :func:`wait_for_port`, :func:`wait_until` (a condition and
   a deadline, never a bare sleep), :class:`Proc` (a subprocess with its log, CPU time and RSS from
   /proc), :func:`start_mock` / :func:`mock_integrator` (``gapless mock-integrator``),
-  :func:`start_workers` (``gapless worker`` processes).
+  :func:`start_api` (``gapless api``), :func:`start_workers` (``gapless worker`` processes).
 * **Broker** — :func:`queue_prefix` (every run its own queue names, as the tests do),
   :func:`settings_of`, :func:`publish`, :func:`delete_queues`.
 * **Worker runs** — :func:`environment` (database, series, queue prefix, mock reset), and
@@ -319,6 +319,30 @@ def mock_integrator(latency_ms: float | None = None, *, name: str = "mock") -> I
         yield proc.url
     finally:
         proc.stop()
+
+
+def start_api(env: dict[str, str], token: str, *, name: str = "api") -> Proc:
+    """``gapless api`` with the run's environment and ``token`` (an all-tenant bearer token) on
+    a free port, answering /healthz (its base URL in ``.url``)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = Proc([*GAPLESS, "api", "--port", str(port)], {**env, "GAPLESS_API_TOKEN": token},
+                name, url=url)
+
+    def healthy() -> bool:
+        if proc.proc.poll() is not None:
+            raise RuntimeError(f"gapless api exited:\n{proc.log_tail()}")
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(healthy, STARTUP_S, interval=0.1, message="gapless api answering /healthz")
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
 
 
 def start_workers(env: dict[str, str], processes: int, concurrency: int, label: str, *,

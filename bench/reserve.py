@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -86,13 +87,22 @@ async def run_path(engine: AsyncEngine, path: str, connections: int, seconds: fl
     return done / (time.perf_counter() - began), holds
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--connections", default="1,4,16")
-    args = parser.parse_args()
-    levels = [int(c) for c in args.connections.split(",")]
+@dataclass(frozen=True)
+class Cell:
+    """One connection count's rates (per second) and hold times (ms) of the three paths."""
 
+    connections: int
+    raw: float
+    gapless: float
+    claim: float
+    raw_holds: list[float]
+    gapless_holds: list[float]
+
+
+async def measure(seconds: float, levels: list[int]) -> list[Cell]:
+    """Every path at every connection count, ``seconds`` each, in one throw-away database
+    (also ``bench/check.py``'s short run)."""
+    cells = []
     with bench_database("reserve") as url:
         engine = make_engine(url, actor="bench", pool_size=max(levels) + 2)
         for code in ("RAW", "JIT", "CLM"):
@@ -100,22 +110,30 @@ async def main() -> None:
                              build_series_spec("bench", code, prefix=code))
         # Enough drafts for the fastest plausible rate.
         for code in ("JIT", "CLM"):
-            make_drafts(url, code, int(6000 * args.seconds * len(levels)))
+            make_drafts(url, code, int(6000 * seconds * len(levels)))
         async with engine.connect() as conn:  # warm the pool and the plans
             for _ in range(3):
                 await conn.execute(text("SELECT 1"))
-
-        rows = []
         for n in levels:
-            raw_rate, raw_holds = await run_path(engine, "raw", n, args.seconds, "RAW")
-            jit_rate, jit_holds = await run_path(engine, "gapless", n, args.seconds, "JIT")
-            clm_rate, _ = await run_path(engine, "claim", n, args.seconds, "CLM")
-            rows.append([n, f"{raw_rate:,.0f}", f"{jit_rate:,.0f}",
-                         f"{jit_rate / raw_rate:.2f}", f"{clm_rate:,.0f}",
-                         f"{median(jit_holds):.2f} / {percentile(jit_holds, 0.99):.2f}",
-                         f"{median(raw_holds):.2f} / {percentile(raw_holds, 0.99):.2f}"])
+            raw_rate, raw_holds = await run_path(engine, "raw", n, seconds, "RAW")
+            jit_rate, jit_holds = await run_path(engine, "gapless", n, seconds, "JIT")
+            clm_rate, _ = await run_path(engine, "claim", n, seconds, "CLM")
+            cells.append(Cell(n, raw_rate, jit_rate, clm_rate, raw_holds, jit_holds))
         await engine.dispose()
+    return cells
 
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--connections", default="1,4,16")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.connections.split(",")]
+    rows = [[c.connections, f"{c.raw:,.0f}", f"{c.gapless:,.0f}", f"{c.gapless / c.raw:.2f}",
+             f"{c.claim:,.0f}",
+             f"{median(c.gapless_holds):.2f} / {percentile(c.gapless_holds, 0.99):.2f}",
+             f"{median(c.raw_holds):.2f} / {percentile(c.raw_holds, 0.99):.2f}"]
+            for c in await measure(args.seconds, levels)]
     print(f"machine: {machine()}; {args.seconds:g} s per cell; one series per path")
     print_table("Reservations per second (higher is better) and counter-lock hold time (ms)",
                 ["connections", "raw upsert/s", "gapless reserve/s", "ratio",

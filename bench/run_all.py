@@ -36,9 +36,10 @@ from bench.harness import machine  # noqa: E402 - after the path is set up
 
 BENCH_DIR = ROOT / "bench"
 DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks.md"
-NOT_BENCHMARKS = {"harness", "run_all", "__init__"}
+#: Not benchmarks: the shared code, this runner and the regression guard (``make bench-check``).
+NOT_BENCHMARKS = {"harness", "run_all", "check", "__init__"}
 #: The order they run in (cheap and independent first); others follow alphabetically.
-PREFERRED_ORDER = ("reserve", "feed", "mock", "issue", "recovery")
+PREFERRED_ORDER = ("reserve", "feed", "mock", "api", "issue", "recovery")
 HEADER = "header"
 #: Separates a failure note from the earlier run's tables it keeps.
 EARLIER = "<!-- bench:earlier-run -->"
