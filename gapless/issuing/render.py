@@ -8,13 +8,12 @@ outcome is recorded the bytes are stored with it, and every later send sends tho
 
 * a tenant with an issuer profile (pinned ``profile_version``): UBL-TR 2.1 XML
   (:func:`gapless.documents.render_ubl_tr`);
-* without one: the message's JSON, canonical (sorted keys, compact, UTF-8), so the bytes do not
-  depend on where the payload came from (the message or the database's jsonb).
+* without one: the message's JSON, canonical (sorted keys, compact, UTF-8, numbers exact), so
+  the bytes do not depend on where the payload came from (the message or the database's jsonb).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -24,7 +23,7 @@ from gapless.documents import check_ubl_inputs, render_ubl_tr
 from gapless.integrator.base import MEDIA_JSON, MEDIA_XML, Document
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.invoices import Sending
-from gapless.message import InvalidMessage, InvoiceMessage, validate_message
+from gapless.message import InvalidMessage, InvoiceMessage, jsontext, validate_message
 from gapless.numbers import SeriesSpec
 
 JSON_FORMAT = "json/1"
@@ -49,8 +48,7 @@ class RenderError(Exception):
 
 def canonical_json(payload: dict[str, Any]) -> bytes:
     """The JSON document of a tenant without an issuer profile (deterministic bytes)."""
-    return json.dumps(payload, ensure_ascii=False, sort_keys=True,
-                      separators=(",", ":")).encode()
+    return jsontext.dumps(payload, sort_keys=True).encode()
 
 
 class Renderer:
