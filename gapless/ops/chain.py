@@ -55,9 +55,12 @@ def canonical_json(value: Any) -> str:
 
 
 def _plain_decimal(d: Decimal) -> str:
+    # Trailing zeros trimmed from the exact text, as PostgreSQL's trim_scale does: normalize()
+    # would round to the context's 28 digits first, and a message's number may have more.
     if d == 0:
         return "0"
-    return format(d.normalize(), "f")
+    text = format(d, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def message_sha256(message_json: str) -> str:
