@@ -369,8 +369,9 @@ class RecoveryLoop:
                     calls_done=slot.release,  # the slot bounds integrator calls, not writes
                     orphan=orphan)
             except Exception as exc:
-                # A database error while recording: the row stays SENDING under our lease and
-                # a later round (here or elsewhere) asks the integrator again.
+                # The database could not be reached (reconcile records every other failure as
+                # ERROR, counted against max_attempts): the row stays SENDING under our lease,
+                # its attempt counted by the claim, and a later round asks the integrator again.
                 log.error("orphan_failed", invoice_id=sending.invoice_id,
                           number=sending.number, error=type(exc).__name__, detail=str(exc))
                 metrics.count(FAILED)

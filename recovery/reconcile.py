@@ -29,13 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from gapless.integrator.base import (
-    UNKNOWN,
-    Document,
-    DuplicateOfAnother,
-    IntegratorError,
-    Receipt,
-)
+from gapless.integrator.base import UNKNOWN, Document, DuplicateOfAnother, Receipt
 from gapless.integrator.guard import Guard
 from gapless.issuing import outcome
 from gapless.issuing.outcome import (
@@ -111,7 +105,7 @@ async def _ask_then_send(guard: Guard, sending: Sending, document: Document) -> 
     an earlier attempt whose outcome is unknown is safe: our own duplicate answers 409."""
     try:
         found = await _ask(guard, sending)
-    except IntegratorError as exc:
+    except Exception as exc:  # a malformed answer included: the outcome stays unknown
         return outcome.answer_of(exc)
     if found is not None:
         return found
@@ -130,9 +124,11 @@ async def reconcile(db: Database, guard: Guard, renderer: Renderer, sending: Sen
     database write). When nothing was sent (the breaker refused a call, or our credentials were
     refused) ``orphan`` — the caller's claim — is put back as it was and the result is
     ``UNAVAILABLE``; without ``orphan`` (an operator's retry) the invoice waits in ERROR until
-    the breaker may half-open. ``min_delay_s`` is the breaker's reset timeout. Raises only for
-    the unexpected (a database error): the invoice then stays SENDING under the caller's lease
-    and is found again once that is stale. ``record_issued`` writes an ISSUED outcome (default:
+    the breaker may half-open. ``min_delay_s`` is the breaker's reset timeout. Every other
+    failure of the round — a malformed answer, an exception rendering or recording — is recorded
+    as a transient failure (ERROR due again, parked at ``max_attempts``); raises only when the
+    database cannot be reached: the invoice then stays SENDING under the caller's lease and is
+    found again once that is stale. ``record_issued`` writes an ISSUED outcome (default:
     ``mark_issued``, one transaction; the loop passes its group-commit writer). A sealed invoice
     whose stored message cannot make its document is parked in ERROR for an operator, nothing
     sent.
@@ -142,17 +138,34 @@ async def reconcile(db: Database, guard: Guard, renderer: Renderer, sending: Sen
     outcomes = Outcomes(db, guard, events=RECOVERY_EVENTS, backoff=backoff,
                         breaker_reset_s=min_delay_s, max_attempts=max_attempts,
                         record_issued=record_issued)
+    done = _Once(calls_done)
     try:
-        document = await renderer.document(sending)
-    except RenderError as exc:
-        if calls_done is not None:
-            calls_done()
-        return _result(await outcomes.unrenderable(sending, str(exc), bound), None)
-    answer = await _ask_then_send(guard, sending, document)
-    if calls_done is not None:
-        calls_done()
-    settled = await outcomes.settle(sending, document, answer, bound, orphan=orphan)
-    return _result(settled, answer)
+        try:
+            document = await renderer.document(sending)
+        except RenderError as exc:
+            done()
+            return _result(await outcomes.unrenderable(sending, str(exc), bound), None)
+        answer = await _ask_then_send(guard, sending, document)
+        done()
+        settled = await outcomes.settle(sending, document, answer, bound, orphan=orphan)
+        return _result(settled, answer)
+    except Exception as exc:
+        # Any other failure of this round (a write refused, a bug) is recorded like a transient
+        # one: ERROR due again, parked at max_attempts. Only an unreachable database re-raises.
+        done()
+        return _result(await outcomes.failed(sending, exc, bound, step="recovery"), None)
+
+
+class _Once:
+    """Calls ``callback`` (if any) the first time it is called."""
+
+    def __init__(self, callback: Callable[[], None] | None) -> None:
+        self._callback = callback
+
+    def __call__(self) -> None:
+        if self._callback is not None:
+            callback, self._callback = self._callback, None
+            callback()
 
 
 def _result(settled: outcome.Result, answer: Answer | None) -> Result:

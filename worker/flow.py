@@ -16,6 +16,10 @@ called (I5):
 5. record the outcome and the document sent (one statement), as recovery records its own
    (:mod:`gapless.issuing.outcome`): ISSUED, ERROR with a due time, REJECTED, or the duplicate
    alarm. Refused credentials wait in ERROR like a breaker refusal, and pause the consumer.
+   Anything else that fails once the number is sealed — a document that cannot be rendered, an
+   answer the adapter cannot read, an exception of the flow's own — ends the invoice in ERROR
+   with the reason (``Outcomes.unrenderable`` / ``Outcomes.failed``); only an unreachable
+   database leaves it SENDING, for recovery once the lease is stale.
 
 The consumer acks only after the verdict's outcome has committed. The database decides every
 repeat: a redelivered or duplicated message finds the row ISSUED (ack), SENDING under someone's
@@ -28,6 +32,7 @@ Logging: one info event per delivery's outcome; the steps in between log at debu
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -353,8 +358,23 @@ class IssuingFlow:
             bound.info("lease_taken_over", reserved_no=sending.reserved_no)
         await self.hooks.reached("after_reserve_commit")
         try:
-            document = await self.renderer.document(
-                sending, message if claim.created else None)
+            return await self._issue(sending, message if claim.created else None, bound)
+        except Exception as exc:
+            # Sealed: whatever failed, the invoice ends in a state with a reason (ERROR, due
+            # again), never SENDING for its redeliveries to find busy. A database that cannot
+            # be reached re-raises: nothing can be recorded, recovery takes over.
+            if is_database_unavailable(exc):
+                raise
+            result = await self._record(functools.partial(
+                self.outcomes.failed, sending, exc, bound, step="issuing"))
+            return await self._settled(_OUTCOME_LABELS.get(result.settled, result.settled))
+
+    async def _issue(self, sending: Sending, message: InvoiceMessage | None,
+                     bound: BoundLogger) -> Verdict:
+        """Steps 3 to 5 for a sealed invoice under our lease: the document, the call, the
+        outcome."""
+        try:
+            document = await self.renderer.document(sending, message)
         except RenderError as exc:
             return await self._unrenderable(sending, str(exc), bound)
         return await self._send(sending, document, bound)

@@ -17,13 +17,19 @@ total is a plain sum of rounded parts, so the document adds up to the cent:
 A worked example (README, "Money"): 3 × 33.335 with a 5.00 discount at 20 %, withholding code
 624 (2/10): gross 100.01 (100.005 rounds up), net 95.01, VAT 19.00 (19.002), withheld 3.80,
 tax-inclusive 114.01, payable 110.21.
+
+The arithmetic is exact and never raises: it runs in its own decimal context (:data:`EXACT`),
+wide enough for every amount the message's fields allow (a product of 18 and 23 digits, summed
+over 1000 lines), where Python's default context of 28 digits would round a large line's gross
+before its cents are taken, or raise ``InvalidOperation`` rounding it to the cent. How large an
+amount a document may carry is the checks' to say (15 digits before the point).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
 
 from gapless.documents.codes import NOT_EXEMPT_CODE, TYPE_RULES, WITHHOLDING_CODES
 from gapless.message import InvoiceMessage, Line
@@ -31,11 +37,14 @@ from gapless.message import InvoiceMessage, Line
 CENT = Decimal("0.01")
 HUNDRED = Decimal(100)
 ZERO = Decimal(0)
+#: The context of every amount: room for 100 significant digits (the largest product the
+#: message allows has 41, its sum over the lines 44), so no operation here rounds but money().
+EXACT = Context(prec=100, rounding=ROUND_HALF_UP, Emax=999, Emin=-999)
 
 
 def money(value: Decimal) -> Decimal:
     """The one rounding of gapless documents: half-up to 2 places."""
-    return value.quantize(CENT, rounding=ROUND_HALF_UP)
+    return value.quantize(CENT, rounding=ROUND_HALF_UP, context=EXACT)
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,11 @@ def _withholding(code: str | None, base: Decimal) -> Withheld | None:
 
 def line_amounts(line: Line) -> LineAmounts:
     """A line's amounts (see the module docstring for the rule)."""
+    with localcontext(EXACT):
+        return _line_amounts(line)
+
+
+def _line_amounts(line: Line) -> LineAmounts:
     quantity, price, rate = line.quantity_value, line.unit_price_value, line.vat_rate_value
     gross = money(quantity * price)
     discount = line.discount_value
@@ -116,6 +130,11 @@ def totals(message: InvoiceMessage) -> Totals:
     The message's codes must be known (checked before, by
     :func:`gapless.documents.check_ubl_inputs`): an unknown withholding code raises KeyError.
     """
+    with localcontext(EXACT):
+        return _totals(message)
+
+
+def _totals(message: InvoiceMessage) -> Totals:
     lines = tuple(line_amounts(line) for line in message.lines)
     taxable: dict[tuple[Decimal, str | None], Decimal] = defaultdict(Decimal)
     withholding_base: dict[str, Decimal] = defaultdict(Decimal)

@@ -7,6 +7,11 @@ request that gets no answer — connection refused or dropped, no connection or 
 unknown, the request may have arrived. That error's message names only what was asked and the
 failure's class, never the URL (a path can carry a tax id).
 
+Answers are bounded: a body is read up to :data:`MAX_ANSWER_BYTES` — a longer one is a
+TransientIntegratorError like no answer at all (the request may have arrived) — and
+:func:`json_or_none` reads it with bounded nesting (:data:`MAX_ANSWER_DEPTH`), so an answer
+nested too deep, or not JSON, is ``None`` for the adapter to classify, never an exception.
+
 Pool: ``settings.integrator_max_connections`` keep-alive connections (waiting for one counts
 towards the connect timeout), opened on first use inside the running event loop; one session is
 safe to share between the tasks of that loop. aiohttp rather than httpx: about a fifth of the
@@ -15,13 +20,13 @@ CPU per call (docs/benchmarks.md, "Mock integrator").
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from gapless.integrator.base import TransientIntegratorError
+from gapless.message import jsontext
 
 if TYPE_CHECKING:
     from gapless.settings import Settings
@@ -29,6 +34,11 @@ if TYPE_CHECKING:
 USER_AGENT = "gapless"
 #: Seconds an idle keep-alive connection stays in the pool.
 KEEPALIVE_S = 30.0
+#: The largest answer body read (every answer of an integrator API is a small JSON object).
+MAX_ANSWER_BYTES = 1024 * 1024
+#: How deep an answer's JSON may nest (the adapters read at most three levels).
+MAX_ANSWER_DEPTH = 32
+_CHUNK = 64 * 1024
 
 
 class IntegratorSession:
@@ -70,18 +80,35 @@ class IntegratorSession:
                       ) -> tuple[int, bytes]:
         """One exchange (``data``: bytes or a form; ``payload``: a JSON body): ``(status, body)``
         of any answer. Raises TransientIntegratorError ``"<label><what>: <failure class>
-        (outcome unknown)"`` when no answer came."""
+        (outcome unknown)"`` when no answer came, or one larger than MAX_ANSWER_BYTES."""
         try:
             async with self._client().request(method, self._base + path, params=params,
                                               data=data, json=payload,
                                               headers=headers) as response:
-                return response.status, await response.read()
+                return response.status, await self._bounded(response, what)
         except (TimeoutError, aiohttp.ClientError) as exc:
             error = TransientIntegratorError(
                 f"{self._label}{what}: {type(exc).__name__} (outcome unknown)")
             if self._hide_cause:
                 raise error from None
             raise error from exc
+
+    async def _bounded(self, response: aiohttp.ClientResponse, what: str) -> bytes:
+        """The answer's body, read up to MAX_ANSWER_BYTES; a longer one closes the connection
+        and is a TransientIntegratorError."""
+        declared = response.content_length
+        if declared is None or declared <= MAX_ANSWER_BYTES:
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(_CHUNK):
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    break
+            else:
+                return bytes(body)
+        response.close()  # the rest is never read: the connection is not reused
+        raise TransientIntegratorError(
+            f"{self._label}{what}: an answer larger than {MAX_ANSWER_BYTES} bytes "
+            "(outcome unknown)")
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -90,8 +117,9 @@ class IntegratorSession:
 
 
 def json_or_none(body: bytes) -> Any:
-    """The JSON value of an answer's body, or None when it is not JSON."""
+    """The JSON value of an answer's body, or None when it is not JSON (or nests deeper than
+    MAX_ANSWER_DEPTH). Numbers with a fraction are ``Decimal``s."""
     try:
-        return json.loads(body)
-    except ValueError:
+        return jsontext.loads(body, max_depth=MAX_ANSWER_DEPTH)
+    except ValueError:  # NotJson, and an integer literal past the interpreter's limit
         return None

@@ -36,7 +36,7 @@ from gapless.errors import InvalidTransition, UnknownSeriesError
 from gapless.issuing.routing import EFATURA_PROFILES, RecipientUnavailable, Router, RoutingRefused
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
-from gapless.ledger.invoices import Claim, Draft, intake, void
+from gapless.ledger.invoices import Claim, Draft, intake, stored_payload, void
 from gapless.ledger.queries import invoices as q
 from gapless.message import InvalidMessage, InvoiceMessage, validate_message
 from gapless.settings import Settings
@@ -125,7 +125,7 @@ class ChannelCorrector:
         successor = successor_id(invoice_id)
         if len(successor) > MAX_INVOICE_ID:
             raise NothingToCorrect("the successor's invoice id would be too long")
-        message = _unrouted(row.payload, successor)
+        message = _unrouted(stored_payload(row.payload), successor)
         profile = await self._catalog.refresh(row.tenant)
         if profile is None:
             raise NothingToCorrect("the tenant has no issuer profile")

@@ -11,6 +11,12 @@ nothing sent (breaker open, credentials refused) → the claim given back, no at
 Refused credentials stop both loops alike until a probe passes. A write that finds the invoice
 moved on changes nothing (``SUPERSEDED``).
 
+Nothing after a seal escapes this table: :func:`answer` turns *any* exception of a call (a
+malformed answer the adapter chokes on, a bug) into a transient answer, and
+:meth:`Outcomes.failed` records any other failure of a loop's handling as a transient ERROR — due
+again, or parked at ``max_attempts`` — unless the database itself is unreachable (then nothing
+can be recorded; the lease runs out and recovery finds the invoice).
+
 The whole table, the backoff's formula and the credentials policy: docs/architecture.md,
 "Integrator outcomes".
 """
@@ -31,7 +37,6 @@ from gapless.integrator.base import (
     DuplicateOfAnother,
     DuplicateOfMine,
     IntegratorAuthError,
-    IntegratorError,
     PermanentRejection,
     Receipt,
     WrongChannel,
@@ -49,6 +54,7 @@ from gapless.ledger.invoices import (
     mark_unrenderable,
     release_orphan,
 )
+from gapless.ledger.sqlstates import is_database_unavailable
 
 #: A lookup of this document UUID (the nil UUID) answers "not found" at any sane integrator: the
 #: probe that tests reachability and our credentials without consuming a number (by UUID because
@@ -84,8 +90,17 @@ class Answer:
     reason: str = ""
 
 
-def answer_of(exc: IntegratorError) -> Answer:
-    """The answer an integrator error stands for (the one ladder over the outcome exceptions)."""
+def failure(exc: BaseException) -> str:
+    """An exception as a one-line reason: its class and message, at most a line (never a
+    traceback; control characters blanked)."""
+    text = "".join(char if char.isprintable() else " " for char in str(exc)[:500])
+    detail = " ".join(text.split())[:300]
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def answer_of(exc: Exception) -> Answer:
+    """The answer an exception of a call stands for (the one ladder over the outcome
+    exceptions); anything but a business outcome is transient — the outcome is unknown."""
     if isinstance(exc, DuplicateOfMine):
         return Answer(Said.DUPLICATE_OF_MINE, receipt=exc.receipt)
     if isinstance(exc, DuplicateOfAnother):
@@ -94,7 +109,7 @@ def answer_of(exc: IntegratorError) -> Answer:
         return Answer(Said.WRONG_CHANNEL, reason=exc.reason)
     if isinstance(exc, PermanentRejection):
         return Answer(Said.REJECTED, reason=exc.reason)
-    error = f"{type(exc).__name__}: {exc}"
+    error = failure(exc)
     if isinstance(exc, IntegratorAuthError):
         return Answer(Said.CREDENTIALS_REFUSED, reason=error)
     if isinstance(exc, IntegratorUnavailable):
@@ -103,10 +118,11 @@ def answer_of(exc: IntegratorError) -> Answer:
 
 
 async def answer(call: Awaitable[Receipt]) -> Answer:
-    """Await a guarded send and say what it answered; never raises an IntegratorError."""
+    """Await a guarded send and say what it answered; never raises but a cancellation (an
+    unexpected exception is a transient answer: the document may have arrived)."""
     try:
         receipt = await call
-    except IntegratorError as exc:
+    except Exception as exc:
         return answer_of(exc)
     return Answer(Said.ACCEPTED, receipt=receipt)
 
@@ -157,18 +173,20 @@ class Events:
     unrenderable: str
     released: str
     superseded: str
+    #: The loop's own handling of the invoice failed (recorded as a transient failure).
+    failed: str
 
 
 WORKER_EVENTS = Events(
     issued="invoice_issued", repaired="invoice_issued", alarm="number_held_by_another",
     rejected="invoice_rejected", wrong_channel="invoice_wrong_channel", error="invoice_error",
     parked="invoice_error", unrenderable="document_unrenderable", released="invoice_released",
-    superseded="outcome_superseded")
+    superseded="outcome_superseded", failed="invoice_failed")
 RECOVERY_EVENTS = Events(
     issued="orphan_resent", repaired="orphan_repaired", alarm="orphan_alarm",
     rejected="orphan_rejected", wrong_channel="orphan_rejected", error="orphan_error",
     parked="orphan_parked", unrenderable="orphan_parked", released="orphan_released",
-    superseded="orphan_superseded")
+    superseded="orphan_superseded", failed="orphan_failed")
 
 
 class Settled(StrEnum):
@@ -286,7 +304,7 @@ class Outcomes:
         bound.warning(self.events.wrong_channel, reason=reason)
         return Result(Settled.WRONG_CHANNEL, marked)
 
-    async def transient(self, sending: Sending, document: Document, error: str,
+    async def transient(self, sending: Sending, document: Document | None, error: str,
                         bound: BoundLogger) -> Result:
         """The outcome is unknown or the failure temporary: ERROR with the document (every
         resend sends those bytes), due after the backoff — not before the breaker may half-open
@@ -303,6 +321,18 @@ class Outcomes:
             return self._superseded(bound, Settled.ERROR)
         bound.warning(self.events.error, error=error, retry_at=retry_at.isoformat())
         return Result(Settled.ERROR, error, retry_at=retry_at)
+
+    async def failed(self, sending: Sending, exc: Exception, bound: BoundLogger, *,
+                     step: str, document: Document | None = None) -> Result:
+        """The caller's handling of the invoice failed at ``step`` with ``exc`` (not an answer of
+        the integrator: a bug, a write refused): recorded as a transient failure — ERROR due
+        after the backoff, or parked at ``max_attempts`` — so no failure leaves the invoice
+        SENDING without a reason. Re-raises ``exc`` when the database is unreachable (nothing
+        can be recorded; recovery finds the invoice once its lease is stale)."""
+        if is_database_unavailable(exc):
+            raise exc
+        bound.error(self.events.failed, step=step, error=type(exc).__name__)
+        return await self.transient(sending, document, f"{step} failed: {failure(exc)}", bound)
 
     async def nothing_sent(self, sending: Sending, document: Document, answer: Answer,
                            bound: BoundLogger, *, orphan: Orphan | None) -> Result:

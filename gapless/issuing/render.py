@@ -8,26 +8,33 @@ outcome is recorded the bytes are stored with it, and every later send sends tho
 
 * a tenant with an issuer profile (pinned ``profile_version``): UBL-TR 2.1 XML
   (:func:`gapless.documents.render_ubl_tr`);
-* without one: the message's JSON, canonical (sorted keys, compact, UTF-8), so the bytes do not
-  depend on where the payload came from (the message or the database's jsonb).
+* without one: the message's JSON, canonical (sorted keys, compact, UTF-8, numbers exact), so
+  the bytes do not depend on where the payload came from (the message or the database's jsonb).
+
+Whatever goes wrong making a document from what is stored — a payload the checks refuse now, a
+renderer's own exception of any kind — is a :class:`RenderError` naming it: the caller parks the
+invoice for an operator with that reason. Only the reads of the series and the issuer profile
+raise anything else (a database error, which leaves the invoice to recovery).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from gapless.constants import Channel
 from gapless.documents import FORMAT as UBL_FORMAT
-from gapless.documents import check_ubl_inputs, render_ubl_tr
+from gapless.documents import Issuer, check_ubl_inputs, render_ubl_tr
 from gapless.integrator.base import MEDIA_JSON, MEDIA_XML, Document
+from gapless.issuing.outcome import failure
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.invoices import Sending
-from gapless.message import InvalidMessage, InvoiceMessage, validate_message
+from gapless.message import InvalidMessage, InvoiceMessage, jsontext, validate_message
 from gapless.numbers import SeriesSpec
 
 JSON_FORMAT = "json/1"
+T = TypeVar("T")
 
 
 def _route(series: SeriesSpec, sending: Sending) -> tuple[str | None, str | None]:
@@ -49,8 +56,7 @@ class RenderError(Exception):
 
 def canonical_json(payload: dict[str, Any]) -> bytes:
     """The JSON document of a tenant without an issuer profile (deterministic bytes)."""
-    return json.dumps(payload, ensure_ascii=False, sort_keys=True,
-                      separators=(",", ":")).encode()
+    return jsontext.dumps(payload, sort_keys=True).encode()
 
 
 class Renderer:
@@ -78,7 +84,7 @@ class Renderer:
                             stored.body, stored.media_type, stored.format, stored.sha256,
                             stored=True, channel=channel, alias=alias)
         if sending.profile_version is None:
-            body, media_type, fmt = canonical_json(sending.payload), MEDIA_JSON, JSON_FORMAT
+            body, media_type, fmt = _made(canonical_json, sending.payload), MEDIA_JSON, JSON_FORMAT
         else:
             body = await self._ubl(sending, series, message)
             media_type, fmt = MEDIA_XML, UBL_FORMAT
@@ -90,12 +96,29 @@ class Renderer:
                    message: InvoiceMessage | None) -> bytes:
         assert sending.profile_version is not None
         profile = await self.catalog.profile(sending.tenant, sending.profile_version)
-        if message is None:
-            try:
-                message = validate_message(sending.payload)
-                check_ubl_inputs(message, profile.issuer)
-            except InvalidMessage as exc:
-                raise RenderError(f"the stored message cannot make a UBL-TR document: "
-                                  f"{exc.reason}") from exc
-        return render_ubl_tr(message, number=sending.number, uuid=uuid.UUID(sending.uuid),
-                             sealed_at=sending.sealed_at, tz=series.tz, issuer=profile.issuer)
+        checked = message or _made(_checked, sending.payload, profile.issuer)
+        return _made(lambda: render_ubl_tr(
+            checked, number=sending.number, uuid=uuid.UUID(sending.uuid),
+            sealed_at=sending.sealed_at, tz=series.tz, issuer=profile.issuer))
+
+
+def _checked(payload: dict[str, Any], issuer: Issuer) -> InvoiceMessage:
+    """The stored message, checked again against the pinned issuer profile."""
+    try:
+        message = validate_message(payload)
+        check_ubl_inputs(message, issuer)
+    except InvalidMessage as exc:
+        raise RenderError(f"the stored message cannot make a UBL-TR document: "
+                          f"{exc.reason}") from exc
+    return message
+
+
+def _made(make: Callable[..., T], *args: Any) -> T:
+    """``make(*args)``, any exception it raises a RenderError (rendering is pure: what fails
+    once fails every time, so the invoice waits for an operator rather than a retry)."""
+    try:
+        return make(*args)
+    except RenderError:
+        raise
+    except Exception as exc:
+        raise RenderError(f"the document cannot be rendered: {failure(exc)}") from exc

@@ -13,7 +13,6 @@ tenant, so every function that finds an invoice by its id takes the tenant too (
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +33,7 @@ from gapless.integrator.base import Document, DuplicateOfAnother, Receipt
 from gapless.ledger.database import Database
 from gapless.ledger.queries import invoices as q
 from gapless.ledger.sqlstates import is_lock_timeout, sqlstate
+from gapless.message import jsontext
 
 FOREIGN_KEY_VIOLATION = "23503"
 ALARM_PREFIX = "ALARM: "
@@ -41,6 +41,8 @@ ALARM_PREFIX = "ALARM: "
 UNRENDERABLE_PREFIX = "DOCUMENT: "
 #: last_error is bounded (a reason is a line, not a dump).
 MAX_ERROR = 2000
+#: A stored payload is a message (nested at most 16 deep); read back with room to spare.
+MAX_PAYLOAD_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ async def upsert_draft(db: Database, draft: Draft) -> DraftState:
     try:
         row = await db.one(q.UPSERT_DRAFT, {
             "invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
-            "priority": draft.priority, "payload": json.dumps(draft.payload)})
+            "priority": draft.priority, "payload": jsontext.dumps(draft.payload)})
     except psycopg.Error as exc:
         if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
             raise UnknownSeriesError(draft.tenant, draft.series) from exc
@@ -136,9 +138,16 @@ def _stored(row: Any) -> StoredDocument | None:
                           row.document_sha256)
 
 
+def stored_payload(text: str) -> dict[str, Any]:
+    """A payload read as its jsonb text (``payload::text``): numbers exact, as they were stored
+    (:mod:`gapless.message.jsontext`), so a document rendered again from it is the same bytes."""
+    payload: dict[str, Any] = jsontext.loads(text, max_depth=MAX_PAYLOAD_DEPTH)
+    return payload
+
+
 def _sending(row: Any, payload: dict[str, Any] | None = None) -> Sending:
     if payload is None:
-        payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)
+        payload = row.payload if isinstance(row.payload, dict) else stored_payload(row.payload)
     return Sending(row.id, row.invoice_id, row.tenant, row.series, row.number, row.reserved_no,
                    payload, row.attempts, str(row.uuid), row.reserved_at, row.profile_version,
                    _stored(row))
@@ -179,7 +188,7 @@ async def intake(db: Database, draft: Draft, *, lease_s: float, lock_timeout_ms:
     ``lock_timeout_ms`` (nothing consumed), UnknownSeriesError for an unknown series.
     """
     params = {"invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
-              "priority": draft.priority, "payload": json.dumps(draft.payload),
+              "priority": draft.priority, "payload": jsontext.dumps(draft.payload),
               "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
               "profile_version": profile_version, "at": at}
     try:
@@ -253,6 +262,14 @@ async def mark_issued_many(db: Database,
     return {row.id for row in rows}
 
 
+def error_text(text: str) -> str:
+    """A reason as ``last_error`` keeps it: one line of printable characters (an integrator's
+    text may hold a NUL, which PostgreSQL cannot store, or a lone surrogate), MAX_ERROR at most."""
+    if not text.isprintable():
+        text = "".join(char if char.isprintable() else " " for char in text)
+    return " ".join(text.split())[:MAX_ERROR]
+
+
 async def mark_error(db: Database, sending: Sending, error: str,
                      retry_at: datetime | None, document: Document | None = None) -> bool:
     """Step 4 (transient failure): ERROR, due again at ``retry_at`` (None: parked for a person).
@@ -261,7 +278,7 @@ async def mark_error(db: Database, sending: Sending, error: str,
     the bytes that were sent (their outcome is unknown, so they are what every resend sends).
     """
     row = await db.one(q.MARK_ERROR, {
-        **_document_params(sending.pk, document), "error": error[:MAX_ERROR],
+        **_document_params(sending.pk, document), "error": error_text(error),
         "retry_at": retry_at, "attempt": sending.attempt})
     return row is not None
 
@@ -284,7 +301,7 @@ async def mark_rejected(db: Database, sending: Sending, reason: str,
                         document: Document | None = None) -> bool:
     """Step 4 (permanent rejection): REJECTED, the number stays pinned. Fenced like mark_error."""
     row = await db.one(q.MARK_REJECTED, {
-        **_document_params(sending.pk, document), "reason": reason[:MAX_ERROR],
+        **_document_params(sending.pk, document), "reason": error_text(reason),
         "attempt": sending.attempt})
     return row is not None
 
@@ -418,6 +435,6 @@ async def start_retry(db: Database, invoice_id: str,
     row = await _operator_update(
         db, q.RETRY,
         {"invoice_id": invoice_id, "tenant": tenant,
-         "payload": None if payload is None else json.dumps(payload)},
+         "payload": None if payload is None else jsontext.dumps(payload)},
         "retry")
     return _sending(row)

@@ -1,8 +1,10 @@
 """The invoice message: the contract JSON as a typed, frozen model, and the one parser of bodies.
 
-A package of three modules: :mod:`~gapless.message.fields` (each field's rule, and
-:class:`InvalidMessage`), :mod:`~gapless.message.model` (the models) and
-:mod:`~gapless.message.parse` (bodies in, one-line reasons out).
+A package of four modules: :mod:`~gapless.message.fields` (each field's rule, and
+:class:`InvalidMessage`), :mod:`~gapless.message.model` (the models),
+:mod:`~gapless.message.parse` (bodies in, one-line reasons out) and
+:mod:`~gapless.message.jsontext` (JSON text with exact numbers and bounded nesting: how bodies,
+stored payloads and integrator answers are read and written).
 
 Every producer's body passes through :func:`parse_message` (the worker) or through
 :class:`InvoiceMessage` validation (``publish_invoice``, ``gapless publish``, the API), so both
@@ -10,6 +12,11 @@ ends agree on what is valid. The parser's guarantee: whatever the bytes, it retu
 :class:`InvoiceMessage` or raises :class:`InvalidMessage` — never anything else — and the
 reason it gives is one short line, safe to put in a dead-letter header (it names the field path
 and the problem, never a tax id nor the payload).
+
+One rule covers every text of every field, whatever the document kind: a character XML 1.0
+cannot carry (a C0 control but tab, line feed and carriage return; a surrogate; U+FFFE, U+FFFF)
+is refused before any number is sealed, naming the field — ``note: holds a character XML cannot
+carry (U+0001)``. Numbers in unknown fields keep their exact decimal text (never a binary float).
 
 Which fields are optional, and the rules beyond the plain types (decimal strings for money,
 unknown fields kept at the top level and refused inside, bounded sizes, text storable in

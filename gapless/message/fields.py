@@ -88,19 +88,27 @@ def rule_error(message: str) -> PydanticCustomError:
 # --- field rules ----------------------------------------------------------------------------------
 
 
-_BAD_TEXT_RE = re.compile("[\x00\ud800-\udfff]")
+#: Characters XML 1.0 cannot carry (its ``Char`` production): C0 controls but tab, line feed and
+#: carriage return; surrogates (a lone one is not even UTF-8); U+FFFE and U+FFFF. NUL is among
+#: them, which PostgreSQL's jsonb cannot store either.
+_NOT_XML_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
-def has_bad_text(text: str) -> bool:
-    """NUL and lone surrogates cannot be stored in PostgreSQL jsonb (nor encoded as UTF-8)."""
-    return _BAD_TEXT_RE.search(text) is not None
+def not_xml_problem(text: str) -> str | None:
+    """Why ``text`` cannot go into an XML document (None: it can): the first character XML 1.0
+    cannot carry, named by its code point (never the text itself)."""
+    found = _NOT_XML_RE.search(text)
+    if found is None:
+        return None
+    return f"holds a character XML cannot carry (U+{ord(found.group()):04X})"
 
 
 def _string(value: Any) -> str:
     if not isinstance(value, str):
         raise rule_error(f"must be a string, not {json_type(value)}")
-    if has_bad_text(value):
-        raise rule_error("contains a NUL character or invalid unicode")
+    problem = not_xml_problem(value)
+    if problem is not None:
+        raise rule_error(problem)
     return value
 
 
@@ -189,7 +197,7 @@ def _decimal_rule(*, minimum: Decimal, inclusive: bool, maximum: Decimal | None,
 
     def check(value: Any) -> str:
         if not isinstance(value, str):
-            if isinstance(value, int | float) and not isinstance(value, bool):
+            if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
                 raise rule_error("must be a decimal string such as \"10.00\", not a JSON number "
                              "(money and quantities travel as strings)")
             raise rule_error(f"must be a decimal string, not {json_type(value)}")
@@ -228,7 +236,7 @@ def json_type(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | Decimal):
         return "a number"
     if isinstance(value, str):
         return "a string"

@@ -3,7 +3,6 @@ and the document kinds' fields of ``../shared/ARCHITECTURE.md``, "Document kinds
 
 from __future__ import annotations
 
-import json
 import math
 from decimal import Decimal
 from typing import Any
@@ -46,11 +45,12 @@ from gapless.message.fields import (
     UnitPrice,
     VatRate,
     WithholdingRate,
-    has_bad_text,
     json_type,
     located,
+    not_xml_problem,
     rule_error,
 )
+from gapless.message.jsontext import MAX_NUMBER_TEXT, dumps, plain_length
 
 
 class _Part(BaseModel):
@@ -206,9 +206,12 @@ class InvoiceMessage(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _json_shaped(cls, data: Any) -> Any:
-        """Refuse non-objects, non-JSON values, deep nesting, bad text and too many extra fields.
+        """Refuse non-objects, non-JSON values, deep nesting, text XML cannot carry and too many
+        extra fields.
 
-        Runs before the field rules so that they only ever see JSON-shaped data.
+        Runs before the field rules so that they only ever see JSON-shaped data, and walks every
+        value whatever its field: the one check that no text of any document kind holds a
+        character its XML document could not carry (a field added later is covered too).
         """
         if not isinstance(data, dict):
             raise rule_error(f"message must be a JSON object, not {json_type(data)}")
@@ -235,15 +238,19 @@ class InvoiceMessage(BaseModel):
         """The JSON-safe dict stored as the invoice payload and sent as the integrator document:
         the contract fields (amounts as the producer's strings; optional fields only when the
         producer sent them, ``priority`` only when not null) and every unknown top-level field,
-        unchanged."""
-        data = self.model_dump(mode="json", exclude_unset=True)
+        unchanged (a number with a fraction as the exact ``Decimal`` it was; write the payload
+        with :func:`gapless.message.jsontext.dumps`)."""
+        extras = set(self.model_extra or ())
+        data = self.model_dump(mode="json", exclude_unset=True, exclude=extras)
         if data.get("priority") is None:
             data.pop("priority", None)
+        if extras:
+            data.update(self.model_dump(mode="python", include=extras))
         return data
 
     def body(self) -> bytes:
-        """The AMQP body: the payload as compact UTF-8 JSON."""
-        return json.dumps(self.payload(), ensure_ascii=False, separators=(",", ":")).encode()
+        """The AMQP body: the payload as compact UTF-8 JSON, its numbers exact."""
+        return dumps(self.payload()).encode()
 
     @property
     def invoice_type(self) -> str:
@@ -256,35 +263,55 @@ class InvoiceMessage(BaseModel):
         return PRIORITIES[self.priority] if self.priority else PRIORITY_BATCH
 
 
+#: An int of this size or more has more than MAX_NUMBER_TEXT characters with its sign.
+_INT_LIMIT = 10 ** (MAX_NUMBER_TEXT - 1)
+
+
 def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> None:
-    """Walk a value: JSON types only, bounded depth, text storable in jsonb.
+    """Walk a value: JSON types only, bounded depth, text XML (and jsonb) can carry, numbers
+    that stay small when written out.
 
     Depth is checked before descending, so the recursion itself is bounded by MAX_DEPTH. The
     path is formatted only when there is a reason to give (this runs on every value).
     """
     if isinstance(value, str):
-        if has_bad_text(value):
-            raise located(parts, "contains a NUL character or invalid unicode")
+        problem = not_xml_problem(value)
+        if problem is not None:
+            raise located(parts, problem)
     elif isinstance(value, dict):
         if depth >= MAX_DEPTH:
             raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
         for key, item in value.items():
             if not isinstance(key, str):
                 raise located(parts, "object keys must be strings")
-            if has_bad_text(key):
-                raise located(parts, "a field name contains a NUL character or invalid unicode")
+            problem = not_xml_problem(key)
+            if problem is not None:
+                raise located(parts, f"a field name {problem}")
             _check_json_value(item, (*parts, key), depth + 1)
     elif isinstance(value, list | tuple):
         if depth >= MAX_DEPTH:
             raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
         for index, item in enumerate(value):
             _check_json_value(item, (*parts, index), depth + 1)
-    elif isinstance(value, bool | int) or value is None:
+    elif isinstance(value, bool) or value is None:
         return
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise located(parts, "NaN and Infinity are not JSON")
-    elif isinstance(value, Decimal):
-        raise located(parts, "must be a decimal string such as \"10.00\", not a Python Decimal")
+    elif isinstance(value, int | float | Decimal):
+        _check_number(value, parts)
     else:
         raise located(parts, f"{type(value).__name__} is not a JSON value")
+
+
+def _check_number(value: int | float | Decimal, parts: tuple[str | int, ...]) -> None:
+    """A finite number whose plain decimal text (as stored and sent) is bounded, the same rule
+    whether it came as JSON text (a Decimal or an int) or from a Python producer (a float is
+    the number its JSON text says)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise located(parts, "NaN and Infinity are not JSON")
+        value = Decimal(repr(value))
+    elif isinstance(value, Decimal) and not value.is_finite():
+        raise located(parts, "NaN and Infinity are not JSON")
+    if (abs(value) >= _INT_LIMIT if isinstance(value, int)
+            else plain_length(value) > MAX_NUMBER_TEXT):
+        raise located(parts, f"a number written out may have at most {MAX_NUMBER_TEXT} "
+                             "characters")

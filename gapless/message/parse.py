@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import ValidationError
 
 from gapless.constants import MAX_PRIORITY, PRIORITIES, PRIORITY_BATCH
+from gapless.message import jsontext
 from gapless.message.fields import (
     MAX_BODY_BYTES,
     MAX_DEPTH,
@@ -109,24 +109,28 @@ def _refuse_constant(name: str) -> Any:
 
 
 def decode_json(body: bytes) -> Any:
-    """Strict JSON from UTF-8 bytes: no NaN/Infinity, no duplicate keys; raise InvalidMessage."""
+    """Strict JSON from UTF-8 bytes: no NaN/Infinity, no duplicate keys, nesting bounded by
+    MAX_DEPTH (then the contract's own walk gives the path), numbers with a fraction as exact
+    ``Decimal``s (:mod:`gapless.message.jsontext`); raise InvalidMessage."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidMessage("body is not valid UTF-8") from None
     text = text.removeprefix("\ufeff")
     try:
-        return json.loads(text, object_pairs_hook=_object_without_duplicates,
-                          parse_constant=_refuse_constant)
+        # Deeper than the contract allows, so that its walk names the field that nests too deep
+        # (past this, the body is refused as a whole).
+        return jsontext.loads(text, max_depth=4 * MAX_DEPTH,
+                              object_pairs_hook=_object_without_duplicates,
+                              parse_constant=_refuse_constant)
     except _DuplicateKey:
         raise InvalidMessage("body has a duplicate field name in an object") from None
     except _NotJsonConstant:
         raise InvalidMessage("body is not valid JSON: NaN and Infinity are not allowed") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidMessage(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column "
-                             f"{exc.colno}") from None
-    except RecursionError:
+    except jsontext.TooDeep:
         raise InvalidMessage(f"body nests more than {MAX_DEPTH} levels deep") from None
+    except jsontext.NotJson as exc:
+        raise InvalidMessage(f"body is {exc.reason}") from None
     except ValueError:
         # e.g. an integer literal longer than Python's int conversion limit
         raise InvalidMessage("body is not valid JSON: a number literal is too long") from None

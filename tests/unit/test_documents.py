@@ -297,6 +297,20 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("unknown currency", base_message(currency="ABC", exchange_rate="2"), "currency: "),
     ("foreign currency without a rate", base_message(currency="USD"), "exchange_rate: "),
     ("a rate for TRY", base_message(exchange_rate="1"), "exchange_rate: "),
+    # Huge but valid amounts: the largest quantity times the largest price has 41 digits,
+    # more than Python's default decimal context holds (it used to raise InvalidOperation).
+    ("largest quantity times largest price",
+     base_message(lines=[{**base_message()["lines"][0], "quantity": "999999999999.999999",
+                          "unit_price": "999999999999999.99999999"}]),
+     "lines.0: the line amount has more than 15 digits"),
+    ("a 27-digit line amount",
+     base_message(lines=[{**base_message()["lines"][0], "quantity": "999999999999",
+                          "unit_price": "999999999999999"}]),
+     "lines.0: the line amount has more than 15 digits"),
+    ("a total past 15 digits over many lines",
+     base_message(lines=[{**base_message()["lines"][0], "quantity": "1",
+                          "unit_price": "999999999999999"}] * 1000),
+     "lines: the payable amount has more than 15 digits"),
 ]
 
 
@@ -309,6 +323,38 @@ def test_a_message_that_cannot_make_its_document_is_refused_naming_the_field(
     assert refused.value.reason.startswith(reason), refused.value.reason
     assert message["customer"]["tax_id"] not in refused.value.reason
     assert "\n" not in refused.value.reason
+
+
+@given(quantity=st.integers(1, 10**18 - 1), quantity_scale=st.integers(0, 6),
+       price=st.integers(0, 10**23 - 1), price_scale=st.integers(0, 8))
+@settings(max_examples=200, deadline=None)
+def test_a_line_amount_is_exact_or_refused_never_an_arithmetic_error(
+        quantity: int, quantity_scale: int, price: int, price_scale: int) -> None:
+    """Any quantity and price the message allows: the line's gross is the exact product
+    rounded half-up to the cent (integer arithmetic as the oracle), or a refusal naming the
+    line when it or the payable has more than 15 digits — never a decimal exception."""
+    q_text = str(Decimal(quantity).scaleb(-quantity_scale))
+    p_text = str(Decimal(price).scaleb(-price_scale))
+    assume("E" not in q_text and "E" not in p_text)
+    assume(len(q_text.partition(".")[0]) <= 12 and len(p_text.partition(".")[0]) <= 15)
+    message = base_message(lines=[{**base_message()["lines"][0], "quantity": q_text,
+                                   "unit_price": p_text}])
+    scale = quantity_scale + price_scale
+    exact_cents, remainder = divmod(quantity * price * 100, 10**scale)
+    cents = exact_cents + (1 if 2 * remainder >= 10**scale else 0)
+    try:
+        check_ubl_inputs(validate_message(message), ISSUERS[0])
+    except InvalidMessage as refused:
+        reason = refused.reason
+    else:
+        reason = None
+    if reason is not None:
+        # Only for an amount past 15 digits: the line's, or with its 20 % VAT the payable.
+        assert cents * 6 >= 5 * 10**17 - 3, reason
+        assert reason.startswith("lines"), reason
+        return
+    assert Decimal(field(render(message), "cac:InvoiceLine/cbc:LineExtensionAmount")) == \
+        Decimal(cents) / 100
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -27,6 +28,7 @@ from gapless.integrator.mock.state import (
     Faults,
     FaultsPatch,
     GibVerdict,
+    HostileAnswer,
     LedgerEntry,
     MockState,
     Submission,
@@ -327,7 +329,55 @@ def create_app(faults: Faults | None = None, seed: int | None = None) -> FastAPI
     app.add_exception_handler(_Answer, _answer)
     app.include_router(invoices)
     app.include_router(admin)
+    app.add_middleware(_HostileAnswers)
     return app
+
+
+#: The bodies of the ``hostile_answer`` fault.
+HOSTILE_BODIES: dict[HostileAnswer, bytes] = {
+    "deep": b"[" * 100_000 + b"]" * 100_000,
+    "huge": b'{"ref":"' + b"x" * (2 * 1024 * 1024) + b'"}',
+    "garbage": b"<html>\x00\xff not JSON",
+}
+_UNTOUCHED = ("/admin", "/ledger")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
+
+
+class _HostileAnswers:
+    """ASGI middleware of the ``hostile_answer`` fault: the answer's status and headers kept
+    (but its length and type), its body replaced. A pass-through while the fault is off."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Any]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state: MockState | None = scope["app"].state.mock if "app" in scope else None
+        mode = "none" if state is None else state.faults.hostile_answer
+        if (mode == "none" or scope["type"] != "http"
+                or scope["path"].startswith(_UNTOUCHED)):
+            await self.app(scope, receive, send)
+            return
+        assert state is not None
+        body = HOSTILE_BODIES[mode]
+
+        async def hostile(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(name, value) for name, value in message.get("headers", [])
+                           if name.lower() not in (b"content-length", b"content-type")]
+                headers += [(b"content-length", str(len(body)).encode()),
+                            (b"content-type", b"application/json")]
+                await send({**message, "headers": headers})
+            elif message["type"] == "http.response.body":
+                if not message.get("more_body", False):
+                    state.stats["hostile_answers"] += 1
+                    await send({"type": "http.response.body", "body": body})
+            else:
+                await send(message)
+
+        await self.app(scope, receive, hostile)
 
 
 def _invalid(exc: ValidationError) -> JSONResponse:

@@ -31,6 +31,8 @@ _UBL_NS = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicCompo
            "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
 _XML_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
 LostResponseMode = Literal["500", "drop", "timeout", "mixed"]
+#: A hostile answer: its status kept, its body nested 100 000 deep, over 2 MiB, or not JSON.
+HostileAnswer = Literal["none", "deep", "huge", "garbage"]
 LOST_MODES: tuple[Literal["500", "drop", "timeout"], ...] = ("500", "drop", "timeout")
 #: Business reasons a random rejection picks from (never the tax id itself).
 REJECT_REASONS = (
@@ -57,6 +59,9 @@ class Faults(BaseModel):
     #: Refuse our credentials: 401 to every non-admin call (a configuration error at the
     #: integrator, e.g. a revoked API key).
     unauthorized: bool = False
+    #: Every integrator answer (not ``/admin``, not ``/ledger``) made hostile: the call is
+    #: handled as usual (a send is recorded), then its body replaced.
+    hostile_answer: HostileAnswer = "none"
 
     @field_validator("latency_ms")
     @classmethod
@@ -80,6 +85,7 @@ class FaultsPatch(BaseModel):
     lost_response_delay_s: float | None = None
     down: bool | None = None
     unauthorized: bool | None = None
+    hostile_answer: HostileAnswer | None = None
 
     @model_validator(mode="after")
     def _no_nulls(self) -> FaultsPatch:
@@ -302,7 +308,7 @@ STAT_NAMES = ("posts", "accepted", "duplicate", "duplicate_uuid", "rejected",
               "rejected_tax_id", "rejected_document", "rejected_channel", "transient",
               "lost_response", "down", "unauthorized", "lookups", "lookups_found",
               "lookups_missing",
-              "recipient_checks", "gib_status_checks")
+              "recipient_checks", "gib_status_checks", "hostile_answers")
 
 
 @dataclass(frozen=True)

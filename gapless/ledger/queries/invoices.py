@@ -29,7 +29,8 @@ UPSERT_DRAFT = """
 
 #: Columns of a claim (the composite type ``gapless_claim`` of schema/current/intake.sql).
 _CLAIM_COLUMNS = """kind, created, id, invoice_id, tenant, series, status, number, reserved_no,
-           attempts, uuid, reserved_at, profile_version, payload, document_sha256,
+           attempts, uuid, reserved_at, profile_version, payload::text AS payload,
+           document_sha256,
            document_media_type, document_format, document"""
 
 #: Steps 1 and 2 in one statement (``intake_invoice``): store the draft for the producer key
@@ -124,7 +125,8 @@ MARK_REJECTED = f"""
 
 #: Columns of an invoice under a sending lease, with its stored document (if any).
 _SENDING_COLUMNS = """i.id, i.invoice_id, i.tenant, i.series, i.number, i.reserved_no,
-              i.attempts, i.uuid, i.reserved_at, i.profile_version, i.payload, i.document_sha256,
+              i.attempts, i.uuid, i.reserved_at, i.profile_version, i.payload::text AS payload,
+              i.document_sha256,
               d.media_type AS document_media_type, d.format AS document_format,
               d.body AS document"""
 
@@ -242,7 +244,7 @@ GIVE_UP_CORRECTION = """
 
 #: What a channel correction needs of an invoice (no lock).
 CORRECTION_STATE = """
-    SELECT id, tenant, series, status, number, priority, payload, last_error
+    SELECT id, tenant, series, status, number, priority, payload::text AS payload, last_error
       FROM invoices WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s
 """
 

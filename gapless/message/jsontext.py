@@ -1,0 +1,148 @@
+"""JSON text with exact numbers and bounded nesting: how messages, stored payloads and integrator
+answers are read and written.
+
+* **Exact numbers.** A JSON number with a fraction or an exponent is read as a ``Decimal``, never
+  a binary float, and written back in plain decimal notation (:func:`number_text`): the text
+  PostgreSQL's ``jsonb`` keeps for it, so a payload reads back from the database with the very
+  digits it was stored with (``0.1000000000000000055511151231257827`` stays that, not ``0.1``).
+* **Bounded nesting.** :func:`loads` refuses a value nested deeper than asked, before anything
+  walks it; a body nested deeper than the interpreter's stack is refused the same way (the
+  decoder's ``RecursionError`` never escapes).
+
+Both are pure functions; a malformed text raises :class:`NotJson` (a ``ValueError``) with a
+short reason that never quotes the text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from decimal import Decimal
+from json.encoder import encode_basestring as _encode_string
+from typing import Any
+
+#: A number written out in plain notation may have at most this many characters (digits, point
+#: and sign): an exponent cannot make a small text into a huge number.
+MAX_NUMBER_TEXT = 100
+
+
+class NotJson(ValueError):
+    """The text is not JSON, or nests deeper than allowed; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TooDeep(NotJson):
+    """The value nests deeper than allowed."""
+
+
+class _HasDecimal(Exception):
+    """Raised by the fast encoder's ``default`` hook: the value needs the exact encoder."""
+
+
+def number_text(value: Decimal) -> str:
+    """A finite Decimal in plain notation, as PostgreSQL's ``numeric`` writes it: no exponent,
+    its scale kept (``1.50`` stays ``1.50``, ``1E+2`` is ``100``), no sign on a zero."""
+    if value.is_zero():
+        value = value.copy_abs()
+    return format(value, "f")
+
+
+def plain_length(value: Decimal) -> int:
+    """How many characters :func:`number_text` writes for a finite ``value``, without writing
+    them (digits, a point, a sign)."""
+    sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    if exponent >= 0:
+        return sign + len(digits) + exponent
+    return sign + max(len(digits), -exponent + 1) + 1  # the digits, a "0." where needed
+
+
+def loads(text: str | bytes, *, max_depth: int,
+          object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+          parse_constant: Callable[[str], Any] | None = None) -> Any:
+    """The JSON value of ``text``, numbers with a fraction or exponent as ``Decimal``; at most
+    ``max_depth`` levels of objects and arrays. Raises NotJson (the hooks' own exceptions pass
+    through)."""
+    try:
+        value = json.loads(text, parse_float=Decimal, object_pairs_hook=object_pairs_hook,
+                           parse_constant=parse_constant)
+    except RecursionError:
+        raise TooDeep(f"nests more than {max_depth} levels deep") from None
+    except json.JSONDecodeError as exc:
+        raise NotJson(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+                      ) from None
+    except UnicodeDecodeError:
+        raise NotJson("not valid UTF-8") from None
+    if not nests_within(value, max_depth):
+        raise TooDeep(f"nests more than {max_depth} levels deep")
+    return value
+
+
+def nests_within(value: Any, max_depth: int) -> bool:
+    """Whether ``value`` has at most ``max_depth`` levels of dicts and lists (iterative: any
+    depth is measured without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= max_depth:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _refuse_decimal(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        raise _HasDecimal
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def dumps(value: Any, *, sort_keys: bool = False) -> str:
+    """Compact JSON (UTF-8 text, no ASCII escaping) of ``value``; Decimals as exact numbers
+    (:func:`number_text`). Raises TypeError for a value JSON has no form for, ValueError for a
+    NaN or an infinity."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys,
+                          allow_nan=False, default=_refuse_decimal)
+    except _HasDecimal:
+        # Rare (a producer's own number with a fraction): the exact, slower encoder.
+        parts: list[str] = []
+        _encode(value, parts.append, sort_keys)
+        return "".join(parts)
+
+
+def _encode(value: Any, out: Callable[[str], object], sort_keys: bool) -> None:
+    if isinstance(value, str):
+        out(_encode_string(value))
+    elif value is None or isinstance(value, bool | int | float):
+        out(json.dumps(value, allow_nan=False))
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError("NaN and Infinity are not JSON")
+        out(number_text(value))
+    elif isinstance(value, dict):
+        out("{")
+        for index, key in enumerate(sorted(value) if sort_keys else value):
+            if not isinstance(key, str):
+                raise TypeError("object keys must be strings")
+            out("," if index else "")
+            out(_encode_string(key))
+            out(":")
+            _encode(value[key], out, sort_keys)
+        out("}")
+    elif isinstance(value, list | tuple):
+        out("[")
+        for index, item in enumerate(value):
+            out("," if index else "")
+            _encode(item, out, sort_keys)
+        out("]")
+    else:
+        raise TypeError(f"{type(value).__name__} is not JSON")
