@@ -1,0 +1,1 @@
+"""The hostile-input tier (see test_hostile_messages.py and strategies.py)."""
