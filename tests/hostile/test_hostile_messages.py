@@ -199,6 +199,28 @@ def test_hostile_messages_never_wedge_a_number(system: System, data: st.DataObje
             assert status == "ISSUED" or last_error, (h.what, rows[h.invoice_id])
     for proc in system.procs.started:
         assert proc.alive(), proc.output()[-3000:]
+    # The operator's view of what this example stored: a few hostile rows shown, the dead
+    # letters listed, the audit run — no crash, nothing a terminal would act on.
+    held = [h.invoice_id for h in hostile if h.invoice_id in rows][:3]
+    for invoice_id in held:
+        if not _arguable(invoice_id):
+            continue
+        shown = gapless(system.env, "invoice", "show", invoice_id, "--tenant", "acme")
+        assert shown.returncode == 0, (invoice_id, shown.stderr[-2000:])
+        assert_printable(shown, ("invoice show", invoice_id))
+    for args in (["dead", "list"], ["audit", "--no-chain"]):
+        result = gapless(system.env, *args)
+        assert result.returncode == 0, (args, (result.stdout + result.stderr)[-3000:])
+        assert_printable(result, args)
+
+
+def _arguable(text: str) -> bool:
+    """Whether ``text`` can be a command-line argument (no NUL, no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 def test_hostile_values_print_as_text(system: System, tmp_path: Path) -> None:
