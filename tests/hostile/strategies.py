@@ -131,4 +131,5 @@ def hostile_messages(draw: st.DrawFn, base: dict[str, Any], invoice_id: str) -> 
         headers = {f"x-h{i}": "h" * (size // count) for i in range(count)}
         what = f"{count} headers of {size} bytes"
         body = encode(message, raw=False)
-    return Hostile(invoice_id=invoice_id, body=body, what=what, headers=headers)
+    # The id as the message now holds it (a text attack may have been on the id itself).
+    return Hostile(invoice_id=message["invoice_id"], body=body, what=what, headers=headers)

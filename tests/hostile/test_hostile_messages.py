@@ -97,6 +97,15 @@ class System:
                 return int(queue.declaration_result.message_count or 0)
         return asyncio.run(count())
 
+    def queued(self) -> int:
+        async def count() -> int:
+            connection = await aio_pika.connect(self.settings.amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                queue = await channel.declare_queue(self.settings.queue, passive=True)
+                return int(queue.declaration_result.message_count or 0)
+        return asyncio.run(count())
+
     def publish(self, good: list[dict[str, Any]], hostile: list[Hostile]) -> None:
         """Good and hostile messages interleaved, each confirmed by the broker."""
         async def send() -> None:
@@ -151,7 +160,11 @@ def settled(system: System) -> bool:
 
 def explain(system: System) -> str:
     rows = system.rows()
-    lines = [f"dead letters: {system.dead_count()}"]
+    known = system.good | {h.invoice_id for h in system.hostile}
+    lines = [f"dead letters: {system.dead_count()}, queued: {system.queued()}, "
+             f"hostile published: {len(system.hostile)}",
+             *(f"row of an id published by no one: {invoice_id!r} {row}"
+               for invoice_id, row in rows.items() if invoice_id not in known)]
     for invoice_id in sorted(system.good):
         if rows.get(invoice_id, ("",))[0] != "ISSUED":
             lines.append(f"good {invoice_id}: {rows.get(invoice_id)}")
