@@ -11,6 +11,7 @@ import re
 import subprocess
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.amqp.management import queue_depths
@@ -51,7 +52,12 @@ async def hostile_invoice(engine: AsyncEngine, gapless_env: dict[str, str]) -> d
     claim = await claim_for_sending(ledger(engine), INVOICE_ID, tenant="acme", lease_s=300,
                                     lock_timeout_ms=5000)
     assert claim.sending is not None
-    await mark_rejected(ledger(engine), claim.sending, f"customer refused: {HOSTILE}")
+    await mark_rejected(ledger(engine), claim.sending, "customer refused")
+    # gapless stores a reason as one printable line; the database may still hold anything
+    # (older rows, SQL clients of other kinds), and the CLI must show that as text too.
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE invoices SET last_error = :reason WHERE invoice_id = :id"),
+                           {"reason": f"customer refused: {HOSTILE}", "id": INVOICE_ID})
     return {**gapless_env, "COLUMNS": "250"}
 
 
