@@ -317,25 +317,21 @@ class Publisher:
                  message_id=message_id, reason=bounded_reason(reason))
 
     async def publish_many(self, messages: Sequence[InvoiceMessage], *,
-                           priority: str | int | None = None,
-                           bodies: Sequence[bytes] | None = None
+                           priority: str | int | None = None
                            ) -> list[PublishRefused | PublishUnconfirmed | None]:
         """Publish several messages with their confirms pipelined: every message is sent on the
         channel before any confirm is awaited, and the confirms are awaited together (not one
         round trip per message). Each message is published as :meth:`publish` would (validated
         model, ``priority`` or its own, ``message_id`` the ``invoice_id``, retried on a fresh
-        connection when its confirm does not come); ``bodies``, when given, are the messages'
-        ``body()`` already encoded, one per message.
+        connection when its confirm does not come).
 
         Returns one outcome per message, in order: None when the broker confirmed it, else the
         PublishRefused or PublishUnconfirmed it met (the others are not affected).
         """
-        if bodies is not None and len(bodies) != len(messages):
-            raise ValueError("publish_many needs one body per message")
         outgoing: list[tuple[aio_pika.Message, str]] = []
-        for position, model in enumerate(messages):
+        for model in messages:
             amqp_message = aio_pika.Message(
-                model.body() if bodies is None else bodies[position],
+                model.body(),
                 content_type=CONTENT_TYPE_JSON, message_id=_message_id(model.invoice_id),
                 priority=amqp_priority(priority, model.priority_value),
                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT, timestamp=datetime.now(UTC),

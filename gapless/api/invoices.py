@@ -207,7 +207,6 @@ class _Item:
 
     index: int
     message: InvoiceMessage | None = None
-    body: bytes = b""
     code: int = 202
     error: str | None = None
     state: Status | None = None
@@ -231,16 +230,12 @@ def parse_item(data: Any) -> InvoiceMessage:
 
 
 def batch_items(who: Principal, decoded: list[Any]) -> list[_Item]:
-    """Every message of a batch parsed, authorized and encoded (or refused, each on its own)."""
+    """Every message of a batch parsed and authorized (or refused, each on its own)."""
     items = [_Item(index) for index in range(len(decoded))]
     for item, data in zip(items, decoded, strict=True):
         try:
             item.message = parse_item(data)
             authorize(who, item.message)
-            item.body = item.message.body()
-            if len(item.body) > MAX_BODY_BYTES:
-                raise HTTPException(413, f"message is {len(item.body)} bytes; at most "
-                                         f"{MAX_BODY_BYTES} are accepted")
         except HTTPException as exc:
             item.refuse(exc)
     return items
@@ -311,8 +306,7 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
     sending = [item for item in valid
                if item.code == 202 and item.first is None and must_publish(item.state)]
     outcomes = await publisher.publish_many([item.message for item in sending
-                                             if item.message is not None],
-                                            bodies=[item.body for item in sending])
+                                             if item.message is not None])
     for item, outcome in zip(sending, outcomes, strict=True):
         if outcome is None:
             item.published = True
