@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aio_pika
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.api.invoices import MAX_BATCH, MAX_BATCH_BODY_BYTES, MESSAGE_SCHEMA
+from gapless.constants import user_queue_name
 from gapless.message import MAX_BODY_BYTES
 from gapless.settings import Settings
 from tests.conftest import ApiServers
@@ -189,3 +191,28 @@ async def test_the_openapi_document_describes_an_array_of_messages(
     item = document["components"]["schemas"]["BatchItem"]["properties"]
     assert set(item) == {"index", "invoice_id", "status", "published", "status_url",
                          "invoice_status", "error"}
+
+
+async def test_a_message_the_broker_does_not_take_is_503_and_the_others_stay_accepted(
+        api_servers: ApiServers, http: httpx.AsyncClient, engine: AsyncEngine,
+        settings: Settings) -> None:
+    """Quorum mode: user work goes to ``<prefix>.user``. With that queue deleted under the running
+    API, its messages are unroutable (refused, not queued) while batch work is confirmed."""
+    await define_series(engine)
+    token = secrets.token_urlsafe(24)
+    url, _ = api_servers.start(token, env={"GAPLESS_QUEUE_TYPE": "quorum"})
+    connection = await aio_pika.connect(settings.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.queue_delete(user_queue_name(settings.queue))
+    batch = [invoice_message("u-1", priority="user"), invoice_message("b-1", priority="batch"),
+             invoice_message("u-2", priority="user"), invoice_message("b-2", priority="batch")]
+    response = await http.post(f"{url}{BATCH}", json=batch,
+                               headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [(r["invoice_id"], r["status"], r["published"]) for r in results] == [
+        ("u-1", 503, False), ("b-1", 202, True), ("u-2", 503, False), ("b-2", 202, True)]
+    assert results[0]["error"].startswith("unroutable: no queue")
+    assert results[0]["status_url"] is None
+    assert queued(await take_queue(settings)) == Counter({"b-1": 1, "b-2": 1})
