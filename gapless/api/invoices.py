@@ -8,6 +8,7 @@ tenant (``?tenant=``) when several hold the id.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -17,13 +18,19 @@ from fastapi.responses import JSONResponse
 from gapless.amqp.publisher import Publisher, PublishRefused, PublishUnconfirmed
 from gapless.api import deps
 from gapless.api.auth import Principal, principal
-from gapless.api.models import Accepted, EventOut, InvoiceOut
+from gapless.api.models import Accepted, BatchAccepted, EventOut, InvoiceOut
 from gapless.api.observe import ApiMetrics
 from gapless.constants import Status
 from gapless.errors import InvoiceNotFound
 from gapless.ledger import feed
 from gapless.ledger.database import Database
-from gapless.ledger.invoices import get_invoice, invoice_events, invoice_tenants
+from gapless.ledger.invoices import (
+    KnownInvoice,
+    get_invoice,
+    invoice_events,
+    invoice_tenants,
+    known_invoices,
+)
 from gapless.logging import get_logger
 from gapless.message import (
     MAX_BODY_BYTES,
@@ -32,7 +39,9 @@ from gapless.message import (
     check_content_type,
     decode_json,
     parse_message,
+    validate_message,
 )
+from gapless.message.fields import json_type
 from gapless.numbers import TENANT_RE
 
 log = get_logger("gapless.api")
@@ -49,17 +58,18 @@ def message_schema() -> tuple[dict[str, Any], dict[str, Any]]:
 MESSAGE_SCHEMA, MESSAGE_DEFINITIONS = message_schema()
 
 
-async def read_body(request: Request) -> bytes:
-    """The raw body, refusing (413) more than the contract's maximum without reading it all."""
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The raw body, refusing (413) more than ``limit`` bytes (the contract's maximum by
+    default) without reading it all."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"body is larger than {MAX_BODY_BYTES} bytes")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"body is larger than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise HTTPException(413, f"body is larger than {MAX_BODY_BYTES} bytes")
+        if size > limit:
+            raise HTTPException(413, f"body is larger than {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -74,18 +84,46 @@ def invalid_status(body: bytes, content_type: str | None) -> int:
     return 422 if isinstance(decoded, dict) else 400
 
 
-async def known_status(db: Database, message: InvoiceMessage) -> Status | None:
-    """What the database knows of the message's invoice, the tenant's (None: nothing); 409 when
-    the invoice_id already names an invoice of another series of the tenant (a message that names
-    no series takes the one routing chose for it). Other tenants' invoices are not looked at."""
-    try:
-        known = await get_invoice(db, message.invoice_id, tenant=message.tenant)
-    except InvoiceNotFound:
+def authorize(who: Principal, message: InvoiceMessage) -> None:
+    """403 when the token may not issue the message's tenant's invoices."""
+    if not who.may_see(message.tenant):
+        raise HTTPException(403, "this token may not issue invoices for that tenant")
+
+
+def known_state(message: InvoiceMessage, known: KnownInvoice | None) -> Status | None:
+    """The state of the message's invoice from what the database holds of its key (None:
+    nothing); 409 when the invoice_id already names an invoice of another series of the tenant
+    (a message that names no series takes the one routing chose for it)."""
+    if known is None:
         return None
     if known.series != (message.series or known.series):
         raise HTTPException(409, "invoice_id already names an invoice of another series of "
                                  "this tenant")
-    return Status(known.status)
+    return known.status
+
+
+def must_publish(status: Status | None) -> bool:
+    """Whether a message is published: unless the database holds its invoice past RECEIVED."""
+    return status in (None, Status.RECEIVED)
+
+
+async def known_status(db: Database, message: InvoiceMessage) -> Status | None:
+    """What the database knows of the message's invoice, the tenant's (None: nothing); 409 as
+    :func:`known_state`. Other tenants' invoices are not looked at."""
+    try:
+        row = await get_invoice(db, message.invoice_id, tenant=message.tenant)
+    except InvoiceNotFound:
+        return None
+    return known_state(message, KnownInvoice(row.series, Status(row.status)))
+
+
+def accepted(request: Request, metrics: ApiMetrics, message: InvoiceMessage,
+             status: Status | None, published: bool) -> Accepted:
+    """The answer to an accepted message, counted."""
+    metrics.accepted.labels(str(published).lower()).inc()
+    return Accepted(invoice_id=message.invoice_id,
+                    status_url=status_url(request, message.invoice_id, message.tenant),
+                    published=published, status=None if status is None else status.value)
 
 
 def status_url(request: Request, invoice_id: str, tenant: str) -> str:
@@ -139,10 +177,9 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
         message = parse_message(body, content_type)
     except InvalidMessage as exc:
         raise HTTPException(invalid_status(body, content_type), exc.reason) from None
-    if not who.may_see(message.tenant):
-        raise HTTPException(403, "this token may not issue invoices for that tenant")
+    authorize(who, message)
     status = await known_status(db, message)
-    publish = status in (None, Status.RECEIVED)
+    publish = must_publish(status)
     if publish:
         try:
             await publisher.publish(message, priority="user")
@@ -150,14 +187,151 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
             log.warning("api_publish_failed", invoice_id=message.invoice_id,
                         error=type(exc).__name__)
             raise HTTPException(503, str(exc)) from None
-    metrics.accepted.labels(str(publish).lower()).inc()
+    answer = accepted(request, metrics, message, status, publish)
     log.info("invoice_accepted", invoice_id=message.invoice_id, tenant=message.tenant,
-             series=message.series, published=publish,
-             status=None if status is None else status.value)
-    url = status_url(request, message.invoice_id, message.tenant)
-    answer = Accepted(invoice_id=message.invoice_id, status_url=url, published=publish,
-                      status=None if status is None else status.value)
-    return JSONResponse(answer.model_dump(), status_code=202, headers={"Location": url})
+             series=message.series, published=publish, status=answer.status)
+    return JSONResponse(answer.model_dump(), status_code=202,
+                        headers={"Location": answer.status_url})
+
+
+#: A batch holds at most this many messages (more: 413).
+MAX_BATCH = 1000
+#: A batch's body is refused (413) beyond this many bytes, without reading it all: 16 MiB, room
+#: for 1,000 messages of 16 KiB each on average (one message alone may be up to 256 KiB).
+MAX_BATCH_BODY_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(eq=False)
+class _Item:
+    """One message of a batch on its way to its result."""
+
+    index: int
+    message: InvoiceMessage | None = None
+    code: int = 202
+    error: str | None = None
+    state: Status | None = None
+    published: bool = False
+    #: The earlier item of the batch carrying the same invoice (this one is not published).
+    first: _Item | None = None
+
+    def refuse(self, exc: HTTPException) -> None:
+        self.code, self.error = exc.status_code, str(exc.detail)
+
+
+def parse_item(data: Any) -> InvoiceMessage:
+    """One message of a batch, checked as the single POST checks its body: 400 when it is not a
+    JSON object, 422 when it breaks the contract (the parser's one-line reason)."""
+    if not isinstance(data, dict):
+        raise HTTPException(400, f"message must be a JSON object, not {json_type(data)}")
+    try:
+        return validate_message(data)
+    except InvalidMessage as exc:
+        raise HTTPException(422, exc.reason) from None
+
+
+def batch_items(who: Principal, decoded: list[Any]) -> list[_Item]:
+    """Every message of a batch parsed and authorized (or refused, each on its own)."""
+    items = [_Item(index) for index in range(len(decoded))]
+    for item, data in zip(items, decoded, strict=True):
+        try:
+            item.message = parse_item(data)
+            authorize(who, item.message)
+        except HTTPException as exc:
+            item.refuse(exc)
+    return items
+
+
+def batch_states(valid: list[_Item], known: dict[tuple[str, str], KnownInvoice]) -> None:
+    """Each valid item's known state (409 as the single POST); an item repeating an earlier
+    item's invoice follows that one (409 when the two name different series)."""
+    firsts: dict[tuple[str, str], _Item] = {}
+    for item in valid:
+        message = item.message
+        assert message is not None
+        key = (message.tenant, message.invoice_id)
+        try:
+            item.state = known_state(message, known.get(key))
+            first = firsts.get(key)
+            if first is not None:
+                assert first.message is not None
+                if message.series and first.message.series not in (None, message.series):
+                    raise HTTPException(409, "invoice_id already names an invoice of another "
+                                             "series of this tenant (an earlier item of the "
+                                             "batch)")
+                item.first = first
+            else:
+                firsts[key] = item
+        except HTTPException as exc:
+            item.refuse(exc)
+
+
+@router.post("/v1/invoices/batch", status_code=200, response_model=BatchAccepted,
+             responses={400: {"description": "Not a JSON array (or wrong content type)"},
+                        401: {"description": "No or invalid token"},
+                        413: {"description": f"Body larger than {MAX_BATCH_BODY_BYTES} bytes, "
+                                             f"or more than {MAX_BATCH} messages"},
+                        503: {"description": "The database is unreachable"}},
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"type": "array", "maxItems": MAX_BATCH,
+                                                 "items": MESSAGE_SCHEMA}}}}})
+async def issue_batch(request: Request, who: Principal = Security(principal),
+                      db: Database = Depends(deps.database),
+                      publisher: Publisher = Depends(deps.publisher),
+                      metrics: ApiMetrics = Depends(deps.metrics)) -> JSONResponse:
+    """Validate and publish up to 1,000 contract messages: one result per message, in order,
+    each what ``POST /v1/invoices`` would have answered for it alone.
+
+    Valid messages are accepted whatever the others are. The database is asked once for every
+    invoice of the batch; a message whose invoice it holds past RECEIVED is accepted without
+    publishing, and an invoice repeated in the batch is published once. The messages are
+    published at their own priority (``"user"``, else batch), their confirms pipelined.
+    """
+    body = await read_body(request, MAX_BATCH_BODY_BYTES)
+    try:
+        check_content_type(request.headers.get("content-type"))
+        decoded = decode_json(body)
+    except InvalidMessage as exc:
+        raise HTTPException(400, exc.reason) from None
+    if not isinstance(decoded, list):
+        raise HTTPException(400, "body must be a JSON array of messages, not "
+                                 f"{json_type(decoded)}")
+    if len(decoded) > MAX_BATCH:
+        raise HTTPException(413, f"batch has {len(decoded)} messages; at most {MAX_BATCH} are "
+                                 "accepted")
+    items = batch_items(who, decoded)
+    valid = [item for item in items if item.code == 202]
+    known = await known_invoices(db, {(item.message.tenant, item.message.invoice_id)
+                                      for item in valid if item.message is not None})
+    batch_states(valid, known)
+    sending = [item for item in valid
+               if item.code == 202 and item.first is None and must_publish(item.state)]
+    outcomes = await publisher.publish_many([item.message for item in sending
+                                             if item.message is not None])
+    for item, outcome in zip(sending, outcomes, strict=True):
+        if outcome is None:
+            item.published = True
+        else:
+            item.code, item.error = 503, str(outcome)
+    results: list[dict[str, Any]] = []
+    for item in items:
+        if item.first is not None and item.first.code == 503:
+            item.code, item.error = 503, item.first.error
+        result: dict[str, Any] = {
+            "index": item.index, "invoice_id": None if item.message is None
+            else item.message.invoice_id, "status": item.code, "published": item.published,
+            "status_url": None, "invoice_status": None, "error": item.error}
+        if item.code == 202 and item.message is not None:
+            answer = accepted(request, metrics, item.message, item.state, item.published)
+            result.update(status_url=answer.status_url, invoice_status=answer.status)
+        results.append(result)
+    failed = sum(item.code == 503 for item in items)
+    if failed:
+        log.warning("api_publish_failed", messages=failed)
+    count = sum(item.code == 202 for item in items)
+    published = sum(item.published for item in items)
+    log.info("batch_accepted", messages=len(items), accepted=count, published=published,
+             refused=len(items) - count)
+    return JSONResponse({"results": results, "accepted": count, "published": published})
 
 
 @router.get("/v1/invoices/{invoice_id:path}", response_model=InvoiceOut, name="get_invoice",

@@ -19,6 +19,34 @@ class Accepted(BaseModel):
     status: str | None = Field(description="The state the database knows, or null if none yet.")
 
 
+class BatchItem(BaseModel):
+    """One message of a batch: what ``POST /v1/invoices`` would have answered for it alone."""
+
+    index: int = Field(description="The message's position in the batch (0-based).")
+    invoice_id: str | None = Field(description="The message's invoice_id (null when the item "
+                                                "is not a valid message).")
+    status: int = Field(description="The single POST's answer for this message: 202 accepted; "
+                                    "400 not a JSON object, 422 breaks the contract, 413 larger "
+                                    "than a message may be, 403 another tenant's, 409 another "
+                                    "series's invoice_id; 503 the broker did not confirm it.")
+    published: bool = Field(description="True when this item was published now; false when it "
+                                        "was refused, when the database already had the invoice "
+                                        "past RECEIVED, or when an earlier item of the batch "
+                                        "carried the same invoice.")
+    status_url: str | None = Field(description="Poll this for the invoice's state (202 only).")
+    invoice_status: str | None = Field(description="The state the database knows (202 only; "
+                                                   "null if none yet): the single POST's "
+                                                   "``status``.")
+    error: str | None = Field(description="Why the item was refused: the single POST's "
+                                          "``detail`` (null for 202).")
+
+
+class BatchAccepted(BaseModel):
+    results: list[BatchItem] = Field(description="One result per message, in the batch's order.")
+    accepted: int = Field(description="How many results are 202.")
+    published: int = Field(description="How many messages were published now.")
+
+
 def _history_event_model() -> type[BaseModel]:
     """One entry of an invoice's history: a feed event (:class:`gapless.ledger.feed.FeedEvent`, one
     definition of its fields) without the invoice's own fields, with the document in force.

@@ -13,7 +13,7 @@ tenant, so every function that finds an invoice by its id takes the tenant too (
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -366,6 +366,27 @@ async def get_invoice(db: Database, invoice_id: str, *, tenant: str) -> Any:
     if row is None:
         raise InvoiceNotFound(invoice_id)
     return row
+
+
+@dataclass(frozen=True)
+class KnownInvoice:
+    """What the database holds of one producer key: the invoice's series and status."""
+
+    series: str
+    status: Status
+
+
+async def known_invoices(db: Database, keys: Collection[tuple[str, str]]
+                         ) -> dict[tuple[str, str], KnownInvoice]:
+    """The invoices the database holds among the producer keys ``(tenant, invoice_id)``, by key,
+    in one statement (no lock); a key nobody holds is absent."""
+    if not keys:
+        return {}
+    pairs = list(keys)
+    rows = await db.all(q.KNOWN_INVOICES, {"tenants": [tenant for tenant, _ in pairs],
+                                           "invoice_ids": [invoice_id for _, invoice_id in pairs]})
+    return {(row.tenant, row.invoice_id): KnownInvoice(row.series, Status(row.status))
+            for row in rows}
 
 
 async def invoice_events(db: Database, pk: int) -> list[Any]:

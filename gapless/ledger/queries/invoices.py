@@ -280,3 +280,12 @@ INVOICE_AS_SENT = f"""
       LEFT JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256
      WHERE i.invoice_id = %(invoice_id)s AND i.tenant = %(tenant)s
 """  # noqa: S608 - constant column list, values are bound
+
+#: What the API needs to answer a batch of producer keys in one round trip: the series and status
+#: of each invoice the database holds among the (tenant, invoice_id) pairs (no lock; the unique
+#: index invoices_invoice_id_tenant_key finds each). A key nobody holds has no row.
+KNOWN_INVOICES = """
+    SELECT i.tenant, i.invoice_id, i.series, i.status
+      FROM unnest(%(tenants)s::text[], %(invoice_ids)s::text[]) AS k(tenant, invoice_id)
+      JOIN invoices i ON i.invoice_id = k.invoice_id AND i.tenant = k.tenant
+"""
