@@ -14,6 +14,7 @@ plugin is installed (no engine is needed), it validates the file too.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -221,6 +222,26 @@ def test_settings_values_in_compose_validate() -> None:
             assert settings.queue == values.get("queue", settings.queue)
             checked += 1
     assert checked >= 6
+
+
+def test_the_api_token_has_no_default_a_server_would_refuse() -> None:
+    """The API refuses a token shorter than MIN_TOKEN_LENGTH and would crash-loop on one:
+    compose either requires the variable (``${VAR:?why}``) or defaults to a valid token."""
+    from gapless.api.auth import MIN_TOKEN_LENGTH
+
+    found = 0
+    for name, service in services().items():
+        value = str((service.get("environment") or {}).get("GAPLESS_API_TOKEN", ""))
+        if not value:
+            continue
+        found += 1
+        required = re.fullmatch(r"\$\{GAPLESS_API_TOKEN:\?.+\}", value)
+        default = re.fullmatch(r"\$\{GAPLESS_API_TOKEN:-(.*)\}", value)
+        literal = None if "${" in value else value
+        token = default.group(1) if default else literal
+        assert required or (token is not None and len(token) >= MIN_TOKEN_LENGTH), (
+            f"{name}: GAPLESS_API_TOKEN {value!r} is neither required nor a valid token")
+    assert found >= 2
 
 
 def test_depends_on_targets_exist_and_their_conditions_can_be_met() -> None:
@@ -434,7 +455,8 @@ def test_docker_compose_accepts_the_file_with_and_without_the_ha_profile() -> No
     for profile in ([], ["--profile", HA_PROFILE]):
         result = subprocess.run([docker, "compose", "-f", str(COMPOSE), *profile, "config",
                                  "--quiet"], capture_output=True, text=True, cwd=ROOT,
-                                check=False)
+                                check=False,
+                                env={**os.environ, "GAPLESS_API_TOKEN": "t" * 32})
         assert result.returncode == 0, result.stderr
 
 
