@@ -241,6 +241,21 @@ def follows_gib_status(integrator: object) -> bool:
             and callable(getattr(integrator, "status", None)))
 
 
+def endpoint(settings: Settings) -> tuple[str, str]:
+    """Where the configured adapter sends, and the variable that says so: the adapter class's
+    ``endpoint_setting`` (``integrator_url`` when it names none, or cannot be loaded), e.g.
+    ``("https://apitest.nilvera.com", "GAPLESS_NILVERA_URL")`` for the Nilvera adapter."""
+    try:
+        factory = load_factory(settings.integrator_adapter, setting="GAPLESS_INTEGRATOR_ADAPTER",
+                               shape="module:Class", what="integrator adapter")
+    except ConfigurationError:
+        factory = None
+    name = getattr(factory, "endpoint_setting", "integrator_url")
+    if not isinstance(name, str) or not isinstance(getattr(settings, name, None), str):
+        name = "integrator_url"
+    return str(getattr(settings, name)), f"GAPLESS_{name.upper()}"
+
+
 def load_integrator(settings: Settings) -> Integrator:
     """Build the adapter named by ``settings.integrator_adapter`` (``module:Class``).
 

@@ -66,6 +66,9 @@ class HttpIntegrator:
     read of the answer.
     """
 
+    #: The setting naming where this adapter sends (:func:`gapless.integrator.base.endpoint`).
+    endpoint_setting = "integrator_url"
+
     def __init__(self, settings: Settings) -> None:
         self._http = IntegratorSession(settings.integrator_url, settings)
 

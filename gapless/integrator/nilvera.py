@@ -115,6 +115,8 @@ class NilveraIntegrator:
 
     #: Nilvera's API has no lookup by number: recovery asks by the invoice's UUID.
     looks_up_numbers = False
+    #: The setting naming where this adapter sends (:func:`gapless.integrator.base.endpoint`).
+    endpoint_setting = "nilvera_url"
 
     def __init__(self, settings: Settings) -> None:
         if not settings.nilvera_api_key:

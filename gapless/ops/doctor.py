@@ -31,7 +31,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gapless.ops.unreachable import DATABASE_HINT, INTEGRATOR_HINT, describe_unreachable, first_line
+from gapless.ops.unreachable import (
+    DATABASE_HINT,
+    describe_unreachable,
+    first_line,
+    integrator_hint,
+)
 from gapless.settings import Settings
 
 if TYPE_CHECKING:
@@ -251,11 +256,12 @@ async def check_rabbitmq(settings: Settings) -> Check:
 
 async def check_integrator(settings: Settings) -> Check:
     """Look up the probe document through the configured adapter (:func:`probe_integrator`)."""
+    from gapless.integrator.base import endpoint
     from gapless.urls import redact_url
 
     answer = await probe_integrator(settings)
     said = "not found (as expected)" if answer is None else "found"
-    return Check("integrator", OK, f"{redact_url(settings.integrator_url)} answers a probe "
+    return Check("integrator", OK, f"{redact_url(endpoint(settings)[0])} answers a probe "
                  f"lookup: {said}")
 
 
@@ -317,7 +323,8 @@ async def diagnose(settings: Settings, *, timeout_s: float) -> list[Check]:
         bounded("postgres", timeout_s, DATABASE_HINT, lambda: check_postgres(settings, facts),
                 settings),
         bounded("rabbitmq", timeout_s, BROKER_HINT, lambda: check_rabbitmq(settings), settings),
-        bounded("integrator", timeout_s, INTEGRATOR_HINT, lambda: check_integrator(settings),
+        bounded("integrator", timeout_s, integrator_hint(settings),
+                lambda: check_integrator(settings),
                 settings))
     known = facts[0] if facts and postgres.status == OK else None
     return [postgres, rabbitmq, integrator, check_schema(settings, known),

@@ -35,6 +35,16 @@ class ServiceFailure:
 
 DATABASE_HINT = "is PostgreSQL running? check GAPLESS_DATABASE_URL"
 INTEGRATOR_HINT = "is the integrator running? check GAPLESS_INTEGRATOR_URL"
+
+
+def integrator_hint(settings: Settings | None) -> str:
+    """:data:`INTEGRATOR_HINT`, naming the variable of the configured adapter's endpoint
+    (``GAPLESS_NILVERA_URL`` for the Nilvera adapter)."""
+    if settings is None:
+        return INTEGRATOR_HINT
+    from gapless.integrator.base import endpoint
+
+    return f"is the integrator running? check {endpoint(settings)[1]}"
 #: SQLSTATE classes and codes of a connection that failed or was lost (not of a statement):
 #: connection exception, operator intervention (shutdown, crash, cannot connect now), invalid
 #: authorization, invalid catalog name (no such database).
@@ -158,10 +168,12 @@ def _integrator(link: BaseException, chain: list[BaseException],
 
     if not isinstance(link, httpx.TransportError | TransientIntegratorError):
         return None
-    integrator_url = settings.integrator_url if settings else ""
+    from gapless.integrator.base import endpoint
+
+    integrator_url, variable = endpoint(settings) if settings else ("", "GAPLESS_INTEGRATOR_URL")
     if isinstance(link, httpx.TransportError) and not _same_origin(link, integrator_url):
         return None  # another HTTP service; the integrator is the only one commands need
-    url = redact_url(integrator_url) if settings else "GAPLESS_INTEGRATOR_URL"
+    url = redact_url(integrator_url) if settings else variable
     below = chain[chain.index(link):]
     transport = next((e for e in below if isinstance(
         e, httpx.TransportError | aiohttp.ClientError | TimeoutError)), None)
@@ -169,7 +181,7 @@ def _integrator(link: BaseException, chain: list[BaseException],
         reason = first_line(str(link)) or type(link).__name__
         return ServiceFailure("integrator", url,
                               f"the integrator at {url} is not answering ({reason})", reason,
-                              INTEGRATOR_HINT)
+                              integrator_hint(settings))
     code = next((e.errno for e in _causes(transport, every_context=True)
                  if isinstance(e, OSError) and e.errno), None)
     if isinstance(transport, httpx.TimeoutException | TimeoutError):
@@ -181,7 +193,7 @@ def _integrator(link: BaseException, chain: list[BaseException],
     else:
         reason = f"{type(transport).__name__}: {first_line(str(transport))}".rstrip(": ")
     return ServiceFailure("integrator", url, f"cannot reach the integrator at {url} ({reason})",
-                          reason, INTEGRATOR_HINT)
+                          reason, integrator_hint(settings))
 
 
 def _same_origin(error: Any, url: str) -> bool:

@@ -101,6 +101,24 @@ def test_an_unreachable_integrator_fails(gapless_env: dict[str, str]) -> None:
     assert "GAPLESS_INTEGRATOR_URL" in checks["integrator"]["hint"]
 
 
+def test_an_unreachable_nilvera_is_named_by_its_own_variables(
+        gapless_env: dict[str, str]) -> None:
+    """The Nilvera adapter sends to GAPLESS_NILVERA_URL: doctor names that URL and variable,
+    not the mock's GAPLESS_INTEGRATOR_URL."""
+    port = free_port()
+    env = {**gapless_env,
+           "GAPLESS_INTEGRATOR_ADAPTER": "gapless.integrator.nilvera:NilveraIntegrator",
+           "GAPLESS_NILVERA_URL": f"http://127.0.0.1:{port}",
+           "GAPLESS_NILVERA_API_KEY": "k" * 24,
+           "GAPLESS_INTEGRATOR_URL": "http://127.0.0.1:9"}
+    code, checks, _ = doctor(env)
+    assert code == 1
+    assert checks["integrator"]["status"] == "fail"
+    assert f"http://127.0.0.1:{port}" in checks["integrator"]["detail"]
+    assert "GAPLESS_NILVERA_URL" in checks["integrator"]["hint"]
+    assert "GAPLESS_INTEGRATOR_URL" not in checks["integrator"]["hint"]
+
+
 @pytest.fixture
 def empty_database() -> Iterator[str]:
     name = f"gapless_doctor_{uuid.uuid4().hex[:8]}"
