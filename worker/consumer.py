@@ -133,6 +133,8 @@ class Worker:
             try:
                 await self._run(db, integrator, install_signal_handlers)
             finally:
+                if self._flow is not None:
+                    await self._flow.issued.aclose()
                 await integrator.aclose()
         finally:
             await db.close()
