@@ -274,3 +274,18 @@ def test_the_schema_can_be_placed_under_openapi_components() -> None:
     refs = re.findall(r'"\$ref": "([^"]+)"', json.dumps(schema))
     assert refs
     assert all(ref.startswith("#/components/schemas/") for ref in refs)
+
+
+# ------------------------------------------------------- docs/message.md shows these files
+
+
+def test_docs_message_md_shows_every_example_file_as_it_is() -> None:
+    """Each example file is a JSON block of docs/message.md (same text), and each JSON block
+    of a message there is an example file: the page and the files cannot drift apart."""
+    page = (ROOT / "docs" / "message.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```json\n(.*?)```", page, flags=re.DOTALL)
+    files = {path.stem: path.read_text(encoding="utf-8") for path in EXAMPLES}
+    shown = [block for block in blocks if '"invoice_id"' in block]
+    assert sorted(shown) == sorted(files.values())
+    for name in files:
+        assert f"{name}.json" in page
