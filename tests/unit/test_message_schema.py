@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -60,6 +62,13 @@ def test_the_committed_schema_is_the_generated_one() -> None:
     assert SCHEMA_FILE.read_text(encoding="utf-8") == schema_text(), (
         "docs/message.schema.json is stale: run `make schema` "
         "(python -m gapless.message.schema > docs/message.schema.json)")
+
+
+def test_the_module_prints_the_schema() -> None:
+    """`python -m gapless.message.schema` (`make schema`) writes what is committed."""
+    printed = subprocess.run([sys.executable, "-m", "gapless.message.schema"], cwd=ROOT,
+                             capture_output=True, timeout=60, check=True)
+    assert printed.stdout.decode("utf-8") == SCHEMA_FILE.read_text(encoding="utf-8")
 
 
 def test_the_schema_is_a_valid_draft_2020_12_schema(committed: dict[str, Any]) -> None:
