@@ -198,6 +198,13 @@ FIELD_NOTES: dict[tuple[str, str], str] = {
     ("InvoiceMessage", "earsiv"): "Only for an EARSIVFATURA document.",
 }
 
+#: A part's description where its docstring speaks to gapless's developers, not producers.
+PART_DESCRIPTIONS = {
+    "Customer": "The buyer: a company (10-digit VKN) or a person (11-digit TCKN). A UBL-TR "
+                "document needs the tax office of a company, the name parts of a person, and "
+                "an address with at least the district and the city.",
+}
+
 _TITLE = "gapless invoice message"
 _DESCRIPTION = (
     "The JSON body of an invoice message (AMQP content_type application/json, or the body of "
@@ -239,7 +246,9 @@ def _walk_models(schema: dict[str, Any]) -> None:
     refuses null (``series``: absent and null differ)."""
     models = {**schema.get("$defs", {}), "InvoiceMessage": schema}
     for name, model in models.items():
-        if "description" in model:
+        if name in PART_DESCRIPTIONS:
+            model["description"] = PART_DESCRIPTIONS[name]
+        elif "description" in model:
             model["description"] = " ".join(model["description"].replace("``", "`").split())
         for field, prop in model.get("properties", {}).items():
             if "default" in prop and prop["default"] is None and not _accepts_null(prop):
