@@ -6,7 +6,7 @@ WORKERS ?= 3
 SEED ?= 7
 FAULTS ?= default
 
-.PHONY: install test lint typecheck bench bench-check bench-tools chaos demo clean-test-dbs
+.PHONY: install test lint typecheck schema bench bench-check bench-tools chaos demo clean-test-dbs
 
 install:
 	python3 -m venv .venv
@@ -25,6 +25,11 @@ lint:
 	$(PY) -m ruff check gapless worker recovery tests bench
 	.venv/bin/lint-imports --no-cache
 	$(PY) -m mypy
+
+## The message's JSON Schema, generated from the model (tests/unit/test_message_schema.py checks
+## the committed copy equals it).
+schema:
+	$(PY) -m gapless.message.schema > docs/message.schema.json
 
 bench:
 	$(PY) bench/run_all.py

@@ -9,13 +9,12 @@ from typing import Any
 
 import psycopg
 from fastapi import FastAPI, Request
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 from starlette.requests import ClientDisconnect
 
 from gapless.amqp.publisher import Publisher
-from gapless.api import deps, events, health, invoices
+from gapless.api import deps, events, health, invoices, openapi
 from gapless.api.auth import Authenticator
 from gapless.api.observe import ApiMetrics, RequestObserver
 from gapless.ledger import feed
@@ -113,14 +112,5 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (invoices, events, health):
         app.include_router(module.router)
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(title=app.title, version=app.version, summary=app.summary,
-                                 routes=app.routes)
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(
-                invoices.MESSAGE_DEFINITIONS)
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
+    openapi.install(app)
     return app
