@@ -14,9 +14,9 @@ total is a plain sum of rounded parts, so the document adds up to the cent:
   extension − allowances (= Σ net); tax = Σ group taxes; tax-inclusive = tax-exclusive + tax;
   payable = tax-inclusive − withheld; the VAT the seller owes is tax − withheld.
 
-A worked example (README, "Money"): 3 × 33.335 with a 5.00 discount at 20 %, withholding code
-624 (2/10): gross 100.01 (100.005 rounds up), net 95.01, VAT 19.00 (19.002), withheld 3.80,
-tax-inclusive 114.01, payable 110.21.
+A worked example (docs/architecture.md, "Money"): 3 × 33.335 with a 5.00 discount at 20 %,
+withholding code 624 (2/10): gross 100.01 (100.005 rounds up), net 95.01, VAT 19.00 (19.002),
+withheld 3.80, tax-inclusive 114.01, payable 110.21.
 
 The arithmetic is exact and never raises: it runs in its own decimal context (:data:`EXACT`),
 wide enough for every amount the message's fields allow (a product of 18 and 23 digits, summed

@@ -31,7 +31,7 @@ from gapless.ledger.queries import gib as q
 if TYPE_CHECKING:
     from gapless.settings import Settings
 
-#: What an operator does about a document GİB refused after acceptance (status, audit, README).
+#: What an operator does about a document GİB refused after acceptance (status, audit, docs).
 REFUSED_TODO = ("issue a new invoice (or a return, if the refused one was delivered); never "
                 "resend it — the number stays accounted for")
 #: What an operator does about a document whose verdict recovery stopped waiting for.

@@ -3,7 +3,10 @@
 The shell blocks of README.md are parsed (so the README cannot drift from what works):
 "## Run it" must install and run ``gapless demo``; "## Run the tests" must install and name the
 test command. Every ``gapless`` command anywhere in the README's shell blocks must parse against
-the real command tree, and every ``make`` target it names must exist.
+the real command tree, and every ``make`` target it names must exist. The README stays a
+newcomer's page: at most 300 lines, every relative link pointing at a file of the repository (and
+an anchor at a heading of it), its prerequisites and licence agreeing with pyproject.toml, and
+each figure of its capacity summary found in docs/benchmarks.md.
 
 The fresh-clone test clones the repository's committed HEAD, installs it as ``make install``
 does (a ``.venv`` in the clone and ``pip install -e .``; the third-party packages are borrowed
@@ -20,6 +23,7 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +38,9 @@ from tests.unit.test_compose import parse_command
 
 README = ROOT / "README.md"
 MAKEFILE = ROOT / "Makefile"
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+PYPROJECT = ROOT / "pyproject.toml"
+MAX_README_LINES = 300
 SHELL_LANGUAGES = {"sh", "shell", "bash", "console"}
 GAPLESS_PROGRAMS = {"gapless", ".venv/bin/gapless"}
 
@@ -149,6 +156,87 @@ def test_the_readme_parser_sees_what_it_should() -> None:
     assert readme_commands(text) == [
         Command("Run it", ["make", "install"]), Command("Run it", [".venv/bin/gapless", "demo"]),
         Command("Other", ["gapless", "worker", "--concurrency", "2"])]
+
+
+def markdown_links(text: str) -> list[str]:
+    """The target of every inline link ``[text](target)`` outside code spans and fenced blocks."""
+    prose = re.sub(r"(?ms)^```.*?^```", "", text)
+    prose = re.sub(r"`[^`\n]*`", "", prose)
+    return re.findall(r"\]\(([^)\s]+)\)", prose)
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer gives the headings of ``text`` (GitHub's rule: lower
+    case, punctuation dropped, spaces to hyphens)."""
+    headings = re.findall(r"^#{1,6} +(.+?) *$", re.sub(r"(?ms)^```.*?^```", "", text),
+                          re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def section(text: str, title: str) -> str:
+    """The body of the ``## title`` section of ``text``."""
+    match = re.search(rf"(?ms)^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text)
+    assert match, f"README has no '## {title}' section"
+    return match.group(1)
+
+
+def test_the_readme_is_a_newcomers_page() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_README_LINES, (
+        f"README.md has {len(lines)} lines; at most {MAX_README_LINES} (reference goes in docs/)")
+
+
+def resolves(link: str) -> bool:
+    """Whether a link relative to the README names an existing file or folder (and, for an
+    anchor into a Markdown file, one of its headings)."""
+    path, _, anchor = link.partition("#")
+    target = (README.parent / path) if path else README
+    if not target.exists():
+        return False
+    if anchor and target.suffix == ".md":
+        return anchor in heading_anchors(target.read_text(encoding="utf-8"))
+    return True
+
+
+def test_every_relative_link_of_the_readme_resolves() -> None:
+    text = README.read_text(encoding="utf-8")
+    links = [link for link in markdown_links(text)
+             if not re.match(r"^[a-z][a-z0-9+.-]*:", link, re.IGNORECASE)]
+    assert links
+    missing = [link for link in links if not resolves(link)]
+    assert not missing, (
+        f"README links to what the repository does not hold: {list(dict.fromkeys(missing))}")
+
+
+def test_the_link_checks_see_what_they_should() -> None:
+    text = "\n".join([
+        "See [a](docs/a.md), [b](docs/b.md#why-it-is), [site](https://example.com) and",
+        "`[not](a-link.md)`.", "```md", "[nor](this.md)", "```", "## Why, it is!"])
+    assert markdown_links(text) == ["docs/a.md", "docs/b.md#why-it-is", "https://example.com"]
+    assert heading_anchors(text) == {"why-it-is"}
+
+
+def test_the_prerequisites_and_licence_agree_with_pyproject() -> None:
+    text = README.read_text(encoding="utf-8")
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    python = project["requires-python"].removeprefix(">=")
+    assert re.search(rf"^\| Python \| ≥ {re.escape(python)} \|",
+                     section(text, "Prerequisites"), re.MULTILINE)
+    licence = project["license"]
+    assert licence in section(text, "Licence")
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith(f"{licence} License")
+
+
+def test_the_capacity_figures_are_measured_ones() -> None:
+    capacity = section(README.read_text(encoding="utf-8"), "Capacity")
+    benchmarks = BENCHMARKS.read_text(encoding="utf-8")
+    assert "bench/issue.py" in capacity  # the command that measures them
+    figures = {figure for figure in re.findall(r"\d+(?:\.\d+)?", capacity)
+               if "." in figure or len(figure) >= 3}
+    assert figures
+    unmeasured = sorted(figure for figure in figures
+                        if not re.search(rf"(?<![\d.]){re.escape(figure)}(?![\d])", benchmarks))
+    assert not unmeasured, f"capacity figures not in docs/benchmarks.md: {unmeasured}"
 
 
 # ------------------------------------------------------------------------------ fresh clone

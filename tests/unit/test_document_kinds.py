@@ -278,9 +278,9 @@ def line(**changes: Any) -> dict[str, Any]:
 
 
 def test_the_worked_example_of_the_rounding_rule() -> None:
-    # The README's example: 3 × 33.335 = 100.005 → 100.01; less 5.00 discount → 95.01; VAT 20 %
-    # = 19.002 → 19.00; code 624 withholds 2/10 of it: 3.80; 95.01 + 19.00 = 114.01 with VAT;
-    # payable 114.01 − 3.80 = 110.21.
+    # The example of docs/architecture.md, "Money": 3 × 33.335 = 100.005 → 100.01; less 5.00
+    # discount → 95.01; VAT 20 % = 19.002 → 19.00; code 624 withholds 2/10 of it: 3.80;
+    # 95.01 + 19.00 = 114.01 with VAT; payable 114.01 − 3.80 = 110.21.
     body = render(sale(type="TEVKIFAT", lines=[line(discount="5.00", withholding_code="624")]))
     assert_valid(body)
     total = "cac:LegalMonetaryTotal/cbc:"
