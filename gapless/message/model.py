@@ -1,5 +1,5 @@
 """The message model: the contract JSON as typed, frozen pydantic models (the parts of an invoice,
-and the document kinds' fields of ``../shared/ARCHITECTURE.md``, "Document kinds")."""
+and the document kinds' fields; docs/message.md describes every field for producers)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The mock integrator's HTTP API (the contract "mock integrator HTTP API" of ARCHITECTURE.md):
+"""The mock integrator's HTTP API (docs/mock.md):
 FastAPI routes over one :class:`~gapless.integrator.mock.state.MockState` (``app.state.mock``).
 
 Every non-admin call first meets the faults in force (down, refused credentials, latency, a
