@@ -54,6 +54,34 @@ def _root(
                                  help="Print the installed version and exit."),
 ) -> None:
     """Unique, gap-free legal document numbers, issued from queues."""
+    _warn_unknown_settings()
+
+
+def _warn_unknown_settings() -> None:
+    """Name every ``GAPLESS_*`` variable nothing reads (a misspelt setting would otherwise be
+    ignored in silence), with the closest known name: one line each on stderr, or — when the
+    process logs JSON — one ``unknown_setting`` warning event each. Never the value."""
+    from gapless.settings import unknown_variables
+
+    unknown = unknown_variables()
+    if not unknown:
+        return
+    from gapless.cli.options import invocation_settings
+
+    settings = invocation_settings()
+    if settings is not None and settings.log_format == "json":
+        import structlog
+
+        from gapless.logging import configure_logging
+
+        configure_logging(settings.log_format, settings.log_level)
+        log = structlog.get_logger("gapless.settings")
+        for variable in unknown:
+            log.warning("unknown_setting", variable=variable.name,
+                        did_you_mean=variable.suggestion)
+        return
+    for variable in unknown:
+        echo(f"gapless: {variable.line()}", err=True)
 
 
 # typer may vendor its own click; take the exception classes from typer's own hierarchy.
