@@ -34,7 +34,7 @@ app = typer.Typer(
     name="gapless",
     help="Unique, gap-free legal document numbers, issued from queues.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
