@@ -59,7 +59,7 @@ DEMO_DATABASE = "gapless_demo"
 #: (tenant, series code, share of the load)
 TENANTS = (("acme", "ABC", 0.6), ("globex", "GLX", 0.4))
 #: The demo's issuer profile, for the first tenant: its documents are UBL-TR 2.1.
-DEMO_ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
+DEMO_ISSUER = {"tax_id": "1234567808", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
                "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
                "postal_zone": "34716", "email": "efatura@acme.example"}
 USER_SHARE = 0.2            # the rest is batch
