@@ -84,9 +84,12 @@ async def test_every_document_newest_first_as_a_table_and_as_json(
         assert header in shown.stdout
     row = {invoice_id: next(line for line in lines if f" {invoice_id} " in line)
            for invoice_id in sendings}
-    assert "ERROR" in row["a-2"] and "integrator timed out \\x1b[31mred" in row["a-2"]
-    assert "REJECTED" in row["a-3"] and "invalid tax id" in row["a-3"]
-    assert sendings["a-1"].number in row["a-1"] and "ISSUED" in row["a-1"]
+    assert "ERROR" in row["a-2"]
+    assert "integrator timed out \\x1b[31mred" in row["a-2"]
+    assert "REJECTED" in row["a-3"]
+    assert "invalid tax id" in row["a-3"]
+    assert sendings["a-1"].number in row["a-1"]
+    assert "ISSUED" in row["a-1"]
     assert today() in row["a-1"]
     assert "\x1b" not in shown.stdout  # a value's terminal control is shown, never obeyed
     assert "more documents match" not in shown.stdout
@@ -98,7 +101,8 @@ async def test_every_document_newest_first_as_a_table_and_as_json(
     assert (by_id["a-3"]["status"], by_id["a-3"]["last_error"], by_id["a-3"]["number"]) == (
         "REJECTED", "invalid tax id", sendings["a-3"].number)
     assert (by_id["a-4"]["status"], by_id["a-4"]["number"]) == ("RECEIVED", None)
-    assert by_id["g-1"]["tenant"] == "globex" and by_id["g-1"]["series"] == "GLX"
+    assert by_id["g-1"]["tenant"] == "globex"
+    assert by_id["g-1"]["series"] == "GLX"
     assert by_id["a-1"]["issue_date"] == today()
     created = [datetime.fromisoformat(item["created_at"]) for item in items]
     assert created == sorted(created, reverse=True)
