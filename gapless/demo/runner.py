@@ -213,9 +213,8 @@ def foreign_database(settings: Settings, name: str) -> str | None:
     exists, comment = database_comment(url)
     if not exists or comment == DEMO_MARK:
         return None
-    return (f"database {name!r} at {redact_url(settings.database_url)} exists and was not "
-            "created by gapless demo, which would drop it: give another --database, or --force "
-            "to drop it")
+    return (f"database {name!r} ({redact_url(url)}) exists and was not created by gapless "
+            "demo, which would drop it: give another --database, or --force to drop it")
 
 
 async def prepare_database(settings: Settings, config: DemoConfig) -> str:

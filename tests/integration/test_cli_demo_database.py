@@ -57,9 +57,10 @@ def test_the_demo_refuses_a_database_it_did_not_create(demo_name: str,
     assert result.returncode == 2, (result.stdout, result.stderr)
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("gapless: error (gapless demo): "), line
-    for fragment in (f"database {demo_name!r} at postgresql://", "was not created by gapless "
+    for fragment in (f"database {demo_name!r} (postgresql://", "was not created by gapless "
                      "demo", "--force"):
         assert fragment in line, line
+    assert f"/{demo_name})" in line  # the server and the database the demo would drop
     assert result.stdout == ""
     assert table_names(demo_name) == {"precious"}  # nothing dropped
 
