@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -228,14 +228,16 @@ def known_variables() -> frozenset[str]:
     return frozenset(names)
 
 
-def unknown_variables(environ: Mapping[str, str] | None = None) -> list[UnknownVariable]:
+def unknown_variables(environ: Mapping[str, str] | None = None, *,
+                      also_known: Iterable[str] = ()) -> list[UnknownVariable]:
     """The ``GAPLESS_*`` variables of ``environ`` (default: this process's environment) that
     nothing reads — a misspelt setting is otherwise silently ignored — sorted by name, each with
-    the closest known name when one is close. Names are compared case-insensitively, as
+    the closest known name when one is close. ``also_known``: more names that are read (e.g.
+    variables a configuration file names). Names are compared case-insensitively, as
     :class:`Settings` reads them."""
     environ = os.environ if environ is None else environ
     prefix = "GAPLESS_"
-    known = known_variables()
+    known = known_variables() | {name.upper() for name in also_known}
     stems = {name.removeprefix(prefix): name for name in known}
     found = []
     for name in sorted(environ):

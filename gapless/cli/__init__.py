@@ -6,6 +6,10 @@ service that cannot be reached — PostgreSQL, RabbitMQ, the integrator — what
 :func:`gapless.ops.unreachable.describe_unreachable`) and prints the service, its URL without the
 password, and what to check, with no traceback. An error's message may hold data (an id, what
 a server said): it is printed as text (:func:`gapless.cli.printable.echo`), like every value.
+
+Every command first names the ``GAPLESS_*`` environment variables nothing reads, with the
+closest known name (:func:`gapless.settings.unknown_variables`), and goes on. Shell completion
+is typer's: ``gapless --install-completion`` / ``--show-completion``.
 """
 
 from __future__ import annotations

@@ -39,6 +39,12 @@ def test_names_are_compared_as_settings_reads_them_case_insensitively() -> None:
     assert unknown_variables({"gapless_queue": "x", "Gapless_Lease_S": "10"}) == []
 
 
+def test_names_read_elsewhere_may_be_declared_known() -> None:
+    environ = {"GAPLESS_ACME_NILVERA_KEY": "secret", "GAPLESS_QUEUE": "ok"}
+    assert [v.name for v in unknown_variables(environ)] == ["GAPLESS_ACME_NILVERA_KEY"]
+    assert unknown_variables(environ, also_known=["gapless_acme_nilvera_key"]) == []
+
+
 def _variables_read_in_the_repository() -> set[str]:
     """Every GAPLESS_* name written in the code and tools (docs excluded: they may quote a
     misspelling); names cut at a placeholder (``GAPLESS_CHAOS_{name}``) are families."""
