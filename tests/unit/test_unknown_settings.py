@@ -49,7 +49,7 @@ def _variables_read_in_the_repository() -> set[str]:
     """Every GAPLESS_* name written in the code and tools (docs excluded: they may quote a
     misspelling); names cut at a placeholder (``GAPLESS_CHAOS_{name}``) are families."""
     found: set[str] = set()
-    pattern = re.compile(r"GAPLESS_[A-Z0-9_]*[A-Z0-9]")
+    pattern = re.compile(r"(?<![A-Za-z0-9_])GAPLESS_[A-Z0-9_]*[A-Z0-9]")
     for folder in ("gapless", "worker", "recovery", "tests", "bench"):
         for path in (ROOT / folder).rglob("*.py"):
             if path.name == "test_unknown_settings.py":
