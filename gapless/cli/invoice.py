@@ -337,8 +337,9 @@ def _since(value: str | None) -> datetime | None:
 def list_(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's documents."),
     status: list[str] = typer.Option(
-        [], "--status", help="Only documents in this status (RECEIVED, SENDING, ISSUED, ERROR, "
-                             "REJECTED, CANCELLED, VOIDED); repeat for several."),
+        [], "--status", metavar="STATUS",
+        help="Only documents in this status (RECEIVED, SENDING, ISSUED, ERROR, REJECTED, "
+             "CANCELLED, VOIDED); repeat for several."),
     since: str | None = typer.Option(
         None, "--since", metavar="DATE",
         help="Only documents received at or after DATE (YYYY-MM-DD, midnight in "
