@@ -92,7 +92,7 @@ from gapless.message import validate_message
 from gapless.settings import Settings
 
 #: The issuer profile of the UBL-TR runs (``gapless tenant set``).
-PROFILE_ARGS = ["tenant", "set", "bench", "--tax-id", "1234567803", "--name",
+PROFILE_ARGS = ["tenant", "set", "bench", "--tax-id", "1234567808", "--name",
                 "Bench Bilişim A.Ş.", "--tax-office", "Kadıköy", "--street", "Rıhtım Cad. No:1",
                 "--district", "Kadıköy", "--city", "İstanbul", "--postal-zone", "34716"]
 

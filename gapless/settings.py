@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -173,3 +176,75 @@ def process_environment(settings: Settings, **extra: str) -> dict[str, str]:
     })
     env.update(extra)
     return env
+
+
+#: ``GAPLESS_*`` variables read outside :class:`Settings`, by gapless itself and by the
+#: repository's own tools (the test suite's and benchmarks' knobs): known, so never reported.
+OTHER_VARIABLES = frozenset({
+    "GAPLESS_SCHEMA_DIR",                # gapless.ledger.migrations: where the migrations are
+    "GAPLESS_WORKER_HOOKS",              # gapless.worker.hooks: the flow's step hooks (tests)
+    "GAPLESS_FAULT_KILL_AT",             # tests/faults.py: the worker's fault injection
+    "GAPLESS_FAULT_PAUSE_AT",
+    "GAPLESS_FAULT_DURING_CALL_MS",
+    "GAPLESS_CHAOS_DURATION",            # tests/chaos: `make chaos`
+    "GAPLESS_CHAOS_INVOICES",
+    "GAPLESS_CHAOS_WORKERS",
+    "GAPLESS_CHAOS_SEED",
+    "GAPLESS_CHAOS_FAULTS",
+    "GAPLESS_HOSTILE_EXAMPLES",          # tests/hostile: more generated examples
+    "GAPLESS_HOSTILE_RANDOM",
+    "GAPLESS_RESTART_OUTAGE_S",          # tests/acceptance: longer service outages
+    "GAPLESS_REQUIRE_PRIVATE_SERVICES",  # tests/ha, bench: private servers must start
+    "GAPLESS_TEST_PG_BIN",               # where initdb and pg_ctl are
+    "GAPLESS_TEST_RABBITMQ_SBIN",        # where rabbitmq-server is
+})
+
+#: How alike a misspelt name must be to a known one (difflib's ratio, prefix left out) to be
+#: suggested.
+_SUGGESTION_CUTOFF = 0.75
+
+
+@dataclass(frozen=True)
+class UnknownVariable:
+    """A ``GAPLESS_*`` environment variable nothing reads, and the known one it most resembles."""
+
+    name: str
+    suggestion: str | None
+
+    def line(self) -> str:
+        """What an operator is told (the name only, never the value: it may be a secret)."""
+        hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
+        return f"unknown setting {self.name}{hint}"
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``GAPLESS_*`` variable gapless or its tools read: one per :class:`Settings` field
+    (derived from the model, so a new field is known at once), and :data:`OTHER_VARIABLES`."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    names = set(OTHER_VARIABLES)
+    for field_name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        names.add(alias.upper() if isinstance(alias, str) else f"{prefix}{field_name}".upper())
+    return frozenset(names)
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None, *,
+                      also_known: Iterable[str] = ()) -> list[UnknownVariable]:
+    """The ``GAPLESS_*`` variables of ``environ`` (default: this process's environment) that
+    nothing reads — a misspelt setting is otherwise silently ignored — sorted by name, each with
+    the closest known name when one is close. ``also_known``: more names that are read (e.g.
+    variables a configuration file names). Names are compared case-insensitively, as
+    :class:`Settings` reads them."""
+    environ = os.environ if environ is None else environ
+    prefix = "GAPLESS_"
+    known = known_variables() | {name.upper() for name in also_known}
+    stems = {name.removeprefix(prefix): name for name in known}
+    found = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(prefix) or upper in known:
+            continue
+        close = difflib.get_close_matches(upper.removeprefix(prefix), stems, n=1,
+                                          cutoff=_SUGGESTION_CUTOFF)
+        found.append(UnknownVariable(name, stems[close[0]] if close else None))
+    return found

@@ -6,6 +6,10 @@ service that cannot be reached — PostgreSQL, RabbitMQ, the integrator — what
 :func:`gapless.ops.unreachable.describe_unreachable`) and prints the service, its URL without the
 password, and what to check, with no traceback. An error's message may hold data (an id, what
 a server said): it is printed as text (:func:`gapless.cli.printable.echo`), like every value.
+
+Every command first names the ``GAPLESS_*`` environment variables nothing reads, with the
+closest known name (:func:`gapless.settings.unknown_variables`), and goes on. Shell completion
+is typer's: ``gapless --install-completion`` / ``--show-completion``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ app = typer.Typer(
     name="gapless",
     help="Unique, gap-free legal document numbers, issued from queues.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -54,6 +58,34 @@ def _root(
                                  help="Print the installed version and exit."),
 ) -> None:
     """Unique, gap-free legal document numbers, issued from queues."""
+    _warn_unknown_settings()
+
+
+def _warn_unknown_settings() -> None:
+    """Name every ``GAPLESS_*`` variable nothing reads (a misspelt setting would otherwise be
+    ignored in silence), with the closest known name: one line each on stderr, or — when the
+    process logs JSON — one ``unknown_setting`` warning event each. Never the value."""
+    from gapless.settings import unknown_variables
+
+    unknown = unknown_variables()
+    if not unknown:
+        return
+    from gapless.cli.options import invocation_settings
+
+    settings = invocation_settings()
+    if settings is not None and settings.log_format == "json":
+        import structlog
+
+        from gapless.logging import configure_logging
+
+        configure_logging(settings.log_format, settings.log_level)
+        log = structlog.get_logger("gapless.settings")
+        for variable in unknown:
+            log.warning("unknown_setting", variable=variable.name,
+                        did_you_mean=variable.suggestion)
+        return
+    for variable in unknown:
+        echo(f"gapless: {variable.line()}", err=True)
 
 
 # typer may vendor its own click; take the exception classes from typer's own hierarchy.

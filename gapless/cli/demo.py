@@ -1,4 +1,9 @@
-"""``gapless demo``: the whole system, on this machine's PostgreSQL and RabbitMQ, in one command."""
+"""``gapless demo``: the whole system, on this machine's PostgreSQL and RabbitMQ, in one command.
+
+The demo drops and re-creates its database (``gapless_demo``): only a database it created itself
+(marked with a comment), or none of that name. An existing one without the mark is refused in one
+line, exit 2, before anything is dropped or started, unless ``--force``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from pathlib import Path
 import typer
 
 from gapless.cli.options import AmqpUrlOption, DatabaseUrlOption, run, settings_from
+from gapless.cli.printable import echo
 from gapless.settings import Settings
 
 #: The demo drops and re-creates its database: only names with this prefix are accepted.
@@ -26,7 +32,12 @@ def demo(
     database: str = typer.Option(
         DEMO_DATABASE_PREFIX, "--database",
         help=f"Demo database name (must start with {DEMO_DATABASE_PREFIX}; it is dropped and "
-             "re-created). Server and credentials come from GAPLESS_DATABASE_URL."),
+             "re-created, if the demo created it). Server and credentials come from "
+             "GAPLESS_DATABASE_URL."),
+    force: bool = typer.Option(
+        False, "--force",
+        help="Drop an existing database of that name although gapless demo did not create it "
+             "(the demo marks its own database with a comment)."),
     kill: bool = typer.Option(True, "--kill/--no-kill",
                               help="Kill one worker with SIGKILL midway, then restart it."),
     seed: int = typer.Option(7, "--seed", help="Seed of the load and the integrator's faults."),
@@ -47,7 +58,7 @@ def demo(
     """
     from rich.console import Console
 
-    from gapless.demo.runner import DemoConfig, run_demo
+    from gapless.demo.runner import DemoConfig, foreign_database, run_demo
 
     if not database.startswith(DEMO_DATABASE_PREFIX):
         raise typer.BadParameter(
@@ -55,9 +66,15 @@ def demo(
             f"{DEMO_DATABASE_PREFIX!r}, got {database!r}")
     settings = settings_from(database_url=database_url, amqp_url=amqp_url)
     _reach_services(settings)
+    foreign = foreign_database(settings, database)
+    if foreign is not None and not force:
+        raise typer.BadParameter(foreign)
+    if foreign is not None:
+        echo(f"warning: --force: dropping database {database!r}, which gapless demo did not "
+             "create", err=True)
     config = DemoConfig(invoices=invoices, workers=workers, concurrency=concurrency, keep=keep,
                         database=database, seed=seed, deadline_s=deadline, kill_worker=kill,
-                        log_dir=log_dir)
+                        log_dir=log_dir, force=force)
     err = Console(stderr=True)
     try:
         result = run(run_demo(settings, config, err=err, out=Console()))

@@ -1,4 +1,5 @@
-"""``gapless invoice show|retry|void|cancel``: what an operator does with one invoice.
+"""``gapless invoice show|list|retry|void|cancel``: what an operator does with one invoice, and
+the list of the documents matching a filter, newest first.
 
 Wrong state or unknown invoice: one line, exit 1. Bad usage (a payload that is not valid JSON or
 not a valid message, an empty reason, an ``invoice_id`` several tenants hold and no ``--tenant``):
@@ -12,7 +13,7 @@ import json
 import sys
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime, time
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from rich.text import Text
 
 from gapless.cli.options import DatabaseUrlOption, IntegratorUrlOption, run, settings_from
 from gapless.cli.printable import console, echo, echo_json, json_text, plain
-from gapless.constants import EARSIV_PROFILE, Channel
+from gapless.constants import EARSIV_PROFILE, Channel, Status
 from gapless.settings import Settings
 
 if TYPE_CHECKING:
@@ -291,6 +292,114 @@ def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
     if with_payload:
         for line in json_text(row.payload, indent=2, ensure_ascii=False).splitlines():
             out.print(line, soft_wrap=True)
+
+
+# ------------------------------------------------------------------------------------- list
+
+#: The time zone of a ``--since`` given without one (GİB's, the series' default).
+SINCE_TZ = "Europe/Istanbul"
+#: Statuses whose ``last_error`` is the reason the invoice is where it is (the list shows it).
+REASON_STATUSES = frozenset({Status.ERROR, Status.REJECTED, Status.CANCELLED, Status.VOIDED})
+
+
+def _statuses(values: list[str]) -> list[Status]:
+    """``--status`` values as statuses (any case); a usage error names one that is not."""
+    statuses = []
+    for value in values:
+        try:
+            statuses.append(Status(value.strip().upper()))
+        except ValueError:
+            raise typer.BadParameter(
+                f"--status: unknown status {value!r}; choose "
+                f"{', '.join(status.value for status in Status)}") from None
+    return statuses
+
+
+def _since(value: str | None) -> datetime | None:
+    """``--since`` as a moment: a date is its midnight, a time without an offset is read, in
+    Europe/Istanbul; a usage error when it is neither."""
+    from zoneinfo import ZoneInfo
+
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time(), ZoneInfo(SINCE_TZ))
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"--since: {value!r} is not a date (YYYY-MM-DD) or an ISO 8601 "
+                                 "time (YYYY-MM-DDTHH:MM[:SS][+03:00])") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=ZoneInfo(SINCE_TZ))
+
+
+@invoice_app.command("list")
+def list_(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's documents."),
+    status: list[str] = typer.Option(
+        [], "--status", metavar="STATUS",
+        help="Only documents in this status (RECEIVED, SENDING, ISSUED, ERROR, REJECTED, "
+             "CANCELLED, VOIDED); repeat for several."),
+    since: str | None = typer.Option(
+        None, "--since", metavar="DATE",
+        help="Only documents received at or after DATE (YYYY-MM-DD, midnight in "
+             "Europe/Istanbul) or an ISO 8601 time."),
+    limit: int = typer.Option(100, "--limit", min=1, max=10_000,
+                              help="At most this many, the newest; a line says when more match."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout."),
+    database_url: str | None = DatabaseUrlOption,
+) -> None:
+    """The documents matching, newest first: invoice_id, tenant, series, number, status, issue
+    date, last change, and the reason of an ERROR, REJECTED, CANCELLED or VOIDED one."""
+    statuses = _statuses(status)
+    moment = _since(since)
+    settings = settings_from(database_url=database_url)
+    listing = run(_list(settings, tenant, statuses, moment, limit))
+    more = (f"showing the newest {limit}; more documents match (narrow with --tenant, --status "
+            "or --since, or raise --limit)")
+    if as_json:
+        echo_json([_list_item(row) for row in listing.rows], indent=2)
+        if listing.more:
+            echo(more, err=True)
+        return
+    if not listing.rows:
+        echo("no documents match")
+        return
+    _print_list(listing.rows)
+    if listing.more:
+        echo(more)
+
+
+async def _list(settings: Settings, tenant: str | None, statuses: list[Status],
+                since: datetime | None, limit: int) -> Any:
+    from gapless.ledger.invoices import list_invoices
+
+    async with _database(settings) as db:
+        return await list_invoices(db, tenant=tenant, statuses=statuses, since=since,
+                                   limit=limit)
+
+
+def _list_item(row: Any) -> dict[str, Any]:
+    """One document of the list as JSON: the same keys for every document, in this order."""
+    return {"id": row.id, "invoice_id": row.invoice_id, "tenant": row.tenant,
+            "series": row.series, "number": row.number, "status": row.status,
+            "issue_date": row.issue_date, "attempts": row.attempts,
+            "last_error": row.last_error, "created_at": _iso(row.created_at),
+            "updated_at": _iso(row.updated_at)}
+
+
+def _print_list(rows: list[Any]) -> None:
+    """The list as a table; every value from the ledger is shown as text."""
+    table = Table(title="documents, newest first", title_justify="left")
+    for column in ("invoice_id", "tenant", "series", "number", "status", "issue date",
+                   "updated"):
+        table.add_column(column, overflow="fold")
+    table.add_column("reason", overflow="fold")
+    for row in rows:
+        reason = row.last_error if row.status in REASON_STATUSES and row.last_error else ""
+        table.add_row(row.invoice_id, row.tenant, row.series, row.number or "-", row.status,
+                      row.issue_date or "-", f"{row.updated_at:%Y-%m-%d %H:%M:%S %Z}", reason)
+    console().print(table)
 
 
 # ------------------------------------------------------------------------------------ retry

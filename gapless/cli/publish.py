@@ -1,14 +1,18 @@
 """``gapless publish --file F.jsonl | --demo N``: put invoices on the queue, with confirms.
 
 Messages are validated before publishing (an invalid line is counted as refused, with its line
-number and reason, and never sent). Confirms are pipelined: up to ``--in-flight`` messages
-await their confirm at once on one channel. Exit 0 when every message was confirmed, 1 when any
-was refused, 2 on bad usage.
+number and reason, and never sent). A file that is not JSON Lines at all — a JSON array, or one
+object pretty-printed over several lines — is recognised from its first lines and refused as a
+whole, in one line (exit 2), before anything is published. Confirms are pipelined: up to
+``--in-flight`` messages await their confirm at once on one channel. Exit 0 when every message
+was confirmed, 1 when any was refused, 2 on bad usage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -56,6 +60,44 @@ def _file_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     for number, raw in enumerate(stream, start=1):
         if raw.strip():
             yield number, raw.rstrip(b"\r\n")
+
+
+#: What a file that is not JSON Lines is told.
+_JSONL_HINT = "give one JSON object per line (JSONL)"
+
+
+def _not_jsonl(first: tuple[int, bytes], second: tuple[int, bytes] | None) -> str | None:
+    """Why a file whose first non-blank lines are these is not JSON Lines (None: it may be).
+
+    A line that opens an array is never a message; a first line that opens an object but is not
+    JSON, followed by a line that does not open another object, is one object spread over
+    several lines (pretty-printed). A first line that is merely broken JSON, followed by more
+    objects, is left to be refused as a line like any other."""
+    number, raw = first
+    text = raw.removeprefix(b"\xef\xbb\xbf").strip()  # a UTF-8 byte order mark: not data
+    if text.startswith(b"["):
+        return f"line {number}: a JSON array; {_JSONL_HINT}"
+    if not text.startswith(b"{"):
+        return None
+    try:
+        json.loads(text)
+    except ValueError:
+        if second is None or not second[1].lstrip().startswith(b"{"):
+            return f"line {number}: a JSON object over several lines; {_JSONL_HINT}"
+    return None
+
+
+def _jsonl_lines(stream: IO[bytes], name: str) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of a JSON Lines stream; a usage error (exit 2) before the first is
+    given when the stream is plainly not JSON Lines (:func:`_not_jsonl`). Reads at most two
+    lines ahead, so a pipe works too."""
+    lines = _file_lines(stream)
+    ahead = list(itertools.islice(lines, 2))
+    if ahead:
+        problem = _not_jsonl(ahead[0], ahead[1] if len(ahead) > 1 else None)
+        if problem is not None:
+            raise typer.BadParameter(f"{name}: {problem}")
+    return itertools.chain(ahead, lines)
 
 
 def _count_lines(stream: IO[bytes]) -> int | None:
@@ -225,8 +267,14 @@ def publish(
     else:
         assert file is not None
         stream = _open_file(file)
-        total = _count_lines(stream)
-        items = ((f"line {number}", raw) for number, raw in _file_lines(stream))
+        try:
+            total = _count_lines(stream)
+            lines = _jsonl_lines(stream, "stdin" if file == "-" else file)
+        except BaseException:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+            raise
+        items = ((f"line {number}", raw) for number, raw in lines)
     try:
         summary = run(publish_all(settings, items, total=total, priority=priority, rate=rate,
                                   in_flight=in_flight, show_progress=progress))

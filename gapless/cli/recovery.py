@@ -19,9 +19,11 @@ from gapless.settings import Settings
 def recovery(
     interval: float = typer.Option(10.0, "--interval", min=0.01,
                                    help="Seconds between rounds (a full batch goes on at once)."),
-    stuck_after: float = typer.Option(
-        300.0, "--stuck-after", min=0,
-        help="A SENDING invoice whose lease is older than this many seconds is an orphan."),
+    stuck_after: float | None = typer.Option(
+        None, "--stuck-after", min=0,
+        help="A SENDING invoice whose lease is older than this many seconds is an orphan "
+             "(default: GAPLESS_LEASE_S, 300 — the lease after which a worker's redelivery "
+             "takes an invoice over too: one setting for both)."),
     batch: int = typer.Option(
         100, "--batch", min=1, max=100_000,
         help="Orphans per claim; a round claims again while claims come back full (up to 10 "
@@ -61,7 +63,9 @@ def recovery(
     if backoff_max < backoff_base:
         raise typer.BadParameter("--backoff-max must be at least --backoff-base")
     options = RecoveryOptions(
-        interval_s=interval, stuck_after_s=stuck_after, batch=batch, max_attempts=max_attempts,
+        interval_s=interval,
+        stuck_after_s=settings.lease_s if stuck_after is None else stuck_after,
+        batch=batch, max_attempts=max_attempts,
         concurrency=concurrency, backoff=Backoff(backoff_base, backoff_max),
         breaker_reset_s=settings.breaker_reset_timeout_s, drain_timeout_s=drain_timeout,
         gib=GibPolicy.from_settings(settings), settings=settings)

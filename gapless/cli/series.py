@@ -1,4 +1,11 @@
-"""``gapless series add | list | bump | next``: define and inspect numbering series."""
+"""``gapless series add | list | bump | next``: define and inspect numbering series.
+
+A tenant with an issuer profile issues UBL-TR documents, whose numbers are GİB's: a 3-character
+prefix, the year and a 9-digit sequence that restarts every year. ``series add`` refuses (exit 2)
+a series that cannot print them for such a tenant — a monthly or daily reset, another prefix
+length or layout — because the worker would dead-letter every message of it; ``tenant set``
+refuses to give a profile to a tenant that has one (:func:`ubl_series_refusal`, one wording).
+"""
 
 from __future__ import annotations
 
@@ -47,21 +54,36 @@ def series_add(
     except SeriesError as exc:
         raise typer.BadParameter(str(exc)) from None
     settings = settings_from(database_url=database_url)
-    created = run(_add_series(settings.database_url, spec))
+    created, problem = run(_add_series(settings.database_url, spec))
+    if problem is not None:
+        raise typer.BadParameter(ubl_series_refusal(spec.tenant, problem))
     verb = "added" if created else "exists (identical)"
     echo(f"series {spec.tenant}/{spec.code} {verb}: prefix {spec.prefix}, reset "
          f"{spec.reset.value}, tz {spec.tz}, format {spec.format}, width {spec.width}, "
          f"channel {spec.channel.value}" + (" (default)" if spec.default else ""))
 
 
-async def _add_series(database_url: str, spec: object) -> bool:
+def ubl_series_refusal(tenant: str, problem: str) -> str:
+    """The one line that says why a tenant with an issuer profile cannot have a series whose
+    numbers GİB forbids (``series add``, ``tenant set``)."""
+    return (f"{problem}: tenant {tenant!r} has an issuer profile, so its documents are UBL-TR "
+            "with GİB's numbers, and the worker would dead-letter every message of that series")
+
+
+async def _add_series(database_url: str, spec: object) -> tuple[bool, str | None]:
+    """Define the series: (created, None); or (False, why GİB forbids it) for a tenant with an
+    issuer profile, nothing written."""
     from gapless.ledger.database import short_lived
     from gapless.ledger.series import add_series
-    from gapless.numbers import SeriesSpec
+    from gapless.ledger.tenants import profile_in_force
+    from gapless.numbers import SeriesSpec, gib_layout_problem
 
     assert isinstance(spec, SeriesSpec)
     async with short_lived(database_url, actor="operator") as db:
-        return await add_series(db, spec)
+        problem = gib_layout_problem(spec)
+        if problem is not None and await profile_in_force(db, spec.tenant) is not None:
+            return False, problem
+        return await add_series(db, spec), None
 
 
 @series_app.command("list")

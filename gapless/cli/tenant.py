@@ -3,6 +3,12 @@
 A tenant with a profile gets UBL-TR 2.1 documents; one without keeps the message's JSON. ``set``
 adds a version when something changed (identical: nothing written); invoices already sealed keep
 the version they were sealed with.
+
+``set`` checks, before anything is written (a usage error, exit 2, naming the flag and never
+echoing the number): the tax id's check digit — a 10-digit VKN or an 11-digit TCKN, with
+python-stdnum — and that none of the tenant's series prints numbers GİB forbids (a UBL-TR
+tenant's messages of such a series would be dead-lettered; ``--force`` sets the profile anyway,
+with a warning per series).
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ def tenant_set(
     country: str = typer.Option("Türkiye", "--country", help="Country name."),
     postal_zone: str | None = typer.Option(None, "--postal-zone", help="Postal code."),
     email: str | None = typer.Option(None, "--email", help="Contact e-mail."),
+    force: bool = typer.Option(
+        False, "--force",
+        help="Set the profile although a series of the tenant cannot print GİB's numbers (its "
+             "messages will be dead-lettered)."),
     database_url: str | None = DatabaseUrlOption,
 ) -> None:
     """Set the tenant's issuer profile: its documents become UBL-TR 2.1."""
@@ -48,31 +58,61 @@ def tenant_set(
                               postal_zone=postal_zone, email=email)
     except (SeriesError, IssuerError) as exc:
         raise typer.BadParameter(str(exc)) from None
+    check_tax_id(issuer.tax_id)
     settings = settings_from(database_url=database_url)
-    version, problems = run(_set(settings, tenant, issuer))
+    written, version, problems = run(_set(settings, tenant, issuer, force=force))
+    if not written:
+        from gapless.cli.series import ubl_series_refusal
+
+        more = f" (and {len(problems) - 1} more series)" if len(problems) > 1 else ""
+        raise typer.BadParameter(f"{ubl_series_refusal(tenant, problems[0])}{more}; define a "
+                                 "GİB series (3-character prefix, --reset yearly) for its "
+                                 "messages, or give --force")
     if version is None:
         echo(f"tenant {tenant}: profile unchanged (identical to the one in force)")
     else:
         echo(f"tenant {tenant}: profile version {version} in force; its invoices sealed "
              "from now on get UBL-TR 2.1 documents")
-    for problem in problems:
-        echo(f"warning: {problem}; messages of that series will be dead-lettered",
-             err=True)
+    if problems:
+        from gapless.cli.series import ubl_series_refusal
+
+        for problem in problems:  # only with --force
+            echo(f"warning: {ubl_series_refusal(tenant, problem)}", err=True)
 
 
-async def _set(settings: Settings, tenant: str, issuer: Any) -> tuple[int | None, list[str]]:
-    """Write the profile; also say which of the tenant's series cannot print GİB numbers."""
+def check_tax_id(tax_id: str) -> None:
+    """A usage error unless ``tax_id`` is a VKN (10 digits) or a TCKN (11 digits) whose check
+    digits match (python-stdnum's ``stdnum.tr.vkn`` and ``stdnum.tr.tckimlik``). The message
+    names the flag, never the number."""
+    from stdnum.exceptions import ValidationError
+    from stdnum.tr import tckimlik, vkn
+
+    kind, module = ("TCKN", tckimlik) if len(tax_id) == 11 else ("VKN", vkn)
+    try:
+        module.validate(tax_id)
+    except ValidationError:
+        raise typer.BadParameter(
+            f"--tax-id: not a valid {kind}: its check digit does not match (a typing "
+            "mistake? take the number from the tax registration)") from None
+
+
+async def _set(settings: Settings, tenant: str, issuer: Any, *,
+               force: bool) -> tuple[bool, int | None, list[str]]:
+    """Write the profile unless one of the tenant's series cannot print GİB's numbers and not
+    ``force``: (written, the new version or None when identical, why each such series cannot)."""
     from gapless.ledger.database import short_lived
     from gapless.ledger.series import list_series, series_spec
     from gapless.ledger.tenants import set_profile
     from gapless.numbers import gib_layout_problem
 
     async with short_lived(settings.database_url, actor="operator") as db:
-        version = await set_profile(db, tenant, issuer)
-        rows = await list_series(db, tenant=tenant)
-    problems = [problem for row in rows
-                if (problem := gib_layout_problem(series_spec(row))) is not None]
-    return version, problems
+        rows = await list_series(db, tenant=tenant)  # a row per counter period: one per series
+        problems = list(dict.fromkeys(
+            problem for row in rows
+            if (problem := gib_layout_problem(series_spec(row))) is not None))
+        if problems and not force:
+            return False, None, problems
+        return True, await set_profile(db, tenant, issuer), problems
 
 
 @tenant_app.command("show")

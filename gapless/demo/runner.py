@@ -2,10 +2,11 @@
 
 One run, in order:
 
-1. a fresh demo database (dropped and re-created), migrated, with one series for each of two
-   tenants — ``acme`` with an issuer profile (its invoices are UBL-TR 2.1 documents), ``globex``
-   without (its documents are the message's JSON); a queue prefix of its own
-   (``gapless_demo_<run>``);
+1. a fresh demo database (dropped and re-created — only one the demo created itself, which it
+   marks with a comment, :data:`DEMO_MARK`, unless ``force``), migrated, with one series for
+   each of two tenants — ``acme`` with an issuer profile (its invoices are UBL-TR 2.1
+   documents), ``globex`` without (its documents are the message's JSON); a queue prefix of its
+   own (``gapless_demo_<run>``);
 2. ``gapless mock-integrator`` on a free port: 20–150 ms latency, a few per cent transient
    errors, some lost responses (accepted, then the connection is dropped);
 3. W ``gapless worker`` processes and one ``gapless recovery`` (short ``--stuck-after``, so the
@@ -56,10 +57,13 @@ if TYPE_CHECKING:
     from gapless.ledger.database import Database
 
 DEMO_DATABASE = "gapless_demo"
+#: The comment (COMMENT ON DATABASE) a database the demo created carries: the demo drops only a
+#: database that has it (or none of that name), unless told to (``force``).
+DEMO_MARK = "created by gapless demo, which drops and re-creates it on every run"
 #: (tenant, series code, share of the load)
 TENANTS = (("acme", "ABC", 0.6), ("globex", "GLX", 0.4))
 #: The demo's issuer profile, for the first tenant: its documents are UBL-TR 2.1.
-DEMO_ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
+DEMO_ISSUER = {"tax_id": "1234567808", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
                "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
                "postal_zone": "34716", "email": "efatura@acme.example"}
 USER_SHARE = 0.2            # the rest is batch
@@ -90,6 +94,8 @@ class DemoConfig:
     deadline_s: float | None = None
     kill_worker: bool = True
     log_dir: Path | None = None
+    #: Drop an existing database of that name although the demo did not create it.
+    force: bool = False
 
     @property
     def deadline(self) -> float:
@@ -193,19 +199,51 @@ def demo_database_url(settings: Settings, name: str) -> str:
     return with_database(settings.database_url, name)
 
 
+class NotDemoDatabase(GaplessError):
+    """A database of the demo's name exists that the demo did not create: it is not dropped."""
+
+
+def foreign_database(settings: Settings, name: str) -> str | None:
+    """Why the demo must not drop database ``name`` on the settings' server (it exists and lacks
+    :data:`DEMO_MARK`), or None when it may (absent, or the demo's own)."""
+    from gapless.ledger.migrations import database_comment
+    from gapless.urls import redact_url
+
+    url = demo_database_url(settings, name)
+    exists, comment = database_comment(url)
+    if not exists or comment == DEMO_MARK:
+        return None
+    return (f"database {name!r} ({redact_url(url)}) exists and was not created by gapless "
+            "demo, which would drop it: give another --database, or --force to drop it")
+
+
 async def prepare_database(settings: Settings, config: DemoConfig) -> str:
-    """A migrated demo database with the demo tenants' series; returns its URL."""
+    """A migrated demo database with the demo tenants' series, marked as the demo's
+    (:data:`DEMO_MARK`); returns its URL. Raises NotDemoDatabase, dropping nothing, when a
+    database of that name exists that the demo did not create, unless ``config.force``."""
     from gapless.documents import build_issuer
     from gapless.ledger.database import short_lived
-    from gapless.ledger.migrations import drop_database, migrate
+    from gapless.ledger.migrations import (
+        comment_database,
+        drop_database,
+        ensure_database,
+        migrate,
+    )
     from gapless.ledger.series import add_series
     from gapless.ledger.tenants import set_profile
     from gapless.numbers import build_series_spec
 
     url = demo_database_url(settings, config.database)
+    if not config.force:
+        refusal = await asyncio.to_thread(foreign_database, settings, config.database)
+        if refusal is not None:
+            raise NotDemoDatabase(refusal)
     # Always fresh: the mock integrator's ledger starts empty, so a database with invoices of
     # an earlier run would (rightly) fail the audit's agreement check (I7).
     await asyncio.to_thread(drop_database, url)  # a demo name: the CLI refuses others
+    # Marked before anything is in it: a run stopped halfway leaves a database the next drops.
+    await asyncio.to_thread(ensure_database, url)
+    await asyncio.to_thread(comment_database, url, DEMO_MARK)
     await asyncio.to_thread(migrate, url, settings.cluster_id)
     async with short_lived(url, actor="operator") as db:
         for tenant, code, _ in TENANTS:

@@ -389,6 +389,30 @@ async def known_invoices(db: Database, keys: Collection[tuple[str, str]]
             for row in rows}
 
 
+@dataclass(frozen=True)
+class InvoiceList:
+    """A page of ``gapless invoice list``: the rows, newest first, and whether more match."""
+
+    rows: list[Any]
+    more: bool
+
+
+async def list_invoices(db: Database, *, tenant: str | None = None,
+                        statuses: Collection[Status] = (), since: datetime | None = None,
+                        limit: int = 100) -> InvoiceList:
+    """The invoices of ``tenant`` (every tenant: None) in one of ``statuses`` (any: empty),
+    created at or after ``since`` (None: ever), newest first (created_at, then id), at most
+    ``limit`` of them; ``more`` says whether others match. One statement, no lock; each row has
+    id, invoice_id, tenant, series, number, status, issue_date (the producer's), attempts,
+    last_error, created_at and updated_at."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    rows = await db.all(q.LIST_INVOICES, {
+        "tenant": tenant, "statuses": [status.value for status in statuses] or None,
+        "since": since, "limit": limit + 1})
+    return InvoiceList(rows[:limit], len(rows) > limit)
+
+
 async def invoice_events(db: Database, pk: int) -> list[Any]:
     """The history of one invoice, oldest first (no lock)."""
     return await db.all(q.INVOICE_EVENTS, {"pk": pk})

@@ -153,6 +153,31 @@ def drop_database(database_url: str) -> None:
             sql.Identifier(name)))
 
 
+def database_comment(database_url: str) -> tuple[bool, str | None]:
+    """Whether the database named in the URL exists, and its comment (``COMMENT ON DATABASE``;
+    None: none). Asks database ``postgres`` of the same servers."""
+    name = database_name(database_url)
+    if not name:
+        raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
+    with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
+                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        row = conn.execute("SELECT shobj_description(oid, 'pg_database') FROM pg_database "
+                           "WHERE datname = %(name)s", {"name": name}).fetchone()
+    return (False, None) if row is None else (True, row[0])
+
+
+def comment_database(database_url: str, comment: str) -> None:
+    """Set the comment of the database named in the URL (its owner may; the comment is a
+    literal, quoted by psycopg)."""
+    name = database_name(database_url)
+    if not name:
+        raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
+    with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
+                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(
+            sql.Identifier(name), sql.Literal(comment)))
+
+
 @dataclass(frozen=True)
 class MigrateResult:
     created_database: bool

@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 EXAMPLES = int(os.environ.get("GAPLESS_HOSTILE_EXAMPLES", "3"))
 GOOD_PER_EXAMPLE = 6
 HOSTILE_PER_EXAMPLE = 20
-ISSUER = ["--tax-id", "1234567803", "--name", "Acme Bilişim A.Ş.", "--tax-office", "Kadıköy",
+ISSUER = ["--tax-id", "1234567808", "--name", "Acme Bilişim A.Ş.", "--tax-office", "Kadıköy",
           "--street", "Söğütlüçeşme Cd. 12", "--district", "Kadıköy", "--city", "İstanbul",
           "--postal-zone", "34716"]
 #: Bytes an operator's terminal must never receive from data: ESC, CSI, other C1 controls,

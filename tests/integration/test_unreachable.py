@@ -87,7 +87,7 @@ DATABASE_COMMANDS = [
     ["series", "next", "acme", "ABC"],
     ["audit"],
     ["audit", "--integrator"],
-    ["tenant", "set", "acme", "--tax-id", "1234567803", "--name", "Acme", "--tax-office", "K",
+    ["tenant", "set", "acme", "--tax-id", "1234567808", "--name", "Acme", "--tax-office", "K",
      "--street", "S", "--district", "D", "--city", "C"],
     ["tenant", "show", "acme"],
     ["invoice", "show", "shop-1"],

@@ -289,3 +289,18 @@ KNOWN_INVOICES = """
       FROM unnest(%(tenants)s::text[], %(invoice_ids)s::text[]) AS k(tenant, invoice_id)
       JOIN invoices i ON i.invoice_id = k.invoice_id AND i.tenant = k.tenant
 """
+
+#: `gapless invoice list`: the documents matching, newest first — by (created_at, id), a backward
+#: scan of invoices_created_idx that stops at the limit (a `since` bound is a range of it). Every
+#: filter may be NULL (not given). No lock. The caller asks one row more than it shows, to tell
+#: whether more match.
+LIST_INVOICES = """
+    SELECT id, invoice_id, tenant, series, number, status, payload->>'issue_date' AS issue_date,
+           attempts, last_error, created_at, updated_at
+      FROM invoices
+     WHERE (CAST(%(tenant)s AS text) IS NULL OR tenant = %(tenant)s)
+       AND (CAST(%(statuses)s AS text[]) IS NULL OR status = ANY(%(statuses)s))
+       AND (CAST(%(since)s AS timestamptz) IS NULL OR created_at >= %(since)s)
+     ORDER BY created_at DESC, id DESC
+     LIMIT %(limit)s
+"""
