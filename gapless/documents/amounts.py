@@ -27,6 +27,7 @@ amount a document may carry is the checks' to say (15 digits before the point).
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
@@ -124,14 +125,30 @@ def _line_amounts(line: Line) -> LineAmounts:
                        _withholding(line.withholding_code, tax))
 
 
+#: The totals of the messages seen last, by identity: a message is checked before its seal and
+#: rendered after it, and both need its totals. Messages are frozen, so a message's totals never
+#: change; the entry keeps its message, so an id is never mistaken for a later object's.
+_RECENT: dict[int, tuple[InvoiceMessage, Totals]] = {}
+_RECENT_MAX = 512
+
+
 def totals(message: InvoiceMessage) -> Totals:
     """Every amount of the message's document.
 
     The message's codes must be known (checked before, by
     :func:`gapless.documents.check_ubl_inputs`): an unknown withholding code raises KeyError.
     """
+    seen = _RECENT.get(id(message))
+    if seen is not None and seen[0] is message:
+        return seen[1]
     with localcontext(EXACT):
-        return _totals(message)
+        result = _totals(message)
+    if len(_RECENT) >= _RECENT_MAX:
+        # The oldest entry (dicts keep insertion order); another thread may be at it too.
+        with contextlib.suppress(RuntimeError, StopIteration, KeyError):
+            del _RECENT[next(iter(_RECENT))]
+    _RECENT[id(message)] = (message, result)
+    return result
 
 
 def _totals(message: InvoiceMessage) -> Totals:
