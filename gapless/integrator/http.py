@@ -1,4 +1,4 @@
-"""HTTP adapter for the mock integrator HTTP API (docs/mock.md), served by `gapless mock-integrator`.
+"""HTTP adapter for the mock integrator HTTP API (docs/mock.md; `gapless mock-integrator`).
 
 Guarantee: every answer is classified once, here, into the outcomes the worker and recovery act
 on: 201 ``Receipt``; 409 ``DuplicateOfMine`` when the holder is this invoice under this number
