@@ -167,10 +167,10 @@ def load_accounts(settings: Settings) -> AccountPlan:
             account = Account(GLOBAL, settings, tenants, global_account.endpoint_setting)
             accounts[0] = account
         else:
-            name = _account_name(members)
+            name = _account_name(path, members)
             if name in names:
                 raise _error(f"tenant {tenants[0]!r}: account name {name!r} is also the name of "
-                             f"{names[name]}; give the account its own name")
+                             f"{names[name]}; give the account its own name", path)
             names[name] = f"the account of tenant {tenants[0]!r}"
             _, _, derived, endpoint_setting = min(members, key=lambda member: member[0])
             account = Account(name, derived, tenants, endpoint_setting)
@@ -180,9 +180,8 @@ def load_accounts(settings: Settings) -> AccountPlan:
     return AccountPlan(tuple(accounts), dict(sorted(by_tenant.items())))
 
 
-def _error(detail: str, path: Path | None = None) -> ConfigurationError:
-    where = f" ({path})" if path is not None else ""
-    return ConfigurationError(f"{FILE_SETTING}{where}: {detail}")
+def _error(detail: str, path: Path) -> ConfigurationError:
+    return ConfigurationError(f"{FILE_SETTING} ({path}): {detail}")
 
 
 def _read(path: Path) -> dict[str, _Entry]:
@@ -319,17 +318,17 @@ def _key(settings: Settings) -> tuple[Any, ...]:
             settings.integrator_max_connections)
 
 
-def _account_name(members: list[tuple[str, _Entry, Settings, str]]) -> str:
+def _account_name(path: Path, members: list[tuple[str, _Entry, Settings, str]]) -> str:
     """The name tenants sharing one account give it, or the first tenant's name."""
     named = {entry.account for _, entry, _, _ in members if entry.account is not None}
     tenants = sorted(tenant for tenant, *_ in members)
     if len(named) > 1:
         raise _error(f"tenants {tenants[0]!r} and others share one account (the same adapter "
-                     f"and settings) but name it differently: {', '.join(sorted(named))}")
+                     f"and settings) but name it differently: {', '.join(sorted(named))}", path)
     name = named.pop() if named else tenants[0]
     if not _ACCOUNT_NAME.fullmatch(name):
         raise _error(f"tenant {tenants[0]!r}: account: {name!r} is not a name (letters, digits, "
-                     "'.', '_', '-'; at most 63)")
+                     "'.', '_', '-'; at most 63)", path)
     return name
 
 

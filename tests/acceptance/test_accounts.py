@@ -1,0 +1,134 @@
+"""An integrator account per tenant (``GAPLESS_INTEGRATORS_FILE``) with real processes: two
+tenants on two ``gapless mock-integrator`` instances, one worker and one recovery serving both
+from one queue. Each mock's ``/ledger`` is the oracle of where a document went."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
+from gapless.settings import Settings
+from tests.acceptance.test_worker_processes import scrape
+from tests.helpers import await_until, free_port, ledger, wait_until
+from tests.mock_client import MockIntegratorClient, running_mock
+from tests.recovery_support import Processes, log_events
+from tests.worker_support import publish_many, sale
+
+#: Quick breakers, so the test sees one open and close again within seconds.
+KNOBS = {"GAPLESS_BREAKER_FAIL_MAX": "2", "GAPLESS_BREAKER_RESET_TIMEOUT_S": "1",
+         "GAPLESS_RETRY_ATTEMPTS": "1", "GAPLESS_RETRY_WAIT_S": "0.05"}
+
+
+@pytest.fixture
+def two_mocks(log_dir: Path) -> Iterator[tuple[MockIntegratorClient, MockIntegratorClient]]:
+    with running_mock(log_dir, seed=2) as acme_mock, running_mock(log_dir, seed=3) as globex_mock:
+        yield acme_mock, globex_mock
+
+
+@pytest.fixture
+def accounts_file(tmp_path: Path,
+                  two_mocks: tuple[MockIntegratorClient, MockIntegratorClient]) -> Path:
+    acme_mock, globex_mock = two_mocks
+    path = tmp_path / "integrators.toml"
+    path.write_text(f"""
+[tenants.acme]
+adapter = "http"
+url = "{acme_mock.url}"
+
+[tenants.globex]
+adapter = "http"
+url = "{globex_mock.url}"
+""", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+async def two_series(engine: AsyncEngine) -> None:
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("globex", "GLX"))
+
+
+def invoice(tenant: str, invoice_id: str) -> dict[str, Any]:
+    body = sale(invoice_id)
+    body.update(tenant=tenant, series="ABC" if tenant == "acme" else "GLX")
+    return body
+
+
+async def statuses(engine: AsyncEngine) -> dict[tuple[str, str], str]:
+    async with engine.connect() as conn:
+        result = await conn.execute(text("SELECT tenant, invoice_id, status FROM invoices"))
+        return {(row.tenant, row.invoice_id): row.status for row in result}
+
+
+def ledger_of(mock: MockIntegratorClient) -> set[tuple[str, str]]:
+    return {(entry["tenant"], entry["invoice_id"]) for entry in mock.ledger()}
+
+
+@pytest.mark.usefixtures("two_series")
+async def test_each_tenant_issues_through_its_own_account_and_one_open_breaker_stops_only_it(
+        engine: AsyncEngine, settings: Settings, procs: Processes,
+        mock_integrator: MockIntegratorClient, accounts_file: Path,
+        two_mocks: tuple[MockIntegratorClient, MockIntegratorClient]) -> None:
+    acme_mock, globex_mock = two_mocks
+    env = {**KNOBS, "GAPLESS_INTEGRATORS_FILE": str(accounts_file)}
+    port = free_port()
+    procs.worker("worker", "--concurrency", "8", "--metrics-port", str(port), env=env)
+
+    # 1. Each tenant's documents reach its own integrator, and only it.
+    first = [invoice(tenant, f"{tenant}-{n}") for tenant in ("acme", "globex") for n in range(10)]
+    await publish_many(settings, first)
+
+    async def all_issued(count: int) -> bool:
+        current = await statuses(engine)
+        return len(current) == count and set(current.values()) == {"ISSUED"}
+
+    await await_until(lambda: all_issued(20), 60, message="the first 20 invoices ISSUED")
+    assert ledger_of(acme_mock) == {("acme", f"acme-{n}") for n in range(10)}
+    assert ledger_of(globex_mock) == {("globex", f"globex-{n}") for n in range(10)}
+    assert mock_integrator.ledger() == []  # the global account serves nobody here
+
+    # 2. acme's integrator goes down: its account's breaker opens, globex goes on issuing.
+    acme_mock.set_faults(down=True)
+    second = [invoice(tenant, f"{tenant}-late-{n}") for tenant in ("acme", "globex")
+              for n in range(10)]
+    await publish_many(settings, second)
+
+    async def globex_issued() -> bool:
+        current = await statuses(engine)
+        return all(current.get(("globex", f"globex-late-{n}")) == "ISSUED" for n in range(10))
+
+    await await_until(globex_issued, 60,
+                      message="globex's invoices ISSUED while acme's integrator is down")
+    wait_until(lambda: scrape(port).get('gapless_breaker_state{name="worker:acme"}') == 2, 30,
+               message="acme's breaker open")
+    samples = scrape(port)
+    assert samples['gapless_breaker_state{name="worker:globex"}'] == 0
+    late = await statuses(engine)
+    assert not any(late.get(("acme", f"acme-late-{n}")) == "ISSUED" for n in range(10))
+    assert ledger_of(globex_mock) == {("globex", f"globex-{n}") for n in range(10)} | {
+        ("globex", f"globex-late-{n}") for n in range(10)}
+    parked = {key for key, status in late.items() if status == "ERROR"}
+    assert parked, "some of acme's invoices were sealed before its breaker opened"
+    assert {tenant for tenant, _ in parked} == {"acme"}
+
+    # 3. acme's integrator is back: the worker issues what waited in the queue, and recovery
+    # resends the parked ones through acme's account (not the global one, not globex's).
+    acme_mock.set_faults(down=False)
+    recovery = procs.recovery("recovery", "--interval", "0.5", env=env)
+    await await_until(lambda: all_issued(40), 90, message="every invoice ISSUED")
+    assert ledger_of(acme_mock) == {("acme", f"acme-{n}") for n in range(10)} | {
+        ("acme", f"acme-late-{n}") for n in range(10)}
+    assert len(acme_mock.ledger()) == 20  # nothing accepted twice
+    assert len(globex_mock.ledger()) == 20
+    assert mock_integrator.ledger() == []
+    resent = {(record.get("tenant"), record.get("invoice_id"))
+              for record in log_events(recovery, "orphan_found")}
+    assert parked <= resent
