@@ -132,3 +132,54 @@ async def test_each_tenant_issues_through_its_own_account_and_one_open_breaker_s
     resent = {(record.get("tenant"), record.get("invoice_id"))
               for record in log_events(recovery, "orphan_found")}
     assert parked <= resent
+
+
+async def test_a_tenant_on_a_nilvera_account_sends_with_its_own_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two Nilvera accounts (fakes of Nilvera's API, each accepting only its own key): one key
+    by environment variable, one by file; a tenant the file does not name uses the global
+    key. Each tenant's send and recipient check reach its account with that account's key."""
+    from gapless.integrator.accounts import Accounts
+    from tests.integration.test_nilvera_adapter import ALIAS, USER, document
+    from tests.nilvera_fake import running_nilvera
+
+    acme_key, globex_key, global_key = "nv-acme-3f9a", "nv-globex-71c2", "nv-global-0d4e"
+    monkeypatch.setenv("ACME_NILVERA_KEY", acme_key)
+    (tmp_path / "globex.key").write_text(f"{globex_key}\n", encoding="utf-8")
+    async with running_nilvera(acme_key) as acme_nv, running_nilvera(globex_key) as globex_nv, \
+            running_nilvera(global_key) as global_nv:
+        for fake in (acme_nv, globex_nv, global_nv):
+            fake.register(USER, (ALIAS, "Invoice"))
+            fake.series["efatura"].add("ABC")
+        path = tmp_path / "integrators.toml"
+        path.write_text(f"""
+[tenants.acme]
+adapter = "nilvera"
+url = "{acme_nv.url}"
+api_key_env = "ACME_NILVERA_KEY"
+
+[tenants.globex]
+adapter = "nilvera"
+url = "{globex_nv.url}"
+api_key_file = "globex.key"
+""", encoding="utf-8")
+        settings = Settings(integrator_adapter="gapless.integrator.nilvera:NilveraIntegrator",
+                            nilvera_url=global_nv.url, nilvera_api_key=global_key,
+                            integrators_file=str(path), integrator_timeout_s=5.0)
+        accounts = Accounts.open(settings, name="test-nilvera")
+        try:
+            for tenant in ("acme", "globex", "initech"):
+                recipient = await accounts.recipient(tenant, USER)
+                assert recipient.aliases == (ALIAS,)
+                receipt = await accounts.send(document("ABC2026000000001", f"{tenant}-1",
+                                                       tenant=tenant))
+                assert receipt.number == "ABC2026000000001"
+        finally:
+            await accounts.aclose()
+        for fake, key, tenant in ((acme_nv, acme_key, "acme"), (globex_nv, globex_key, "globex"),
+                                  (global_nv, global_key, "initech")):
+            assert [call.authorization for call in fake.sends()] == [f"Bearer {key}"]
+            assert [call.authorization for call in fake.calls_to(f"/TaxNumber/{USER}")] == [
+                f"Bearer {key}"]
+            assert [entry.uuid for entry in fake.ledger] == [
+                document("ABC2026000000001", f"{tenant}-1", tenant=tenant).uuid]
