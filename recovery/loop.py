@@ -328,9 +328,13 @@ class RecoveryLoop:
                     # Never our own orphans still in flight: their leases are younger than
                     # this round (a second past it, for the clocks of two hosts).
                     stuck_after_s = max(stuck_after_s, time.monotonic() - first_claim + 1.0)
+                # Not the orphans of a tenant whose account is not answering: they would only
+                # be put back, and crowd the others out of the batch.
+                scope = self.guard.scope()
                 orphans = await claim_orphans(
                     self.db, stuck_after_s=stuck_after_s, batch=batch,
-                    max_attempts=self.options.max_attempts)
+                    max_attempts=self.options.max_attempts, only=scope.only,
+                    excluded=scope.excluded)
                 summary.claimed += len(orphans)
                 summary.batch_full = len(orphans) >= batch
                 backlog.add(len(orphans))

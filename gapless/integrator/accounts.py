@@ -52,7 +52,7 @@ from gapless.integrator.base import (
     endpoint,
     load_integrator,
 )
-from gapless.integrator.guard import GuardedIntegrator
+from gapless.integrator.guard import EVERY_TENANT, GuardedIntegrator, TenantScope
 from gapless.message.fields import Tenant
 from gapless.plugins import load_factory
 
@@ -397,6 +397,19 @@ class Accounts:
         guard = next((guard for guard in self._guards.values() if guard.accepting()),
                      self._global)
         return await guard.lookup_uuid(tenant, uuid)
+
+    def scope(self) -> TenantScope:
+        """Whose work may be claimed now: without the tenants of the accounts that refuse
+        calls, or — when the global account refuses — only the tenants of those that do not."""
+        refusing = {name for name, guard in self._guards.items() if not guard.accepting()}
+        if not refusing:
+            return EVERY_TENANT
+        named = self.plan.by_tenant.items()
+        if GLOBAL not in refusing:
+            return TenantScope(excluded=tuple(tenant for tenant, account in named
+                                              if account.name in refusing))
+        return TenantScope(only=tuple(tenant for tenant, account in named
+                                      if account.name not in refusing))
 
     async def send(self, document: Document) -> Receipt:
         return await self.guard(document.tenant).send(document)

@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -99,6 +100,19 @@ class IntegratorUnavailable(TransientIntegratorError):
     """
 
 
+@dataclass(frozen=True)
+class TenantScope:
+    """Whose work the integrator can take now: the tenants ``only`` (None: any), none of
+    ``excluded`` — the tenants of the accounts whose breaker refuses calls."""
+
+    only: tuple[str, ...] | None = None
+    excluded: tuple[str, ...] = ()
+
+
+#: Every tenant's work (one account, or every account answering).
+EVERY_TENANT: Final = TenantScope()
+
+
 class Guard(Protocol):
     """How every loop calls the guarded integrator: :class:`GuardedIntegrator` (one account), or
     :class:`gapless.integrator.accounts.Accounts` (each tenant's account; what every process
@@ -128,6 +142,11 @@ class Guard(Protocol):
     async def probe(self, tenant: str, uuid: str) -> Receipt | None:
         """A lookup by UUID that consumes nothing, asked of an account that lets calls through:
         whether the integrator is reachable and takes our credentials again."""
+        ...
+
+    def scope(self) -> TenantScope:
+        """Whose work may be claimed now (recovery claims no orphan of a tenant whose account's
+        breaker refuses calls)."""
         ...
 
     async def send(self, document: Document) -> Receipt: ...
@@ -250,6 +269,10 @@ class GuardedIntegrator:
     async def probe(self, tenant: str, uuid: str) -> Receipt | None:
         """A lookup by UUID that consumes nothing (see :class:`Guard`)."""
         return await self.lookup_uuid(tenant, uuid)
+
+    def scope(self) -> TenantScope:
+        """Every tenant: one account takes all its tenants' calls or none (``accepting``)."""
+        return EVERY_TENANT
 
     async def aclose(self) -> None:
         await self._integrator.aclose()

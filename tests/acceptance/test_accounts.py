@@ -183,3 +183,45 @@ api_key_file = "globex.key"
                 f"Bearer {key}"]
             assert [entry.uuid for entry in fake.ledger] == [
                 document("ABC2026000000001", f"{tenant}-1", tenant=tenant).uuid]
+
+
+@pytest.mark.usefixtures("two_series")
+async def test_recovery_claims_around_a_tenant_whose_account_is_down(
+        engine: AsyncEngine, settings: Settings, accounts_file: Path,
+        two_mocks: tuple[MockIntegratorClient, MockIntegratorClient]) -> None:
+    """acme's orphans are older and more than a batch, and acme's integrator is down: once
+    acme's breaker is open, recovery claims only the others, so globex's orphan is resent
+    through globex's account rather than waiting behind acme's."""
+    from gapless.integrator.accounts import Accounts
+    from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
+    from tests.recovery_support import invoice_rows, make_sending
+
+    acme_mock, globex_mock = two_mocks
+    # More than a round's claims (10 of --batch 2), so none reaches globex's by chance.
+    await make_sending(engine, [f"acme-{n}" for n in range(24)], tenant="acme", series="ABC")
+    await make_sending(engine, ["globex-0"], tenant="globex", series="GLX")
+    async with engine.begin() as conn:
+        await conn.execute(text(
+            "UPDATE invoices SET sending_since = now() - CASE tenant WHEN 'acme' "
+            "THEN interval '2 hours' ELSE interval '1 hour' END"))
+    acme_mock.set_faults(down=True)
+    configured = settings.with_overrides(
+        integrators_file=str(accounts_file), breaker_fail_max=1, breaker_reset_timeout_s=60,
+        retry_attempts=1)
+    accounts = Accounts.open(configured, name="test-recovery")
+    try:
+        loop = RecoveryLoop(ledger(engine), accounts, RecoveryOptions(
+            batch=2, stuck_after_s=0, breaker_reset_s=60, gib=None, settings=configured))
+        for _ in range(3):
+            await loop.run_round()
+        assert accounts.guard("acme").state == "open"
+        assert accounts.guard("globex").state == "closed"
+        assert accounts.scope().excluded == ("acme",)
+    finally:
+        await accounts.aclose()
+    current = await invoice_rows(engine)
+    assert current["globex-0"].status == "ISSUED"
+    assert ledger_of(globex_mock) == {("globex", "globex-0")}
+    assert not any(current[f"acme-{n}"].status == "ISSUED" for n in range(24))
+    acme_mock.set_faults(down=False)
+    assert acme_mock.ledger() == []
