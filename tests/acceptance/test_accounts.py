@@ -225,3 +225,53 @@ async def test_recovery_claims_around_a_tenant_whose_account_is_down(
     assert not any(current[f"acme-{n}"].status == "ISSUED" for n in range(24))
     acme_mock.set_faults(down=False)
     assert acme_mock.ledger() == []
+
+
+@pytest.mark.usefixtures("two_series")
+async def test_doctor_checks_each_account_and_audit_judges_each_tenant_by_its_own(
+        engine: AsyncEngine, settings: Settings, procs: Processes,
+        integrated_env: dict[str, str], accounts_file: Path,
+        two_mocks: tuple[MockIntegratorClient, MockIntegratorClient]) -> None:
+    import json
+
+    from tests.helpers import run_gapless
+
+    acme_mock, globex_mock = two_mocks
+    env = {**integrated_env, "GAPLESS_INTEGRATORS_FILE": str(accounts_file)}
+    procs.worker("worker", "--concurrency", "4",
+                 env={"GAPLESS_INTEGRATORS_FILE": str(accounts_file)})
+    await publish_many(settings, [invoice(tenant, f"{tenant}-{n}")
+                                  for tenant in ("acme", "globex") for n in range(3)])
+
+    async def issued() -> bool:
+        current = await statuses(engine)
+        return len(current) == 6 and set(current.values()) == {"ISSUED"}
+
+    await await_until(issued, 60, message="6 invoices ISSUED")
+    assert ledger_of(acme_mock) == {("acme", f"acme-{n}") for n in range(3)}
+    assert ledger_of(globex_mock) == {("globex", f"globex-{n}") for n in range(3)}
+
+    # audit --integrator: each tenant against its own account's ledger, nothing missing.
+    result = run_gapless(["audit", "--integrator", "--json"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["violations"] == []
+    assert report["integrator"]["documents"] == 6
+
+    # doctor: one line per account; acme's integrator down fails acme's line only, naming the
+    # file's key that sets its endpoint.
+    acme_mock.set_faults(down=True)
+    as_json = run_gapless(["doctor", "--json"], env, timeout=60)
+    assert as_json.returncode == 1, as_json.stdout + as_json.stderr
+    lines = [check for check in json.loads(as_json.stdout)["checks"]
+             if check["name"] == "integrator"]
+    assert [line["detail"].split(" (")[0] for line in lines] == [
+        "account global", "account acme", "account globex"]
+    assert [line["status"] for line in lines] == ["ok", "fail", "ok"]
+    assert lines[0]["detail"].startswith("account global (tenants the file does not name): ")
+    assert acme_mock.url.split("//")[1] in lines[1]["detail"]
+    assert lines[1]["hint"] == ("is the integrator running? check GAPLESS_INTEGRATORS_FILE "
+                                "[tenants.acme] url")
+    table = run_gapless(["doctor"], env, timeout=60)
+    assert sum(line.split()[1] == "integrator" for line in table.stdout.splitlines()) == 3
+    acme_mock.set_faults(down=False)
