@@ -361,13 +361,18 @@ async def _retry(settings: Settings, invoice_id: str, corrected: dict[str, Any] 
     from gapless.ops.doctor import probe_integrator
     from gapless.recovery.reconcile import Backoff, reconcile
 
+    # An integrator that cannot answer fails the command before the invoice is touched (and
+    # the report is the CLI's one line), rather than after it was moved to SENDING and back:
+    # the tenant's account, once the tenant is known when GAPLESS_INTEGRATORS_FILE may give it
+    # one of its own.
+    asked = tenant
+    if asked is not None or not settings.integrators_file:
+        await probe_integrator(settings, asked)
     async with _database(settings) as db:
         catalog = Catalog(db)
         tenant = await _tenant(db, invoice_id, tenant)
-        # The tenant's integrator account that cannot answer fails the command before the
-        # invoice is touched (and the report is the CLI's one line), rather than after it was
-        # moved to SENDING and back.
-        await probe_integrator(settings, tenant)
+        if asked is None and settings.integrators_file:
+            await probe_integrator(settings, tenant)
         if corrected is not None:
             row = await get_invoice(db, invoice_id, tenant=tenant)
             await _check_correction(catalog, row, corrected)
