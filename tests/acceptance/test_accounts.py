@@ -1,9 +1,12 @@
-"""An integrator account per tenant (``GAPLESS_INTEGRATORS_FILE``) with real processes: two
-tenants on two ``gapless mock-integrator`` instances, one worker and one recovery serving both
-from one queue. Each mock's ``/ledger`` is the oracle of where a document went."""
+"""An integrator account per tenant (``GAPLESS_INTEGRATORS_FILE``): two tenants whose accounts
+are two ``gapless mock-integrator`` processes, served from one queue by one worker and one
+recovery (real processes), by recovery's loop, ``invoice retry``, ``audit`` and ``doctor``; and
+tenants on Nilvera accounts (fakes of Nilvera's API, each taking only its own key). Each
+integrator's ledger is the oracle of where a document went."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,13 +15,18 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gapless.integrator.accounts import Accounts
+from gapless.ledger.invoices import mark_error
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
+from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
 from gapless.settings import Settings
 from tests.acceptance.test_worker_processes import scrape
-from tests.helpers import await_until, free_port, ledger, wait_until
+from tests.helpers import await_until, free_port, ledger, run_gapless, wait_until
+from tests.integration.test_nilvera_adapter import ALIAS, USER, document
 from tests.mock_client import MockIntegratorClient, running_mock
-from tests.recovery_support import Processes, log_events
+from tests.nilvera_fake import running_nilvera
+from tests.recovery_support import Processes, invoice_rows, log_events, make_sending
 from tests.worker_support import publish_many, sale
 
 #: Quick breakers, so the test sees one open and close again within seconds.
@@ -139,9 +147,6 @@ async def test_a_tenant_on_a_nilvera_account_sends_with_its_own_key(
     """Two Nilvera accounts (fakes of Nilvera's API, each accepting only its own key): one key
     by environment variable, one by file; a tenant the file does not name uses the global
     key. Each tenant's send and recipient check reach its account with that account's key."""
-    from gapless.integrator.accounts import Accounts
-    from tests.integration.test_nilvera_adapter import ALIAS, USER, document
-    from tests.nilvera_fake import running_nilvera
 
     acme_key, globex_key, global_key = "nv-acme-3f9a", "nv-globex-71c2", "nv-global-0d4e"
     monkeypatch.setenv("ACME_NILVERA_KEY", acme_key)
@@ -192,9 +197,6 @@ async def test_recovery_claims_around_a_tenant_whose_account_is_down(
     """acme's orphans are older and more than a batch, and acme's integrator is down: once
     acme's breaker is open, recovery claims only the others, so globex's orphan is resent
     through globex's account rather than waiting behind acme's."""
-    from gapless.integrator.accounts import Accounts
-    from gapless.recovery.loop import RecoveryLoop, RecoveryOptions
-    from tests.recovery_support import invoice_rows, make_sending
 
     acme_mock, globex_mock = two_mocks
     # More than a round's claims (10 of --batch 2), so none reaches globex's by chance.
@@ -232,9 +234,7 @@ async def test_doctor_checks_each_account_and_audit_judges_each_tenant_by_its_ow
         engine: AsyncEngine, settings: Settings, procs: Processes,
         integrated_env: dict[str, str], accounts_file: Path,
         two_mocks: tuple[MockIntegratorClient, MockIntegratorClient]) -> None:
-    import json
 
-    from tests.helpers import run_gapless
 
     acme_mock, globex_mock = two_mocks
     env = {**integrated_env, "GAPLESS_INTEGRATORS_FILE": str(accounts_file)}
@@ -275,3 +275,25 @@ async def test_doctor_checks_each_account_and_audit_judges_each_tenant_by_its_ow
     table = run_gapless(["doctor"], env, timeout=60)
     assert sum(line.split()[1] == "integrator" for line in table.stdout.splitlines()) == 3
     acme_mock.set_faults(down=False)
+
+
+@pytest.mark.usefixtures("two_series")
+async def test_invoice_retry_resends_through_the_invoices_own_account(
+        engine: AsyncEngine, mock_integrator: MockIntegratorClient,
+        integrated_env: dict[str, str], accounts_file: Path,
+        two_mocks: tuple[MockIntegratorClient, MockIntegratorClient]) -> None:
+    """``gapless invoice retry`` of globex's ERROR invoice: the probe and the resend go to
+    globex's integrator, even with the global one down and no --tenant given."""
+
+    acme_mock, globex_mock = two_mocks
+    [sending] = await make_sending(engine, ["globex-err"], tenant="globex", series="GLX")
+    await mark_error(ledger(engine), sending, "TransientIntegratorError: HTTP 500", None)
+    mock_integrator.set_faults(down=True)
+    env = {**integrated_env, "GAPLESS_INTEGRATORS_FILE": str(accounts_file)}
+    result = run_gapless(["invoice", "retry", "globex-err"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (await invoice_rows(engine))["globex-err"].status == "ISSUED"
+    assert ledger_of(globex_mock) == {("globex", "globex-err")}
+    assert acme_mock.ledger() == []
+    mock_integrator.set_faults(down=False)
+    assert mock_integrator.ledger() == []
