@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 
 from gapless.cli import main
 from gapless.errors import ConfigurationError
-from gapless.integrator.accounts import GLOBAL, load_accounts
+from gapless.integrator.accounts import GLOBAL, Accounts, load_accounts
+from gapless.integrator.base import TransientIntegratorError
+from gapless.integrator.guard import (
+    EVERY_TENANT,
+    GuardedIntegrator,
+    IntegratorUnavailable,
+    TenantScope,
+)
 from gapless.settings import Settings
 
 NILVERA = "gapless.integrator.nilvera:NilveraIntegrator"
@@ -184,3 +192,62 @@ def test_every_command_refuses_a_bad_file_with_exit_2(
         assert err.count("\n") == 1
         assert "tenant 'acme': api_key is a secret" in err
         assert "s3cr3t" not in err
+
+
+class Down:
+    """An integrator that never answers (every lookup fails as a timeout would)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def lookup_uuid(self, tenant: str, uuid: str) -> None:
+        self.asked.append(tenant)
+        raise TransientIntegratorError("scripted: no answer")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_each_account_has_its_own_breaker_and_the_scope_follows_them(
+        tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [tenants.acme]
+        adapter = "http"
+        url = "http://127.0.0.1:8091"
+
+        [tenants.globex]
+        adapter = "http"
+        url = "http://127.0.0.1:8092"
+    """)
+    settings = settings_for(path, breaker_fail_max=1, breaker_reset_timeout_s=3600,
+                            retry_attempts=1)
+    plan = load_accounts(settings)
+    adapters = {account.name: Down() for account in plan.accounts}
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    accounts = Accounts(plan, {name: GuardedIntegrator(adapter, settings,  # type: ignore[arg-type]
+                                                       name=f"{prefix}:{name}")
+                               for name, adapter in adapters.items()})
+    assert (accounts.state, accounts.scope()) == ("closed", EVERY_TENANT)
+
+    with pytest.raises(TransientIntegratorError):
+        await accounts.lookup_uuid("acme", "u-1")  # acme's breaker opens
+    assert adapters["acme"].asked == ["acme"]
+    assert not accounts.accepting("acme")
+    assert accounts.accepting("globex")
+    assert accounts.accepting("hooli")  # not named: the global account
+    assert accounts.accepting()
+    assert accounts.state == "closed"  # work still flows through the others
+    assert accounts.scope() == TenantScope(excluded=("acme",))
+    with pytest.raises(IntegratorUnavailable):
+        await accounts.lookup_uuid("acme", "u-2")  # refused without a call
+    assert adapters["acme"].asked == ["acme"]
+
+    with pytest.raises(TransientIntegratorError):
+        await accounts.lookup_uuid("hooli", "u-3")  # the global account's breaker opens
+    assert accounts.scope() == TenantScope(only=("globex",))
+    with pytest.raises(TransientIntegratorError):
+        await accounts.probe("probe", "u-4")  # through the one account still answering
+    assert adapters["globex"].asked == ["probe"]
+    assert not accounts.accepting()
+    assert accounts.state == "open"
+    assert accounts.scope() == TenantScope(only=())
