@@ -325,7 +325,9 @@ def _account_name(path: Path, members: list[tuple[str, _Entry, Settings, str]]) 
     if len(named) > 1:
         raise _error(f"tenants {tenants[0]!r} and others share one account (the same adapter "
                      f"and settings) but name it differently: {', '.join(sorted(named))}", path)
-    name = named.pop() if named else tenants[0]
+    if not named:
+        return tenants[0]
+    name = named.pop()
     if not _ACCOUNT_NAME.fullmatch(name):
         raise _error(f"tenant {tenants[0]!r}: account: {name!r} is not a name (letters, digits, "
                      "'.', '_', '-'; at most 63)", path)

@@ -179,6 +179,25 @@ def test_two_accounts_cannot_take_one_name(tmp_path: Path) -> None:
     assert "account name 'shared' is also the name of" in refusal(path)
 
 
+def test_one_account_has_one_name(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [tenants.acme]
+        adapter = "http"
+        url = "http://127.0.0.1:8091"
+        account = "north"
+
+        [tenants.globex]
+        adapter = "http"
+        url = "http://127.0.0.1:8091"
+        account = "south"
+    """)
+    assert "share one account (the same adapter and settings) but name it differently: north, " \
+        "south" in refusal(path)
+    write(tmp_path, '[tenants.acme]\nadapter = "http"\nurl = "http://127.0.0.1:8093"\n'
+                    'account = "no/slash"\n')
+    assert "account: 'no/slash' is not a name" in refusal(path)
+
+
 def test_every_command_refuses_a_bad_file_with_exit_2(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
