@@ -1,7 +1,7 @@
 """Profile: where a worker's CPU goes per invoice, under a backlog, grouped by library.
 
     .venv/bin/python bench/profile_worker.py [--concurrency 32] [--latency-ms 200]
-                                             [--seconds 15] [--rate 250]
+                                             [--seconds 15] [--design gapless|ubl|mixed|routed]
 
 Everything real: a fresh database, a fresh queue prefix, ``gapless mock-integrator`` at a fixed
 latency, one ``gapless worker`` process. A backlog is published first; then py-spy samples the
@@ -41,7 +41,7 @@ from bench.harness import (
     print_table,
     publish,
 )
-from bench.issue import invoice
+from bench.issue import GAPLESS_DESIGNS, backlog_of, prepare
 from gapless.logging import configure_logging
 
 #: (group, substrings of a frame's file path), first match wins, innermost frame first.
@@ -87,6 +87,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--label", default="", help="Shown in the table's title.")
+    parser.add_argument("--design", choices=GAPLESS_DESIGNS, default="gapless",
+                        help="The messages (bench/issue.py's designs): minimal JSON documents, "
+                        "UBL-TR plain sales, mixed kinds, or routed plain sales.")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
@@ -97,7 +100,8 @@ def main() -> None:
     raw = Path(tempfile.mkdtemp(prefix="gapless-profile-")) / "worker.txt"
     with mock_integrator(args.latency_ms) as mock_url, \
             environment("profile", mock_url) as env:
-        asyncio.run(publish(env, [invoice(f"p-{i}") for i in range(backlog)]))
+        prepare(args.design, mock_url)(env)
+        asyncio.run(publish(env, backlog_of(args.design, backlog)))
         worker = Proc([*GAPLESS, "worker", "--concurrency", str(args.concurrency)], env,
                       "profile-worker")
         try:
@@ -122,8 +126,8 @@ def main() -> None:
     rows = [(name, f"{100 * n / total:.1f}", f"{cpu_ms * n / total:.2f}")
             for name, n in counts.most_common()]
     rows.append(("total", "100.0", f"{cpu_ms:.2f}"))
-    print(f"machine: {machine()}; worker concurrency {args.concurrency}, mock latency "
-          f"{args.latency_ms:g} ms; {done} invoices issued in {elapsed:.1f} s "
+    print(f"machine: {machine()}; design {args.design}; worker concurrency {args.concurrency}, "
+          f"mock latency {args.latency_ms:g} ms; {done} invoices issued in {elapsed:.1f} s "
           f"({done / elapsed:.0f}/s, ideal {ideal:.0f}/s); worker CPU {cpu:.2f} s; "
           f"py-spy samples {total} ({os.path.basename(raw)} kept in {raw.parent})\n")
     title = "Worker CPU per issued invoice by library"

@@ -27,6 +27,7 @@ from gapless.errors import ReservationLockTimeout
 from gapless.integrator.base import DUPLICATE_HINT, IntegratorAuthError, IntegratorError
 from gapless.integrator.guard import Guard, IntegratorUnavailable
 from gapless.issuing.correction import ChannelCorrector, NothingToCorrect
+from gapless.issuing.issued import IssuedWriter
 from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID, Backoff
 from gapless.issuing.render import Renderer
 from gapless.issuing.routing import RecipientUnavailable, Router
@@ -36,7 +37,6 @@ from gapless.ledger.invoices import Orphan, claim_orphans, release_orphan
 from gapless.ledger.verdicts import GibPolicy
 from gapless.logging import get_logger
 from gapless.recovery import metrics
-from gapless.recovery.outcomes import IssuedWriter
 from gapless.recovery.reconcile import Outcome, reconcile
 from gapless.recovery.verdicts import VerdictSummary, follow_verdicts
 from gapless.settings import Settings

@@ -130,6 +130,8 @@ class Worker:
             try:
                 await self._run(db, guard, install_signal_handlers)
             finally:
+                if self._flow is not None:
+                    await self._flow.issued.aclose()
                 await db.close()
         finally:
             await guard.aclose()

@@ -50,6 +50,7 @@ from gapless.integrator.base import Document, IntegratorAuthError
 from gapless.integrator.guard import Guard
 from gapless.issuing import outcome
 from gapless.issuing.correction import ChannelCorrector, NothingToCorrect
+from gapless.issuing.issued import IssuedWriter
 from gapless.issuing.outcome import WORKER_EVENTS, Outcomes, Settled
 from gapless.issuing.render import Renderer, RenderError
 from gapless.issuing.routing import ROUTED, RecipientUnavailable, Route, Router, RoutingRefused
@@ -160,8 +161,12 @@ class IssuingFlow:
         self.renderer = Renderer(self.catalog)
         self.router = Router(db, self.catalog, guard, settings.recipient_ttl_s)
         self.corrector = ChannelCorrector(db, self.catalog, self.router, settings)
+        #: ISSUED outcomes of concurrent deliveries share commits (each delivery is acked only
+        #: after the commit that holds its own outcome).
+        self.issued = IssuedWriter(db)
         self.outcomes = Outcomes(db, guard, events=WORKER_EVENTS,
-                                 breaker_reset_s=settings.breaker_reset_timeout_s)
+                                 breaker_reset_s=settings.breaker_reset_timeout_s,
+                                 record_issued=self.issued.issued)
         self.hooks = hooks
         self._clock = clock
         self._stopping = stopping

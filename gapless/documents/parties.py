@@ -9,10 +9,11 @@ whether a number is registered is the integrator's (and GİB's) to say.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
-from gapless.documents.xml import Element, cac, cbc
+from gapless.documents.xml import Element, cac, cbc, written
 from gapless.errors import GaplessError
 from gapless.message import Address, Customer
 
@@ -233,3 +234,15 @@ def party(parent: Element, tag: str, *, tax_id: str, name: str,
     if len(tax_id) == 11:
         _person(element, *(split_person_name(name) if all(split_person_name(name))
                            else (name, name)))
+
+
+@functools.lru_cache(maxsize=1024)
+def issuer_parts(issuer: Issuer) -> tuple[Element, ...]:
+    """The signature and the supplier party of ``issuer``'s invoices, written out once: every
+    document of a profile has the same (a profile never changes; a new one is a new Issuer)."""
+
+    def make(holder: Element) -> None:
+        signature(holder, issuer)
+        supplier(holder, issuer)
+
+    return tuple(written(make))

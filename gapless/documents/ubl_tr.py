@@ -1,4 +1,5 @@
-"""UBL-TR 2.1 invoices (e-Fatura / e-Arşiv), rendered with lxml — pure functions, no I/O.
+"""UBL-TR 2.1 invoices (e-Fatura / e-Arşiv), rendered with a small XML writer
+(:mod:`gapless.documents.xml`) — pure functions, no I/O.
 
 :func:`render_ubl_tr` renders a message (checked before the seal by
 :func:`~gapless.documents.checks.check_ubl_inputs`) once the number, the UUID and the seal moment
@@ -26,14 +27,14 @@ from zoneinfo import ZoneInfo
 
 from lxml import etree
 
-from gapless.documents import parties, references
+from gapless.documents import parties, references, xml
 from gapless.documents.amounts import Totals, number_text, totals
 from gapless.documents.codes import PROFILE_RULES
 from gapless.documents.lines import invoice_lines
 from gapless.documents.parties import Issuer
 from gapless.documents.taxes import monetary_total, vat_total, withholding_total
 from gapless.documents.words import amount_in_words
-from gapless.documents.xml import CAC, CBC, EXT, INV, NS, NSMAP, Element, cac, cbc
+from gapless.documents.xml import CAC, CBC, INV, NS, NSMAP, Element, cac, cbc
 from gapless.message import PROFILES, InvoiceMessage
 
 #: The rendering's version: bumped whenever the bytes for the same inputs change (2: the
@@ -48,10 +49,9 @@ __all__ = ["CAC", "CBC", "FORMAT", "INV", "PLACEHOLDER_NS", "render_ubl_tr", "su
 def _header(root: Element, message: InvoiceMessage, amounts: Totals, *, number: str,
             uuid: uuid_module.UUID, local: datetime) -> None:
     """Identity, dates, type, notes and currency, in the order of the UBL-TR schema."""
-    extension = etree.SubElement(etree.SubElement(root, f"{{{EXT}}}UBLExtensions"),
-                                 f"{{{EXT}}}UBLExtension")
-    content = etree.SubElement(extension, f"{{{EXT}}}ExtensionContent")
-    etree.SubElement(content, f"{{{PLACEHOLDER_NS}}}Unsigned", nsmap={"gapless": PLACEHOLDER_NS})
+    extension = xml.child(xml.child(root, "ext:UBLExtensions"), "ext:UBLExtension")
+    content = xml.child(extension, "ext:ExtensionContent")
+    xml.child(content, "gapless:Unsigned", **{"xmlns:gapless": PLACEHOLDER_NS})
     cbc(root, "UBLVersionID", "2.1")
     cbc(root, "CustomizationID", "TR1.2")
     cbc(root, "ProfileID", message.profile or PROFILES[0])
@@ -94,13 +94,13 @@ def render_ubl_tr(message: InvoiceMessage, *, number: str, uuid: uuid_module.UUI
     export = message.export if "export" in profile.needs else None
     reasons = {line.vat_exemption_code: line.vat_exemption_reason for line in reversed(
         message.lines) if line.vat_exemption_code and line.vat_exemption_reason}
-    root = etree.Element(f"{{{INV}}}Invoice", nsmap=NSMAP)
+    root = xml.root("Invoice", NSMAP)
     _header(root, message, amounts, number=number, uuid=uuid, local=local)
     references.billing_references(root, message)
     if profile.earsiv:
         references.earsiv_references(root, message.earsiv, local.date())
-    parties.signature(root, issuer)
-    parties.supplier(root, issuer)
+    for part in parties.issuer_parts(issuer):
+        root.append(part)
     if export is not None:
         parties.export_parties(root, message.customer)
     else:
@@ -113,7 +113,7 @@ def render_ubl_tr(message: InvoiceMessage, *, number: str, uuid: uuid_module.UUI
         withholding_total(root, currency, amounts.withholdings)
     monetary_total(root, currency, amounts)
     invoice_lines(root, message, amounts, reasons, export)
-    return etree.tostring(root, xml_declaration=True, encoding="UTF-8")
+    return xml.tostring(root)
 
 
 # ----------------------------------------------------------------------------------- summary

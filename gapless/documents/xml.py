@@ -1,31 +1,149 @@
-"""The XML vocabulary of UBL-TR 2.1 documents: namespaces and the two element makers every part
-of a document is built with (lxml)."""
+"""The XML vocabulary of UBL-TR 2.1 documents: namespaces, the element makers every part of a
+document is built with, and the writer that turns the tree into bytes.
+
+A document is built once, in schema order, and written out: nothing reads it back while it is
+being made. So the tree is a plain one (an :class:`Element` is a tag, a text, attributes and
+children), written with the fixed prefixes below, about twice as fast as building an lxml tree
+(lxml looks each namespace up again for every element). The bytes are exactly what lxml writes
+for the same tree — the same declaration, the same escapes (text: ``& < >`` and carriage return;
+attributes: also ``"`` and tab, line feed and carriage return as character references) and
+``<tag/>`` for an element with neither text nor children; a test holds the writer to lxml's
+parse-and-write of its own output. Documents are read back with lxml (:data:`NS`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from lxml import etree
+from collections.abc import Callable, Iterator
 
 INV = "urn:oasis:names:specification:ubl:schema:xsd:Invoice-2"
 CAC = "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"
 CBC = "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2"
 EXT = "urn:oasis:names:specification:ubl:schema:xsd:CommonExtensionComponents-2"
-#: The default namespace is the Invoice's (lxml's stubs do not know a None prefix: hence Any).
-NSMAP: Any = {None: INV, "cac": CAC, "cbc": CBC, "ext": EXT}
+#: The prefixes a document declares on its root, in this order (the default one first).
+NSMAP: dict[str | None, str] = {None: INV, "cac": CAC, "cbc": CBC, "ext": EXT}
 #: Prefixes for reading a document back (XPath).
 NS = {"cac": CAC, "cbc": CBC}
 
-Element = etree._Element
+DECLARATION = "<?xml version='1.0' encoding='UTF-8'?>\n"
+
+
+class Element:
+    """One element: its qualified tag (``cbc:Name``), text, attributes and children, in order."""
+
+    __slots__ = ("attrib", "children", "tag", "text")
+
+    def __init__(self, tag: str, text: str | None = None,
+                 attrib: dict[str, str] | None = None) -> None:
+        self.tag = tag
+        self.text = text
+        self.attrib = attrib
+        self.children: list[Element] = []
+
+    def append(self, child: Element) -> None:
+        self.children.append(child)
+
+    def __iter__(self) -> Iterator[Element]:
+        return iter(self.children)
+
+    def __len__(self) -> int:
+        return len(self.children)
+
+
+def root(tag: str, namespaces: dict[str | None, str]) -> Element:
+    """A document's root element, declaring ``namespaces`` (prefix None: the default one)."""
+    return Element(tag, attrib={("xmlns" if prefix is None else f"xmlns:{prefix}"): uri
+                                for prefix, uri in namespaces.items()})
+
+
+def child(parent: Element, tag: str, text: str | None = None, **attrib: str) -> Element:
+    """An element of any prefix (``ext:UBLExtensions``), appended to ``parent``."""
+    element = Element(tag, text, attrib or None)
+    parent.children.append(element)
+    return element
 
 
 def cbc(parent: Element, name: str, text: str, **attrib: str) -> Element:
     """A basic component (``cbc:name``) with its text, appended to ``parent``."""
-    element = etree.SubElement(parent, f"{{{CBC}}}{name}", attrib)
-    element.text = text
+    element = Element("cbc:" + name, text, attrib or None)
+    parent.children.append(element)
     return element
 
 
 def cac(parent: Element, name: str) -> Element:
     """An aggregate component (``cac:name``), appended to ``parent``."""
-    return etree.SubElement(parent, f"{{{CAC}}}{name}")
+    element = Element("cac:" + name)
+    parent.children.append(element)
+    return element
+
+
+class Written(Element):
+    """A part written out once and placed as it is in many documents (the issuer's parties,
+    the same in every document of a tenant): its text is XML already."""
+
+    __slots__ = ()
+
+    def __init__(self, part: Element) -> None:
+        parts: list[str] = []
+        _write(part, parts.append)
+        super().__init__(part.tag, "".join(parts))
+
+    def append(self, child: Element) -> None:
+        raise TypeError("a written part is complete")
+
+
+def written(make: Callable[[Element], None]) -> list[Written]:
+    """The elements ``make`` appends to a parent, each written out once (see :class:`Written`)."""
+    holder = Element("holder")
+    make(holder)
+    return [Written(part) for part in holder.children]
+
+
+def tostring(element: Element) -> bytes:
+    """The document rooted at ``element``: UTF-8 with the XML declaration, as lxml writes it."""
+    parts: list[str] = [DECLARATION]
+    _write(element, parts.append)
+    return "".join(parts).encode()
+
+
+def _write(element: Element, out: Callable[[str], object]) -> None:
+    if type(element) is Written:
+        out(element.text)  # type: ignore[arg-type]  # always set: the part's XML
+        return
+    tag = element.tag
+    start = "<" + tag
+    if element.attrib:
+        start += "".join(f' {name}="{_attribute(value)}"'
+                         for name, value in element.attrib.items())
+    text = element.text
+    if element.children:
+        out(start + ">" if text is None else start + ">" + _text(text))
+        for item in element.children:
+            _write(item, out)
+        out("</" + tag + ">")
+    elif text is None:
+        out(start + "/>")
+    else:
+        out(start + ">" + _text(text) + "</" + tag + ">")
+
+
+def _text(value: str) -> str:
+    if "&" in value:
+        value = value.replace("&", "&amp;")
+    if "<" in value:
+        value = value.replace("<", "&lt;")
+    if ">" in value:
+        value = value.replace(">", "&gt;")
+    if "\r" in value:
+        value = value.replace("\r", "&#13;")
+    return value
+
+
+def _attribute(value: str) -> str:
+    value = _text(value)
+    if '"' in value:
+        value = value.replace('"', "&quot;")
+    if "\n" in value:
+        value = value.replace("\n", "&#10;")
+    if "\t" in value:
+        value = value.replace("\t", "&#9;")
+    return value

@@ -1,4 +1,4 @@
-"""Group commit of ISSUED outcomes (``recovery.outcomes.IssuedWriter``) against real PostgreSQL:
+"""Group commit of ISSUED outcomes (``gapless.issuing.issued.IssuedWriter``) against PostgreSQL:
 concurrent outcomes share transactions, each caller learns its own result after the commit (its
 document stored with it), and a batch that fails is retried one invoice at a time so one bad row
 cannot fail its neighbours."""
@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import Status
 from gapless.integrator.base import Document, Receipt
+from gapless.issuing.issued import IssuedWriter
 from gapless.ledger.invoices import Sending, mark_issued
-from gapless.recovery.outcomes import IssuedWriter
 from tests.helpers import json_document, ledger
 from tests.recovery_support import define_series, invoice_rows, make_sending
 

@@ -21,7 +21,7 @@ from gapless.ledger.database import Database
 from gapless.ledger.invoices import Sending, mark_issued, mark_issued_many
 from gapless.logging import get_logger
 
-log = get_logger("gapless.recovery")
+log = get_logger("gapless.issuing")
 
 MAX_BATCH = 200
 
