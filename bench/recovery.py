@@ -220,7 +220,8 @@ def make_settled_table(url: str, count: int) -> None:
 async def idle_rounds(url: str, rounds: int) -> tuple[list[float], str]:
     """Milliseconds per idle ``claim_orphans`` (each one commits), and the scans it plans."""
     engine = make_engine(url, actor="recovery", pool_size=1)
-    params = {"stuck_after_s": 300.0, "batch": 100, "max_attempts": 10}
+    params = {"stuck_after_s": 300.0, "batch": 100, "max_attempts": 10, "only": None,
+              "excluded": []}
     try:
         async with engine.connect() as conn:
             plan = [row[0] for row in await conn.exec_driver_sql(

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     gib_poll_batch: int = Field(100, ge=1, description="Questions claimed per recovery round")
     nilvera_url: str = "https://apitest.nilvera.com"
     nilvera_api_key: str = Field("", repr=False)
+    integrators_file: str = Field("", description="A TOML file of per-tenant integrator "
+                                  "accounts (gapless.integrator.accounts); a tenant it does not "
+                                  "name uses the settings above")
 
     # Worker.
     lease_s: float = Field(300.0, gt=0, description="A SENDING lease older than this is stale "

@@ -165,7 +165,8 @@ class _Backlog:
 
 
 class RecoveryLoop:
-    """Rounds of claim-and-reconcile over one database (actor ``recovery``) and one guard."""
+    """Rounds of claim-and-reconcile over one database (actor ``recovery``) and one guard (every
+    tenant's integrator account: an orphan waits only for its own account's breaker)."""
 
     def __init__(self, db: Database, guard: Guard,
                  options: RecoveryOptions) -> None:
@@ -186,18 +187,19 @@ class RecoveryLoop:
     def _breaker_state(self) -> str:
         return self.guard.state
 
-    def _held_back(self) -> str | None:
-        """Why the integrator cannot take work now (None: it can)."""
+    def _held_back(self, tenant: str | None = None) -> str | None:
+        """Why the integrator cannot take work now (None: it can): ``tenant``'s account, or
+        without a tenant every account."""
         if self._credentials_refused:
             return CREDENTIALS_REFUSED
-        return None if self.guard.accepting() else BREAKER_OPEN
+        return None if self.guard.accepting(tenant) else BREAKER_OPEN
 
     async def _credentials_work(self) -> bool:
         """After a refusal of our credentials: ask the integrator something that consumes
         nothing (the worker's probe) and say whether it takes them again. A breaker that refuses
         the probe, or a refusal, is a no; any other answer clears the refusal."""
         try:
-            await self.guard.lookup_uuid(PROBE_TENANT, PROBE_UUID)
+            await self.guard.probe(PROBE_TENANT, PROBE_UUID)
         except (IntegratorAuthError, IntegratorUnavailable):
             return False
         except IntegratorError:
@@ -270,6 +272,8 @@ class RecoveryLoop:
         for tenant, invoice_id in await self.corrector.waiting(self.options.batch):
             if self.stopping or self._held_back():
                 break
+            if self._held_back(tenant):
+                continue  # its account's breaker is open: a later round corrects it
             try:
                 correction = await self.corrector.correct(invoice_id, tenant=tenant)
             except NothingToCorrect as exc:
@@ -324,9 +328,13 @@ class RecoveryLoop:
                     # Never our own orphans still in flight: their leases are younger than
                     # this round (a second past it, for the clocks of two hosts).
                     stuck_after_s = max(stuck_after_s, time.monotonic() - first_claim + 1.0)
+                # Not the orphans of a tenant whose account is not answering: they would only
+                # be put back, and crowd the others out of the batch.
+                scope = self.guard.scope()
                 orphans = await claim_orphans(
                     self.db, stuck_after_s=stuck_after_s, batch=batch,
-                    max_attempts=self.options.max_attempts)
+                    max_attempts=self.options.max_attempts, only=scope.only,
+                    excluded=scope.excluded)
                 summary.claimed += len(orphans)
                 summary.batch_full = len(orphans) >= batch
                 backlog.add(len(orphans))
@@ -353,8 +361,9 @@ class RecoveryLoop:
             return await self._release(orphan)  # a stop came first: put it back, untouched
         slot = _Slot(gate)
         try:
-            if self._held_back():
-                # Not started: put it back for the next round (or another instance).
+            if self._held_back(sending.tenant):
+                # Not started (its account's breaker is open): put it back for the next round
+                # (or another instance).
                 backlog.released = True
                 return await self._release(orphan)
             log.info("orphan_found", invoice_id=sending.invoice_id, tenant=sending.tenant,

@@ -75,7 +75,7 @@ def _gave_up_detail(policy: GibPolicy, detail: str) -> str:
 async def _answer(db: Database, guard: Guard, policy: GibPolicy, check: GibCheck,
                   stopping: Callable[[], bool]) -> str:
     """Ask about one claimed document and record the answer; the result's name."""
-    if stopping() or not guard.accepting():
+    if stopping() or not guard.accepting(check.tenant):
         await release_gib_check(db, check)
         return "released"
     try:

@@ -33,13 +33,8 @@ from gapless.amqp.publisher import Publisher
 from gapless.amqp.topology import declare_topology
 from gapless.constants import PRIORITY_USER
 from gapless.errors import GaplessError
-from gapless.integrator.base import (
-    Integrator,
-    IntegratorAuthError,
-    TransientIntegratorError,
-    load_integrator,
-)
-from gapless.integrator.guard import GuardedIntegrator
+from gapless.integrator.accounts import Accounts
+from gapless.integrator.base import IntegratorAuthError, TransientIntegratorError
 from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID, credentials_refused
 from gapless.ledger.database import Database, check_cluster
 from gapless.ledger.queries import config as config_queries
@@ -95,7 +90,7 @@ class Worker:
         self._consumer_tags: list[tuple[AbstractQueue, str]] = []
         self._slots = _Slots(concurrency)
         self._dead_letters: Publisher | None = None
-        self._guard: GuardedIntegrator | None = None
+        self._guard: Accounts | None = None
         self._flow: IssuingFlow | None = None
         #: When the broker connection was lost (None while connected).
         self._amqp_lost_at: float | None = None
@@ -124,20 +119,22 @@ class Worker:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_stop)
-        db = await self._open_database()
-        if db is None:
-            log.info("worker_stopped", before="consuming")
-            return
+        # Every tenant's integrator account (GAPLESS_INTEGRATORS_FILE): a bad file stops the
+        # worker before it touches the database.
+        guard = Accounts.open(settings, name="worker")
         try:
-            integrator = load_integrator(settings)
+            db = await self._open_database()
+            if db is None:
+                log.info("worker_stopped", before="consuming")
+                return
             try:
-                await self._run(db, integrator, install_signal_handlers)
+                await self._run(db, guard, install_signal_handlers)
             finally:
                 if self._flow is not None:
                     await self._flow.issued.aclose()
-                await integrator.aclose()
+                await db.close()
         finally:
-            await db.close()
+            await guard.aclose()
 
     async def _open_database(self) -> Database | None:
         """The pool and the start-up cluster check, retried while the database is briefly
@@ -171,11 +168,11 @@ class Worker:
                 return None
             return db
 
-    async def _run(self, db: Database, integrator: Integrator,
+    async def _run(self, db: Database, guard: Accounts,
                    install_signal_handlers: bool) -> None:
         settings = self.settings
         self._db = db
-        self._guard = GuardedIntegrator(integrator, settings, name="worker")
+        self._guard = guard
         self._flow = IssuingFlow(db, self._guard, settings, hooks=self.hooks, clock=self.clock,
                                  stopping=lambda: self.stopping)
         if self.metrics_port is not None:
@@ -339,7 +336,7 @@ class Worker:
             if self.stopping:
                 return
             try:
-                await guard.lookup_uuid(PROBE_TENANT, PROBE_UUID)
+                await guard.probe(PROBE_TENANT, PROBE_UUID)
             except TransientIntegratorError as exc:
                 log.info("integrator_probe_failed", error=type(exc).__name__)
                 continue

@@ -208,9 +208,13 @@ class IssuingFlow:
             if self._stopping():
                 # No number is sealed once a stop is requested; the message waits in the queue.
                 return self._requeue("worker_stopping", bound)
-            if not self.guard.accepting():
-                # Breaker open: sealing now would only turn the queue into ERRORs.
-                return self._requeue("breaker_open", bound, pause=True)
+            if not self.guard.accepting(message.tenant):
+                # The tenant's account's breaker is open: sealing now would only turn its
+                # messages into ERRORs. The consumer pauses when no account takes calls; while
+                # another does, this message waits a moment and comes back.
+                paused = not self.guard.accepting()
+                return self._requeue("breaker_open", bound, pause=paused,
+                                     backoff_s=0.0 if paused else 1.0)
             if self.credentials_refused:
                 return self._requeue("credentials_refused", bound, pause=True)
             claim = await self._intake(message, series, draft, profile, bound)

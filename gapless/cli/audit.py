@@ -69,10 +69,9 @@ def audit(
 async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
                  integrator: bool, horizon_s: float, deep: bool, chain: bool,
                  checkpoints: Checkpoints | None) -> AuditReport:
-    from gapless.integrator.base import load_integrator
-    from gapless.integrator.guard import GuardedIntegrator
+    from gapless.integrator.accounts import Accounts
     from gapless.ledger.database import short_lived
-    from gapless.ops.audit import check_chains, check_database, check_integrator
+    from gapless.ops.audit import check_accounts, check_chains, check_database
 
     async with short_lived(settings.database_url, actor="audit", pool_size=2) as db:
         report = await check_database(db, tenant=tenant, series=series, horizon_s=horizon_s,
@@ -82,10 +81,10 @@ async def _audit(settings: Settings, *, tenant: str | None, series: str | None,
                                                       checkpoints=checkpoints)
             report.add_counted(broken)
         if integrator:
-            guard = GuardedIntegrator(load_integrator(settings), settings, name="audit")
+            guard = Accounts.open(settings, name="audit")
             try:
-                violations, check = await check_integrator(
-                    db, settings.integrator_url, guard, tenant=tenant, series=series,
+                violations, check = await check_accounts(
+                    db, guard, tenant=tenant, series=series,
                     horizon_s=horizon_s, timeout_s=max(settings.integrator_timeout_s, 30.0))
             finally:
                 await guard.aclose()

@@ -463,8 +463,7 @@ def _read_payload(path: Path) -> dict[str, Any]:
 
 async def _retry(settings: Settings, invoice_id: str, corrected: dict[str, Any] | None,
                  tenant: str | None = None) -> tuple[int, str]:
-    from gapless.integrator.base import load_integrator
-    from gapless.integrator.guard import GuardedIntegrator
+    from gapless.integrator.accounts import Accounts
     from gapless.issuing.render import Renderer
     from gapless.ledger.catalog import Catalog
     from gapless.ledger.invoices import get_invoice, start_retry
@@ -472,16 +471,22 @@ async def _retry(settings: Settings, invoice_id: str, corrected: dict[str, Any] 
     from gapless.recovery.reconcile import Backoff, reconcile
 
     # An integrator that cannot answer fails the command before the invoice is touched (and
-    # the report is the CLI's one line), rather than after it was moved to SENDING and back.
-    await probe_integrator(settings)
+    # the report is the CLI's one line), rather than after it was moved to SENDING and back:
+    # the tenant's account, once the tenant is known when GAPLESS_INTEGRATORS_FILE may give it
+    # one of its own.
+    asked = tenant
+    if asked is not None or not settings.integrators_file:
+        await probe_integrator(settings, asked)
     async with _database(settings) as db:
         catalog = Catalog(db)
         tenant = await _tenant(db, invoice_id, tenant)
+        if asked is None and settings.integrators_file:
+            await probe_integrator(settings, tenant)
         if corrected is not None:
             row = await get_invoice(db, invoice_id, tenant=tenant)
             await _check_correction(catalog, row, corrected)
         sending = await start_retry(db, invoice_id, corrected, tenant=tenant)
-        guard = GuardedIntegrator(load_integrator(settings), settings, name="operator")
+        guard = Accounts.open(settings, name="operator")
         try:
             # Without an orphan to put back, reconcile itself leaves the invoice ERROR, due
             # when the breaker may half-open, when nothing could be sent.

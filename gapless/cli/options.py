@@ -49,6 +49,15 @@ def settings_from(**overrides: Any) -> Settings:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "setting"
         raise typer.BadParameter(f"{field}: {first['msg']}") from None
+    if settings.integrators_file:
+        # Every process refuses a file it could not use, before it starts anything.
+        from gapless.errors import ConfigurationError
+        from gapless.integrator.accounts import load_accounts
+
+        try:
+            load_accounts(settings)
+        except ConfigurationError as exc:
+            raise typer.BadParameter(str(exc)) from None
     configure_logging(settings.log_format, settings.log_level)
     _INVOCATION.settings = settings
     return settings

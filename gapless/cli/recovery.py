@@ -78,8 +78,7 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
                     metrics_port: int | None) -> str | None:
     from dataclasses import replace
 
-    from gapless.integrator.base import load_integrator
-    from gapless.integrator.guard import GuardedIntegrator
+    from gapless.integrator.accounts import Accounts
     from gapless.ledger.database import Database, check_cluster
     from gapless.recovery import metrics
     from gapless.recovery.loop import RecoveryLoop, RecoveryOptions, serve
@@ -89,7 +88,7 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
                              size=max(settings.db_pool_size, min(options.concurrency, 32)))
     try:
         await check_cluster(db, settings.cluster_id)
-        guard = GuardedIntegrator(load_integrator(settings), settings, name="recovery")
+        guard = Accounts.open(settings, name="recovery")
         try:
             if once:
                 # One claim of --batch orphans, settled, then exit.

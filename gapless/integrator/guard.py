@@ -1,7 +1,8 @@
 """The guard in front of every integrator call: a circuit breaker, then bounded jittered retries.
 
-``GuardedIntegrator`` wraps any ``Integrator``; the worker and recovery hold one each (``name``
-tells them apart in metrics and logs). Per call:
+``GuardedIntegrator`` wraps any ``Integrator``: one per integrator account in each process
+(:mod:`gapless.integrator.accounts`; ``name`` — ``worker``, ``recovery:acme`` — tells them apart
+in metrics and logs). Per call:
 
 1. **Retry** (tenacity): only ``TransientIntegratorError`` is retried, never a business outcome,
    never ``asyncio.CancelledError``, never ``IntegratorUnavailable``. At most
@@ -33,6 +34,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -98,13 +100,28 @@ class IntegratorUnavailable(TransientIntegratorError):
     """
 
 
-class Guard(Protocol):
-    """How every loop calls the guarded integrator (:class:`GuardedIntegrator` is the one
-    implementation; tests may script another).
+@dataclass(frozen=True)
+class TenantScope:
+    """Whose work the integrator can take now: the tenants ``only`` (None: any), none of
+    ``excluded`` — the tenants of the accounts whose breaker refuses calls."""
 
-    Each call goes through the breaker and the retries; it returns the integrator's answer or
-    raises one of the outcome exceptions of :mod:`gapless.integrator.base`
-    (``IntegratorUnavailable`` when the breaker refused it: nothing was sent).
+    only: tuple[str, ...] | None = None
+    excluded: tuple[str, ...] = ()
+
+
+#: Every tenant's work (one account, or every account answering).
+EVERY_TENANT: Final = TenantScope()
+
+
+class Guard(Protocol):
+    """How every loop calls the guarded integrator: :class:`GuardedIntegrator` (one account), or
+    :class:`gapless.integrator.accounts.Accounts` (each tenant's account; what every process
+    holds); tests may script another.
+
+    Each call goes through the breaker and the retries of the tenant's account; it returns the
+    integrator's answer or raises one of the outcome exceptions of
+    :mod:`gapless.integrator.base` (``IntegratorUnavailable`` when the breaker refused it:
+    nothing was sent).
     """
 
     #: The adapter can look a number up (``lookup``); without, callers ask by UUID.
@@ -114,11 +131,22 @@ class Guard(Protocol):
 
     @property
     def state(self) -> str:
-        """``"closed"``, ``"open"`` or ``"half-open"``."""
+        """``"closed"``, ``"open"`` or ``"half-open"``: the breaker work can flow through."""
         ...
 
-    def accepting(self) -> bool:
-        """Whether a call now would be let through (so a number may be sealed for it)."""
+    def accepting(self, tenant: str | None = None) -> bool:
+        """Whether a call for ``tenant`` now would be let through (so a number may be sealed
+        for it); without a tenant, whether any call would (there is work to take)."""
+        ...
+
+    async def probe(self, tenant: str, uuid: str) -> Receipt | None:
+        """A lookup by UUID that consumes nothing, asked of an account that lets calls through:
+        whether the integrator is reachable and takes our credentials again."""
+        ...
+
+    def scope(self) -> TenantScope:
+        """Whose work may be claimed now (recovery claims no orphan of a tenant whose account's
+        breaker refuses calls)."""
         ...
 
     async def send(self, document: Document) -> Receipt: ...
@@ -127,7 +155,7 @@ class Guard(Protocol):
 
     async def lookup_uuid(self, tenant: str, uuid: str) -> Receipt | None: ...
 
-    async def recipient(self, tax_id: str) -> Recipient: ...
+    async def recipient(self, tenant: str, tax_id: str) -> Recipient: ...
 
     async def status(self, tenant: str, uuid: str) -> GibStatus | None: ...
 
@@ -233,10 +261,18 @@ class GuardedIntegrator:
         return await self._retrying("status", lambda: adapter.status(tenant, uuid),
                                     tenant=tenant, uuid=uuid)
 
-    async def recipient(self, tax_id: str) -> Recipient:
+    async def recipient(self, tenant: str, tax_id: str) -> Recipient:
         """The recipient check through the breaker, retrying transient failures (the tax id is
-        never logged)."""
+        never logged; ``tenant`` is who asks, one of this account's)."""
         return await self._retrying("recipient", lambda: self._integrator.recipient(tax_id))
+
+    async def probe(self, tenant: str, uuid: str) -> Receipt | None:
+        """A lookup by UUID that consumes nothing (see :class:`Guard`)."""
+        return await self.lookup_uuid(tenant, uuid)
+
+    def scope(self) -> TenantScope:
+        """Every tenant: one account takes all its tenants' calls or none (``accepting``)."""
+        return EVERY_TENANT
 
     async def aclose(self) -> None:
         await self._integrator.aclose()
@@ -248,8 +284,9 @@ class GuardedIntegrator:
         """``"closed"``, ``"open"`` or ``"half-open"``."""
         return self._breaker.current_state
 
-    def accepting(self) -> bool:
-        """Whether a call now would be let through (so a worker may reserve a number for it).
+    def accepting(self, tenant: str | None = None) -> bool:
+        """Whether a call now would be let through (so a worker may reserve a number for it);
+        every tenant of the account is alike.
 
         False while the breaker is open and its reset timeout has not elapsed, and while the
         half-open trial call is in flight; True when closed or ready for a trial.

@@ -129,7 +129,7 @@ class ChannelCorrector:
         profile = await self._catalog.refresh(row.tenant)
         if profile is None:
             raise NothingToCorrect("the tenant has no issuer profile")
-        await self._router.recipient(message.customer.tax_id, refresh=True)
+        await self._router.recipient(row.tenant, message.customer.tax_id, refresh=True)
         try:
             route = await self._router.route(message, profiled=True)
             check_ubl_inputs(route.message, profile.issuer)

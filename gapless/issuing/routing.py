@@ -57,9 +57,9 @@ class RecipientUnavailable(GaplessError):
 
 
 class RecipientSource(Protocol):
-    """Who answers the recipient check (the guarded integrator)."""
+    """Who answers the recipient check (the guarded integrator: the tenant's account)."""
 
-    async def recipient(self, tax_id: str) -> Recipient: ...
+    async def recipient(self, tenant: str, tax_id: str) -> Recipient: ...
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,10 @@ class Router:
         self.cache = RecipientCache(db, ttl_s)
         self._defaults: dict[str, tuple[float, dict[Channel, str]]] = {}
 
-    async def recipient(self, tax_id: str, *, refresh: bool = False) -> Recipient:
-        """The recipient answer: cached if fresh (unless ``refresh``), else asked and stored.
+    async def recipient(self, tenant: str, tax_id: str, *, refresh: bool = False) -> Recipient:
+        """The recipient answer: cached if fresh (unless ``refresh``), else asked of
+        ``tenant``'s integrator account and stored. The cache is by tax id alone: the answer is
+        GİB's registry, the same whichever account asks.
 
         Raises RecipientUnavailable when the integrator cannot answer.
         """
@@ -112,7 +114,7 @@ class Router:
             if cached is not None:
                 return cached
         try:
-            answer = await self._source.recipient(tax_id)
+            answer = await self._source.recipient(tenant, tax_id)
         except IntegratorError as exc:  # transient, breaker open, auth: the message waits
             raise RecipientUnavailable(f"recipient check: {type(exc).__name__}") from exc
         await self.cache.store(answer)
@@ -156,7 +158,7 @@ class Router:
                                          "series)")
                 spec = await self._series(tenant, code)
                 return Route(message.model_copy(update={"series": code}), spec, Channel.ANY)
-        recipient = await self.recipient(message.customer.tax_id)
+        recipient = await self.recipient(tenant, message.customer.tax_id)
         channel = Channel.EFATURA if recipient.registered else Channel.EARSIV
         profile = _profile(message, channel)
         alias = _alias(message, recipient, channel)

@@ -13,7 +13,7 @@ tenant, so every function that finds an invoice by its id takes the tenant too (
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -317,14 +317,18 @@ class Orphan:
 
 
 async def claim_orphans(db: Database, *, stuck_after_s: float, batch: int,
-                        max_attempts: int | None = None) -> list[Orphan]:
+                        max_attempts: int | None = None, only: Sequence[str] | None = None,
+                        excluded: Sequence[str] = ()) -> list[Orphan]:
     """Recovery: claim stuck SENDING and due ERROR invoices (SKIP LOCKED), taking their lease.
 
     ERROR invoices that already had ``max_attempts`` attempts are left alone (None: no limit).
+    Only invoices of the tenants ``only`` (None: any) and of none of ``excluded`` are claimed
+    (tenants whose integrator account is not answering wait without crowding out the others).
     Returns each claimed invoice with the status, lease and due time it had before.
     """
     rows = await db.all(q.CLAIM_ORPHANS, {
-        "stuck_after_s": stuck_after_s, "batch": batch, "max_attempts": max_attempts})
+        "stuck_after_s": stuck_after_s, "batch": batch, "max_attempts": max_attempts,
+        "only": None if only is None else list(only), "excluded": list(excluded)})
     return [Orphan(_sending(row), Status(row.was), row.prev_since, row.prev_due) for row in rows]
 
 

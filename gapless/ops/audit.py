@@ -25,7 +25,8 @@ import httpx
 
 from gapless.constants import Status
 from gapless.errors import GaplessError
-from gapless.integrator.base import UNKNOWN, Integrator, TransientIntegratorError
+from gapless.integrator.base import UNKNOWN, TransientIntegratorError
+from gapless.integrator.guard import Guard
 from gapless.ledger.database import Database
 from gapless.ledger.queries import audit as q
 from gapless.ledger.series import series_spec
@@ -33,6 +34,7 @@ from gapless.ledger.verdicts import REFUSED_TODO, UNRESOLVED_TODO
 from gapless.numbers import SeriesSpec, parse_number
 
 if TYPE_CHECKING:
+    from gapless.integrator.accounts import Accounts
     from gapless.ops.checkpoints import Checkpoints
 
 #: Kinds of violation, in the order a person should read them.
@@ -442,7 +444,7 @@ async def numbered_invoices(db: Database, *, tenant: str | None,
     return await db.all(q.NUMBERED_INVOICES, {"tenant": tenant, "series": series})
 
 
-async def ledger_by_lookup(integrator: Integrator, invoices: Sequence[Any], *,
+async def ledger_by_lookup(integrator: Guard, invoices: Sequence[Any], *,
                            concurrency: int = 16) -> list[dict[str, Any]]:
     """Ask the integrator about each numbered invoice (``tenant``, ``number``, ``uuid``,
     ``invoice_id``): the accepted ones, as a ledger. By number, or by the document's UUID where
@@ -598,7 +600,7 @@ class _Places:
 
 
 async def check_integrator(db: Database, integrator_url: str,
-                           integrator: Integrator | None, *, tenant: str | None,
+                           integrator: Guard | None, *, tenant: str | None,
                            series: str | None, horizon_s: float,
                            timeout_s: float) -> tuple[list[Violation], IntegratorCheck]:
     """I7 with the integrator's ledger if it has one, else a lookup of every pinned number."""
@@ -614,3 +616,36 @@ async def check_integrator(db: Database, integrator_url: str,
         ledger = await ledger_by_lookup(integrator, rows)
     return await compare_with_ledger(db, ledger, tenant=tenant, series=series,
                                      horizon_s=horizon_s, read_at=read_at, source=source)
+
+
+async def check_accounts(db: Database, accounts: Accounts, *, tenant: str | None,
+                         series: str | None, horizon_s: float,
+                         timeout_s: float) -> tuple[list[Violation], IntegratorCheck]:
+    """I7 over every integrator account (GAPLESS_INTEGRATORS_FILE): each account's ledger, if
+    it has one, else a lookup of its tenants' pinned numbers through its own guard — each
+    account judged only for the tenants that use it — compared with the invoices at once. With
+    one account this is :func:`check_integrator`."""
+    plan = accounts.plan
+    if len(plan.accounts) == 1:
+        return await check_integrator(db, plan.accounts[0].endpoint, accounts, tenant=tenant,
+                                      series=series, horizon_s=horizon_s, timeout_s=timeout_s)
+    read_at = await db_now(db)
+    ledger: list[dict[str, Any]] = []
+    sources: set[str] = set()
+    rows: list[Any] | None = None
+    for account, guard in accounts.guards():
+        def own(entry_tenant: str, name: str = account.name) -> bool:
+            return plan.of(entry_tenant).name == name
+
+        found = await fetch_ledger(account.endpoint, timeout_s=timeout_s)
+        if found is not None:
+            sources.add("ledger")
+            ledger += [entry for entry in found if own(entry["tenant"])]
+            continue
+        sources.add("lookup")
+        if rows is None:
+            rows = await numbered_invoices(db, tenant=tenant, series=series)
+        ledger += await ledger_by_lookup(guard, [row for row in rows if own(row.tenant)])
+    return await compare_with_ledger(db, ledger, tenant=tenant, series=series,
+                                     horizon_s=horizon_s, read_at=read_at,
+                                     source="+".join(sorted(sources)))

@@ -4,7 +4,8 @@ Checks (the three services each bounded by ``gapless doctor --timeout``):
 
 * **postgres** — connect to GAPLESS_DATABASE_URL and run a query;
 * **rabbitmq** — connect to GAPLESS_AMQP_URL;
-* **integrator** — look up a probe number through the configured adapter, as a paused worker
+* **integrator** — one line per integrator account (the global settings, then each account of
+  GAPLESS_INTEGRATORS_FILE): look up a probe document through its adapter, as a paused worker
   does (consumes no number, changes nothing): "not found" means reachable;
 * **schema** — the database's Alembic revision against this gapless's head: up to date, behind
   (run ``gapless migrate``), ahead (this gapless is older than the database), or no schema;
@@ -255,7 +256,8 @@ async def check_rabbitmq(settings: Settings) -> Check:
 
 
 async def check_integrator(settings: Settings) -> Check:
-    """Look up the probe document through the configured adapter (:func:`probe_integrator`)."""
+    """Look up the probe document through the adapter of the global settings
+    (:func:`probe_integrator`)."""
     from gapless.integrator.base import endpoint
     from gapless.urls import redact_url
 
@@ -263,6 +265,33 @@ async def check_integrator(settings: Settings) -> Check:
     said = "not found (as expected)" if answer is None else "found"
     return Check("integrator", OK, f"{redact_url(endpoint(settings)[0])} answers a probe "
                  f"lookup: {said}")
+
+
+async def check_integrators(settings: Settings, *, timeout_s: float) -> list[Check]:
+    """One check per integrator account, at once, each bounded by ``timeout_s``: without
+    GAPLESS_INTEGRATORS_FILE the one line of the global settings, as ever; with it, each
+    account's line names it and its tenants, and a failure's hint names the setting of its
+    endpoint (the file's ``url`` key, or the adapter's variable)."""
+    from dataclasses import replace
+
+    from gapless.integrator.accounts import load_accounts
+
+    plan = load_accounts(settings)
+    if len(plan.accounts) == 1:
+        return [await bounded("integrator", timeout_s, integrator_hint(settings),
+                              lambda: check_integrator(settings), settings)]
+
+    async def one(account: Any) -> Check:
+        hint = f"is the integrator running? check {account.endpoint_setting}"
+        check = await bounded("integrator", timeout_s, hint,
+                              lambda: check_integrator(account.settings), account.settings)
+        tenants = ", ".join(account.tenants)
+        if account.is_global:
+            tenants = "tenants the file does not name" + (f", and {tenants}" if tenants else "")
+        return replace(check, detail=f"account {account.name} ({tenants}): {check.detail}",
+                       hint=hint if check.hint is not None else None)
+
+    return list(await asyncio.gather(*(one(account) for account in plan.accounts)))
 
 
 def check_schema(settings: Settings, facts: DatabaseFacts | None) -> Check:
@@ -319,15 +348,13 @@ async def diagnose(settings: Settings, *, timeout_s: float) -> list[Check]:
     from gapless.amqp.connection import BROKER_HINT
 
     facts: list[DatabaseFacts] = []
-    postgres, rabbitmq, integrator = await asyncio.gather(
+    postgres, rabbitmq, integrators = await asyncio.gather(
         bounded("postgres", timeout_s, DATABASE_HINT, lambda: check_postgres(settings, facts),
                 settings),
         bounded("rabbitmq", timeout_s, BROKER_HINT, lambda: check_rabbitmq(settings), settings),
-        bounded("integrator", timeout_s, integrator_hint(settings),
-                lambda: check_integrator(settings),
-                settings))
+        check_integrators(settings, timeout_s=timeout_s))
     known = facts[0] if facts and postgres.status == OK else None
-    return [postgres, rabbitmq, integrator, check_schema(settings, known),
+    return [postgres, rabbitmq, *integrators, check_schema(settings, known),
             check_cluster(settings, known), check_replication(known)]
 
 
@@ -336,13 +363,17 @@ def healthy(checks: list[Check]) -> bool:
     return all(check.status != FAIL for check in checks)
 
 
-async def probe_integrator(settings: Settings) -> Any:
-    """Look up the probe document UUID through the configured adapter, as a paused worker does:
-    a lookup consumes no number and changes nothing. Returns the answer (None, "not found", is
-    the expected one); raises TransientIntegratorError when the integrator cannot answer."""
+async def probe_integrator(settings: Settings, tenant: str | None = None) -> Any:
+    """Look up the probe document UUID through the adapter of ``tenant``'s integrator account
+    (without a tenant, the global settings' adapter), as a paused worker does: a lookup consumes
+    no number and changes nothing. Returns the answer (None, "not found", is the expected one);
+    raises TransientIntegratorError when the integrator cannot answer."""
+    from gapless.integrator.accounts import load_accounts
     from gapless.integrator.base import load_integrator
     from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID
 
+    if tenant is not None:
+        settings = load_accounts(settings).of(tenant).settings
     integrator = load_integrator(settings)
     try:
         return await integrator.lookup_uuid(PROBE_TENANT, PROBE_UUID)

@@ -132,13 +132,17 @@ _SENDING_COLUMNS = """i.id, i.invoice_id, i.tenant, i.series, i.number, i.reserv
 
 #: Recovery: claim stuck SENDING invoices and ERROR invoices that are due (and below
 #: %(max_attempts)s, NULL: no limit), skipping rows another process holds, and take their lease
-#: in the same statement. Two partial indexes keep it cheap. Returns the pre-claim lease and due
-#: time so that a claim the caller cannot work on can be put back exactly (RELEASE_ORPHAN).
+#: in the same statement, only of the tenants %(only)s (NULL: any) and none of %(excluded)s
+#: (the tenants whose integrator account is not answering). Two partial indexes keep it cheap.
+#: Returns the pre-claim lease and due time so that a claim the caller cannot work on can be put
+#: back exactly (RELEASE_ORPHAN).
 CLAIM_ORPHANS = f"""
     WITH stuck AS (
         SELECT id, sending_since AS prev_since, next_attempt_at AS prev_due FROM invoices
          WHERE status = 'SENDING'
            AND sending_since < now() - make_interval(secs => %(stuck_after_s)s)
+           AND (%(only)s::text[] IS NULL OR tenant = ANY(%(only)s::text[]))
+           AND tenant <> ALL(%(excluded)s::text[])
          ORDER BY sending_since
          LIMIT %(batch)s
          FOR UPDATE SKIP LOCKED
@@ -146,6 +150,8 @@ CLAIM_ORPHANS = f"""
         SELECT id, sending_since AS prev_since, next_attempt_at AS prev_due FROM invoices
          WHERE status = 'ERROR' AND next_attempt_at <= now()
            AND (%(max_attempts)s::integer IS NULL OR attempts < %(max_attempts)s)
+           AND (%(only)s::text[] IS NULL OR tenant = ANY(%(only)s::text[]))
+           AND tenant <> ALL(%(excluded)s::text[])
          ORDER BY next_attempt_at
          LIMIT %(batch)s
          FOR UPDATE SKIP LOCKED
