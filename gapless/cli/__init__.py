@@ -73,6 +73,13 @@ def _warn_unknown_settings() -> None:
     from gapless.cli.options import invocation_settings
 
     settings = invocation_settings()
+    if settings is not None and settings.integrators_file:
+        # A per-tenant key may be named GAPLESS_…: what the accounts file names is read too.
+        from gapless.integrator.accounts import secret_variables
+
+        unknown = unknown_variables(also_known=secret_variables(settings.integrators_file))
+        if not unknown:
+            return
     if settings is not None and settings.log_format == "json":
         import structlog
 

@@ -8,7 +8,7 @@ The file (TOML) gives a tenant its own integrator account::
     api_key_env = "ACME_NILVERA_API_KEY"    # or api_key_file = "/run/secrets/acme_nilvera"
 
 A tenant the file names uses its account in every process; any other tenant uses the global
-settings (``GAPLESS_INTEGRATOR_ADAPTER``, ``GAPLESS_INTEGRATOR_URL``, ``GAPLESS_NILVERA_*``).
+settings (``GAPLESS_INTEGRATOR_ADAPTER``, ``GAPLESS_INTEGRATOR_URL``, ``GAPLESS_NILVERA_URL`` and ``GAPLESS_NILVERA_API_KEY``).
 Tenants whose adapter and settings are equal share one account: one adapter (one connection pool,
 so one limit on concurrent calls), one circuit breaker. A tenant whose settings equal the global
 ones uses the global account.
@@ -178,6 +178,17 @@ def load_accounts(settings: Settings) -> AccountPlan:
         by_tenant.update(dict.fromkeys(tenants, account))
     accounts[1:] = sorted(accounts[1:], key=lambda account: account.name)
     return AccountPlan(tuple(accounts), dict(sorted(by_tenant.items())))
+
+
+def secret_variables(path: str) -> set[str]:
+    """The environment variables the accounts file names for its secrets (``api_key_env``), so
+    that start-up does not call them unknown settings; empty when the file cannot be read (its
+    loader says why)."""
+    try:
+        entries = _read(Path(path))
+    except ConfigurationError:
+        return set()
+    return {entry.api_key_env for entry in entries.values() if entry.api_key_env}
 
 
 def _error(detail: str, path: Path) -> ConfigurationError:

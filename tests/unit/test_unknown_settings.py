@@ -93,3 +93,20 @@ def test_known_variables_say_nothing() -> None:
     result = run_gapless(["id", "decode", "5"], {**ENV, "GAPLESS_QUEUE_TYPE": "quorum",
                                                  "GAPLESS_WORKER_HOOKS": ""}, timeout=30)
     assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_the_secret_variables_an_accounts_file_names_are_known(tmp_path: Path) -> None:
+    """A per-tenant key may live in a GAPLESS_… variable: the accounts file names it, so it is
+    read, and start-up does not call it unknown (an unrelated misspelling still is)."""
+    accounts = tmp_path / "integrators.toml"
+    accounts.write_text('[tenants.acme]\nadapter = "nilvera"\nurl = "http://127.0.0.1:9"\n'
+                        'api_key_env = "GAPLESS_ACME_NILVERA_KEY"\n')
+    env = {**ENV, "GAPLESS_INTEGRATORS_FILE": str(accounts),
+           "GAPLESS_ACME_NILVERA_KEY": "secret-value"}
+    result = run_gapless(["id", "decode", "5"], env, timeout=30)
+    assert (result.returncode, result.stderr) == (0, "")
+    result = run_gapless(["id", "decode", "5"], {**env, "GAPLESS_LEASE": "60"}, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "gapless: unknown setting GAPLESS_LEASE (did you mean GAPLESS_LEASE_S?)"]
+    assert "secret-value" not in result.stderr
