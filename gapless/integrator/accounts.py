@@ -8,7 +8,8 @@ The file (TOML) gives a tenant its own integrator account::
     api_key_env = "ACME_NILVERA_API_KEY"    # or api_key_file = "/run/secrets/acme_nilvera"
 
 A tenant the file names uses its account in every process; any other tenant uses the global
-settings (``GAPLESS_INTEGRATOR_ADAPTER``, ``GAPLESS_INTEGRATOR_URL``, ``GAPLESS_NILVERA_URL`` and ``GAPLESS_NILVERA_API_KEY``).
+settings (``GAPLESS_INTEGRATOR_ADAPTER``, ``GAPLESS_INTEGRATOR_URL``, ``GAPLESS_NILVERA_URL``
+and ``GAPLESS_NILVERA_API_KEY``).
 Tenants whose adapter and settings are equal share one account: one adapter (one connection pool,
 so one limit on concurrent calls), one circuit breaker. A tenant whose settings equal the global
 ones uses the global account.
