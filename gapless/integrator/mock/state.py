@@ -396,10 +396,10 @@ class MockState:
             if entry.kind == "invoice":
                 if entry.profile != ANSWERED_INVOICE_PROFILE:
                     return 422, "only a dispatch note or a TICARIFATURA invoice is answered"
-                if given.lines is not None:
-                    return 422, "an invoice's answer has no lines (lines: dispatch notes only)"
                 if given.code == "KISMIKABUL":
                     return 422, "an invoice is answered KABUL or RED"
+                if given.lines is not None:
+                    return 422, "an invoice's answer has no lines (lines: dispatch notes only)"
             elif given.lines:
                 count = despatch_line_count(entry.document)
                 beyond = [line.line for line in given.lines if line.line > count]
