@@ -234,7 +234,11 @@ def test_a_hostile_despatch_document_is_refused_without_reading_entities(
     with httpx.Client(base_url=mock_integrator.url, timeout=30) as http:
         huge = http.post("/invoices", content=b" " * (MAX_BODY_BYTES + 1),
                          headers={"content-type": "application/json"})
-    assert huge.status_code == 413
+        chunk = b" " * (1024 * 1024)
+        chunks = [chunk] * (MAX_BODY_BYTES // len(chunk)) + [b" "]
+        streamed = http.post("/invoices", content=iter(chunks),  # chunked: no length told
+                             headers={"content-type": "application/json"})
+    assert (huge.status_code, streamed.status_code) == (413, 413)
     assert mock_integrator.ledger() == []
 
 

@@ -506,15 +506,15 @@ def examine(submission: Submission) -> Examined:
     kind = _ROOT_KINDS.get(root.tag)
     if kind is None:
         return Examined(problem="document is not a UBL-TR Invoice or DespatchAdvice")
-    if kind == "despatch" and submission.alias is None:
-        return Examined(problem="a dispatch note is sent to an alias: the receiver's "
-                                "e-İrsaliye alias or GİB's box")
     number = root.findtext("cbc:ID", namespaces=_UBL_NS)
     uuid = root.findtext("cbc:UUID", namespaces=_UBL_NS)
     if number != submission.number:
         return Examined(problem="cbc:ID of the document differs from the submitted number")
     if submission.uuid is None or (uuid or "").lower() != submission.uuid.lower():
         return Examined(problem="cbc:UUID of the document differs from the submitted uuid")
+    if kind == "despatch" and submission.alias is None:
+        return Examined(problem="a dispatch note is sent to an alias: the receiver's "
+                                "e-İrsaliye alias or GİB's box")
     tax_id = root.findtext(_CUSTOMER_ID[kind], namespaces=_UBL_NS)
     return Examined(tax_id, profile=root.findtext("cbc:ProfileID", namespaces=_UBL_NS),
                     kind=kind)
