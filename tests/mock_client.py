@@ -35,11 +35,38 @@ class MockIntegratorClient:
         """POST /admin/reset: forget ledger and stats, re-seed the fault draws (faults stay)."""
         return self._json("POST", "/admin/reset")  # type: ignore[no-any-return]
 
-    def set_recipients(self, registered: dict[str, list[str]]) -> dict[str, Any]:
-        """PUT /admin/recipients: register e-Fatura users with their aliases (an empty list
-        unregisters)."""
+    def set_recipients(self, registered: dict[str, list[str]] | dict[str, dict[str, list[str]]]
+                       ) -> dict[str, Any]:
+        """PUT /admin/recipients: register recipients with their aliases, per tax id a list
+        (e-Fatura aliases) or ``{"invoice": [...], "despatch": [...]}`` (either kind optional);
+        an empty list unregisters (that kind)."""
         return self._json(  # type: ignore[no-any-return]
             "PUT", "/admin/recipients", json=registered)
+
+    def set_despatch_recipients(self, registered: dict[str, list[str]]) -> dict[str, Any]:
+        """PUT /admin/recipients in the object form: register e-İrsaliye users with their
+        dispatch-note aliases (an empty list unregisters them as e-İrsaliye users); their
+        e-Fatura aliases are left as they are."""
+        return self.set_recipients({tax_id: {"despatch": aliases}
+                                    for tax_id, aliases in registered.items()})
+
+    def put_answers(self, answers: dict[str, dict[str, Any]]) -> httpx.Response:
+        """PUT /admin/answers, the answer as it came (a refusal is not raised)."""
+        return self._http.put("/admin/answers", json=answers)
+
+    def set_answers(self, answers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """PUT /admin/answers: the receivers answer accepted documents, per UUID
+        ``{"code": "KABUL" | "RED" | "KISMIKABUL", "lines": [{line, received, short, rejected,
+        reason}]}`` (lines: dispatch notes only); raises on a refusal."""
+        response = self.put_answers(answers)
+        response.raise_for_status()
+        return response.json()  # type: ignore[no-any-return]
+
+    def answer(self, tenant: str, uuid: str) -> dict[str, Any] | None:
+        """The receiver's answer the status of an accepted document reports (None: not yet)."""
+        response = self.gib_status(tenant, uuid)
+        response.raise_for_status()
+        return response.json()["answer"]  # type: ignore[no-any-return]
 
     def set_gib_status(self, verdicts: dict[str, dict[str, str]]) -> dict[str, Any]:
         """PUT /admin/gib-status: GİB's verdict per document UUID (``"*"``: the default),

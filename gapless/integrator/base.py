@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -62,6 +64,10 @@ class Recipient:
     tax_id: str
     registered: bool
     aliases: tuple[str, ...] = ()
+    #: Whether it is an e-İrsaliye user, and its dispatch-note aliases (separate from its
+    #: e-Fatura ones; the first is the default). Anyone else gets dispatch notes at GİB's box.
+    despatch_registered: bool = False
+    despatch_aliases: tuple[str, ...] = ()
 
 
 #: A receipt's field the integrator did not tell (e.g. a lookup by UUID that answers no number).
@@ -99,6 +105,8 @@ class GibStatus:
     state: GibState
     detail: str
     channel: str | None = None
+    #: The receiver's answer to the document, once it answered (None: not yet, or not told).
+    answer: Answer | None = None
 
     @property
     def final(self) -> bool:
@@ -107,6 +115,38 @@ class GibStatus:
     @property
     def accepted(self) -> bool | None:
         return None if self.state is GibState.PENDING else self.state is GibState.ACCEPTED
+
+
+class AnswerCode(StrEnum):
+    """gapless's word for a receiver's answer: a dispatch note's (ReceiptAdvice) or a
+    ``TICARIFATURA`` invoice's (ApplicationResponse, KABUL or RED only)."""
+
+    KABUL = "KABUL"            # accepted as sent
+    RED = "RED"                # rejected
+    KISMIKABUL = "KISMIKABUL"  # a dispatch note accepted in part: its lines say how
+
+
+@dataclass(frozen=True)
+class AnswerLine:
+    """One line of a dispatch note's answer: of line ``line``, how much arrived, was short, was
+    rejected (and why)."""
+
+    line: int
+    received: Decimal
+    short: Decimal
+    rejected: Decimal
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A receiver's answer as the integrator reports it: ``at`` when it was given (aware);
+    ``lines`` for a dispatch note (perhaps empty), None for an invoice. It never changes a
+    number or its status."""
+
+    code: AnswerCode
+    at: datetime
+    lines: tuple[AnswerLine, ...] | None = None
 
 
 class IntegratorError(GaplessError):

@@ -16,11 +16,17 @@ docs/mock.md, "The adapter that speaks this API".
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gapless.integrator.base import (
     MEDIA_JSON,
+    Answer,
+    AnswerCode,
+    AnswerLine,
     Document,
     DuplicateOfAnother,
     DuplicateOfMine,
@@ -41,6 +47,8 @@ if TYPE_CHECKING:
 _JSON_HEADERS = {"content-type": "application/json"}
 #: The ``code`` of a 422 that refuses a document sent through the wrong channel or alias.
 WRONG_CHANNEL = "wrong_channel"
+#: A quantity in a receiver's answer: a non-negative decimal string.
+_QUANTITY = re.compile(r"[0-9]{1,15}(\.[0-9]{1,6})?")
 
 
 def request_body(document: Document) -> bytes:
@@ -108,8 +116,9 @@ class HttpIntegrator:
             f"lookup of UUID {uuid}")
 
     async def status(self, tenant: str, uuid: str) -> GibStatus | None:
-        """GİB's verdict on the document with this UUID (``{state, detail}``), or None when the
-        integrator does not know the UUID (404). Transient otherwise."""
+        """GİB's verdict on the document with this UUID and its receiver's answer (``{state,
+        detail, answer}``), or None when the integrator does not know the UUID (404). Transient
+        otherwise (a malformed answer too)."""
         what = f"GİB status of UUID {uuid}"
         status, answer = await self._get_json(
             f"/invoices/{quote(tenant, safe='')}/by-uuid/{quote(uuid, safe='')}/status", what)
@@ -118,18 +127,28 @@ class HttpIntegrator:
         state = _field(answer, "state")
         if status == 200 and state in tuple(GibState):
             detail = " ".join((_field(answer, "detail") or "").split())[:300]
-            return GibStatus(GibState(state), detail or state)
+            try:
+                received = _receiver_answer(answer.get("answer"))
+            except ValueError:
+                raise TransientIntegratorError(f"{what}: a malformed receiver's answer") from None
+            return GibStatus(GibState(state), detail or state, answer=received)
         raise TransientIntegratorError(f"{what}: HTTP {status}")
 
     async def recipient(self, tax_id: str) -> Recipient:
-        """Ask whether ``tax_id`` is a registered e-Fatura user, with its aliases."""
+        """Ask whether ``tax_id`` is a registered e-Fatura user and an e-İrsaliye user, with the
+        aliases of each (an answer without the ``despatch_*`` fields: not an e-İrsaliye
+        user)."""
         status, answer = await self._get_json(f"/recipients/{quote(tax_id, safe='')}",
                                               "recipient check")
         if status == 200 and isinstance(answer, dict) and isinstance(
                 answer.get("registered"), bool):
-            aliases = answer.get("aliases") or []
-            if isinstance(aliases, list) and all(isinstance(a, str) for a in aliases):
-                return Recipient(tax_id, answer["registered"], tuple(aliases))
+            aliases = _strings(answer.get("aliases"))
+            despatch = answer.get("despatch_registered", False)
+            despatch_aliases = _strings(answer.get("despatch_aliases"))
+            if aliases is not None and isinstance(despatch, bool) and (
+                    despatch_aliases is not None):
+                return Recipient(tax_id, answer["registered"], aliases, despatch,
+                                 despatch_aliases)
         raise TransientIntegratorError(f"recipient check: HTTP {status}")
 
     async def _get_json(self, path: str, what: str) -> tuple[int, Any]:
@@ -169,6 +188,49 @@ def _duplicate(document: Document, answer: Any) -> Exception:
         return DuplicateOfMine(Receipt(document.tenant, document.number, document.invoice_id,
                                        _field(answer, "ref") or "", uuid))
     return DuplicateOfAnother(document.number, holder, number)
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    """A list of strings (absent or null: none) as a tuple; None when it is anything else."""
+    if value is None:
+        return ()
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    return None
+
+
+def _receiver_answer(value: Any) -> Answer | None:
+    """The status's ``answer``: None (not answered) or the Answer (``{code, at, lines?}``: a
+    known code, an aware ISO time, lines of non-negative decimal quantities). Raises ValueError
+    when it is malformed."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("code") not in tuple(AnswerCode):
+        raise ValueError("no known answer code")
+    at = datetime.fromisoformat(value["at"]) if isinstance(value.get("at"), str) else None
+    if at is None or at.tzinfo is None:
+        raise ValueError("no aware answer time")
+    lines = value.get("lines")
+    if lines is not None and not isinstance(lines, list):
+        raise ValueError("answer lines are not a list")
+    return Answer(AnswerCode(value["code"]), at,
+                  None if lines is None else tuple(_answer_line(line) for line in lines))
+
+
+def _answer_line(value: Any) -> AnswerLine:
+    """One line of a dispatch note's answer; raises ValueError when it is malformed."""
+    if not isinstance(value, dict):
+        raise ValueError("an answer line is not an object")
+    number = value.get("line")
+    quantities = [value.get(name, "0") for name in ("received", "short", "rejected")]
+    reason = value.get("reason")
+    if (not isinstance(number, int) or isinstance(number, bool) or number < 1
+            or not all(isinstance(q, str) and _QUANTITY.fullmatch(q) for q in quantities)
+            or not (reason is None or isinstance(reason, str))):
+        raise ValueError("a malformed answer line")
+    received, short, rejected = (Decimal(q) for q in quantities)
+    reason = " ".join(reason.split())[:500] if reason is not None else None
+    return AnswerLine(number, received, short, rejected, reason or None)
 
 
 def _field(answer: Any, name: str) -> str | None:

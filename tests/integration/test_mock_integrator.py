@@ -137,7 +137,7 @@ def test_gib_verdict_by_uuid_is_accepted_by_default_and_set_by_the_admin_switch(
         body = {**submission(f"N{n}", f"inv-{n}"), "uuid": key}
         assert mock_integrator.post(body).status_code == 201
     assert mock_integrator.gib_status("acme", accepted).json() == {
-        "state": "accepted", "detail": "accepted by GİB (mock)"}
+        "state": "accepted", "detail": "accepted by GİB (mock)", "answer": None}
 
     answer = mock_integrator.set_gib_status({
         refused: {"state": "refused", "detail": "Alıcı etiketi hatalı"},
@@ -145,12 +145,12 @@ def test_gib_verdict_by_uuid_is_accepted_by_default_and_set_by_the_admin_switch(
     assert answer == {"default": {"state": "accepted", "detail": "accepted by GİB (mock)"},
                       "documents": 2}
     assert mock_integrator.gib_status("acme", refused).json() == {
-        "state": "refused", "detail": "Alıcı etiketi hatalı"}
+        "state": "refused", "detail": "Alıcı etiketi hatalı", "answer": None}
     assert mock_integrator.gib_status("acme", pending).json()["state"] == "pending"
     # The default ("*") is every other document's verdict; a document's own one wins.
     mock_integrator.set_gib_status({"*": {"state": "pending", "detail": "GİB raporu bekleniyor"}})
     assert mock_integrator.gib_status("acme", accepted).json() == {
-        "state": "pending", "detail": "GİB raporu bekleniyor"}
+        "state": "pending", "detail": "GİB raporu bekleniyor", "answer": None}
     assert mock_integrator.gib_status("acme", refused).json()["state"] == "refused"
     # Unknown to the integrator: 404 (another tenant's UUID too); faults apply like any call.
     assert mock_integrator.gib_status("acme", str(uuid.uuid4())).status_code == 404
@@ -309,10 +309,12 @@ def test_recipients_and_the_channel_a_document_must_take(
     mock_integrator.set_recipients({former: []})  # unregistered by name
     assert mock_integrator.recipient(user).json() == {
         "tax_id": user, "registered": True,
-        "aliases": ["urn:mail:apk@a.example", "urn:mail:b@a.example"]}
+        "aliases": ["urn:mail:apk@a.example", "urn:mail:b@a.example"],
+        "despatch_registered": False, "despatch_aliases": []}
     assert mock_integrator.recipient(former).json()["registered"] is False
     assert mock_integrator.recipient(unknown).json() == {
-        "tax_id": unknown, "registered": False, "aliases": []}
+        "tax_id": unknown, "registered": False, "aliases": [],
+        "despatch_registered": False, "despatch_aliases": []}
 
     def refused(sent: dict[str, Any]) -> str:
         answer = mock_integrator.post(sent)

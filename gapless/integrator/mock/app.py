@@ -22,15 +22,19 @@ from starlette.requests import ClientDisconnect
 from gapless.integrator.http import WRONG_CHANNEL
 from gapless.integrator.mock.state import (
     GIB_DEFAULT_KEY,
+    MAX_BODY_BYTES,
     REJECTED_TAX_ID,
     UUID_RE,
+    AnswerGiven,
     Draws,
+    Examined,
     Faults,
     FaultsPatch,
     GibVerdict,
     HostileAnswer,
     LedgerEntry,
     MockState,
+    RecipientAliases,
     Submission,
     channel_problem,
     examine,
@@ -96,10 +100,12 @@ async def submit(request: Request) -> JSONResponse:
     state = _state(request)
     # Parsed here rather than by a FastAPI body parameter: a third of the CPU per request.
     try:
-        body = await request.body()
+        body = await _bounded_body(request)
     except ClientDisconnect:
         # The client went away mid-request (a killed worker): nothing arrived, nothing to do.
         return JSONResponse({"error": "client disconnected"}, status_code=400)
+    if body is None:
+        return JSONResponse({"error": f"body over {MAX_BODY_BYTES} bytes"}, status_code=413)
     try:
         submission = Submission.model_validate_json(body)
     except ValidationError as exc:
@@ -118,20 +124,39 @@ async def submit(request: Request) -> JSONResponse:
     if draws.transient:
         state.stats["transient"] += 1
         return _transient()
-    refusal = _refusal(state, submission, draws)  # from here to accept(): no await
-    if refusal is not None:
-        return refusal
-    accepted = state.accept(submission)
+    examined = _checked(state, submission, draws)  # from here to accept(): no await
+    if isinstance(examined, JSONResponse):
+        return examined
+    accepted = state.accept(submission, examined.kind, examined.profile)
     state.stats["accepted"] += 1
+    if examined.kind == "despatch":
+        state.stats["accepted_despatch"] += 1
     if draws.lost:
         state.stats["lost_response"] += 1
         return await _lose_response(request, state)
     return JSONResponse({"ref": accepted.ref}, status_code=201)
 
 
-def _refusal(state: MockState, submission: Submission, draws: Draws) -> JSONResponse | None:
-    """Why the submission is not accepted (409, 422), or None. Synchronous: the check and the
-    insert that follows it are atomic with respect to every other request.
+async def _bounded_body(request: Request) -> bytes | None:
+    """The request's body, or None when it is longer than ``MAX_BODY_BYTES`` (read no
+    further)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _checked(state: MockState, submission: Submission, draws: Draws) -> JSONResponse | Examined:
+    """Why the submission is not accepted (409, 422), or what the mock read of its document
+    (it is accepted). Synchronous: the check and the insert that follows it are atomic with
+    respect to every other request.
 
     A number already accepted answers 409 before any business check, so a resend of an accepted
     document is always recognisable as "mine"; so does a UUID accepted under another number.
@@ -161,7 +186,7 @@ def _refusal(state: MockState, submission: Submission, draws: Draws) -> JSONResp
     if draws.reject:
         state.stats["rejected"] += 1
         return JSONResponse({"reason": state.reject_reason()}, status_code=422)
-    return None
+    return examined
 
 
 class _Answer(Exception):
@@ -221,11 +246,14 @@ async def lookup_uuid(request: Request, tenant: str, uuid: str) -> JSONResponse:
 
 @invoices.get("/invoices/{tenant}/by-uuid/{uuid}/status")
 async def gib_status(request: Request, tenant: str, uuid: str) -> JSONResponse:
-    """GİB's verdict on the document accepted with this UUID (404: no such document)."""
+    """GİB's verdict on the document accepted with this UUID, and its receiver's answer (null
+    until answered); 404: no such document."""
     state = await _answered(request, "gib_status_checks")
     if state.uuid_holder(tenant, uuid) is None:
         return JSONResponse({"error": "not found"}, status_code=404)
-    return JSONResponse(state.verdict(uuid).as_json())
+    answer = state.answer(uuid)
+    return JSONResponse({**state.verdict(uuid).as_json(),
+                         "answer": None if answer is None else answer.as_json()})
 
 
 @invoices.get("/invoices/{tenant}/{number}/document")
@@ -247,11 +275,15 @@ async def lookup(request: Request, tenant: str, number: str) -> JSONResponse:
 
 @invoices.get("/recipients/{tax_id}")
 async def recipient(request: Request, tax_id: str) -> JSONResponse:
-    """The recipient check: is ``tax_id`` a registered e-Fatura user, with which aliases."""
+    """The recipient check: is ``tax_id`` a registered e-Fatura user, an e-İrsaliye user, with
+    which aliases of each."""
     state = await _answered(request, "recipient_checks")
     aliases = state.recipients.get(tax_id)
+    despatch = state.despatch_recipients.get(tax_id)
     return JSONResponse({"tax_id": tax_id, "registered": aliases is not None,
-                         "aliases": list(aliases or ())})
+                         "aliases": list(aliases or ()),
+                         "despatch_registered": despatch is not None,
+                         "despatch_aliases": list(despatch or ())})
 
 
 @invoices.get("/ledger")
@@ -285,13 +317,16 @@ async def put_faults(request: Request, patch: FaultsPatch) -> JSONResponse:
 
 
 @admin.put("/recipients")
-async def put_recipients(request: Request, registered: dict[str, list[str]]) -> JSONResponse:
-    """Register e-Fatura users with their aliases (added to those registered); an empty list
-    unregisters the tax id. Answers the number of registered users."""
+async def put_recipients(request: Request,
+                         registered: dict[str, list[str] | RecipientAliases]) -> JSONResponse:
+    """Register recipients: a list is a tax id's e-Fatura aliases, an object its ``invoice`` and
+    ``despatch`` aliases; an empty list unregisters (that kind). Answers the number of
+    registered e-Fatura users (``registered``) and e-İrsaliye users (``despatch_registered``)."""
     state = _state(request)
     state.register(registered)
     log.info("mock_recipients_changed", changed=len(registered))
-    return JSONResponse({"registered": len(state.recipients)})
+    return JSONResponse({"registered": len(state.recipients),
+                         "despatch_registered": len(state.despatch_recipients)})
 
 
 @admin.put("/gib-status")
@@ -307,6 +342,27 @@ async def put_gib_status(request: Request, verdicts: dict[str, GibVerdict]) -> J
     log.info("mock_gib_status_changed", changed=len(verdicts))
     return JSONResponse({"default": state.gib_default.as_json(),
                          "documents": len(state.gib_verdicts)})
+
+
+@admin.put("/answers")
+async def put_answers(request: Request, answers: dict[str, AnswerGiven]) -> JSONResponse:
+    """The receivers answer accepted documents, by UUID: a dispatch note (KABUL, RED or
+    KISMIKABUL, line by line), or a TICARIFATURA invoice (KABUL or RED, no lines). Every answer
+    is checked before any is recorded (a bad request changes nothing): 404 a UUID no accepted
+    document has, 422 an answer the document cannot take, 409 a document already answered
+    otherwise. Answers the number of documents answered."""
+    state = _state(request)
+    for key, given in answers.items():
+        if not UUID_RE.match(key):
+            return JSONResponse({"detail": f"not a UUID: {key[:64]!r}"}, status_code=422)
+        problem = state.answer_problem(key, given)
+        if problem is not None:
+            status, reason = problem
+            return JSONResponse({"detail": f"{key}: {reason}"}, status_code=status)
+    state.set_answers(answers)
+    state.stats["answers"] = len(state.answers)
+    log.info("mock_answers_changed", changed=len(answers))
+    return JSONResponse({"answered": len(state.answers)})
 
 
 @admin.get("/stats")

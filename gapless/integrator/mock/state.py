@@ -1,5 +1,6 @@
-"""The mock integrator's state: its ledger of accepted documents, the recipients it knows, GİB's
-verdicts, the faults in force and their seeded random streams. Plain Python: no HTTP here
+"""The mock integrator's state: its ledger of accepted documents (invoices and dispatch notes), the
+recipients it knows (e-Fatura and e-İrsaliye aliases), GİB's verdicts, the receivers' answers, the
+faults in force and their seeded random streams. Plain Python: no HTTP here
 (:mod:`gapless.integrator.mock.app` serves it).
 
 The ledger is keyed by (tenant, number) and kept in acceptance order for the life of the process.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -27,8 +29,19 @@ REJECTED_TAX_ID = "0000000000"
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 UUID_RE = re.compile(UUID_PATTERN)
 UBL_INVOICE = "{urn:oasis:names:specification:ubl:schema:xsd:Invoice-2}Invoice"
+UBL_DESPATCH = ("{urn:oasis:names:specification:ubl:schema:xsd:DespatchAdvice-2}"
+                "DespatchAdvice")
+#: What kind of document the mock accepted: a UBL-TR ``DespatchAdvice`` is a dispatch note,
+#: anything else (a UBL-TR Invoice, the message's JSON) an invoice.
+DocumentKind = Literal["invoice", "despatch"]
+#: GİB's box: where a dispatch note to someone who is not an e-İrsaliye user goes.
+GIB_DESPATCH_BOX = "urn:mail:irsaliyepk@gib.gov.tr"
+#: The one invoice profile a receiver answers (KABUL / RED, ApplicationResponse).
+ANSWERED_INVOICE_PROFILE = "TICARIFATURA"
 _UBL_NS = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
            "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
+#: The largest ``POST /invoices`` body the mock reads (413 beyond).
+MAX_BODY_BYTES = 16 * 1024 * 1024
 _XML_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
 LostResponseMode = Literal["500", "drop", "timeout", "mixed"]
 #: A hostile answer: its status kept, its body nested 100 000 deep, over 2 MiB, or not JSON.
@@ -126,6 +139,82 @@ class Submission(BaseModel):
     alias: str | None = Field(None, min_length=1, max_length=256)
 
 
+class RecipientAliases(BaseModel):
+    """``PUT /admin/recipients``, the object form: a tax id's e-Fatura (``invoice``) and
+    e-İrsaliye (``despatch``) aliases, each kind optional (absent: unchanged; an empty list:
+    unregistered)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    invoice: list[str] | None = None
+    despatch: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _a_kind_given(self) -> RecipientAliases:
+        given = self.model_dump(exclude_unset=True)
+        if not given:
+            raise ValueError("name the aliases of 'invoice', 'despatch' or both")
+        if any(value is None for value in given.values()):
+            raise ValueError("aliases cannot be null (an empty list unregisters)")
+        return self
+
+
+AnswerCodeName = Literal["KABUL", "RED", "KISMIKABUL"]
+#: A quantity of an answer's line: a non-negative decimal string.
+QUANTITY_PATTERN = r"^[0-9]{1,15}(\.[0-9]{1,6})?$"
+
+
+class AnswerLine(BaseModel):
+    """One line of a dispatch note's answer (ReceiptAdvice): how much of line ``line`` arrived,
+    was short, was rejected, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    line: int = Field(ge=1, le=100_000)
+    received: str = Field(pattern=QUANTITY_PATTERN)
+    short: str = Field("0", pattern=QUANTITY_PATTERN)
+    rejected: str = Field("0", pattern=QUANTITY_PATTERN)
+    reason: str | None = Field(None, min_length=1, max_length=500)
+
+
+class AnswerGiven(BaseModel):
+    """``PUT /admin/answers``: a receiver's answer to one accepted document."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: AnswerCodeName
+    lines: tuple[AnswerLine, ...] | None = Field(None, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _lines_once_each(self) -> AnswerGiven:
+        numbers = [line.line for line in self.lines or ()]
+        if len(numbers) != len(set(numbers)):
+            raise ValueError("a line is answered at most once")
+        if self.code == "KISMIKABUL" and not numbers:
+            raise ValueError("KISMIKABUL answers the dispatch note line by line: lines required")
+        return self
+
+
+@dataclass(frozen=True)
+class ReceivedAnswer:
+    """A receiver's answer as the integrator reports it (``at``: when it arrived)."""
+
+    code: AnswerCodeName
+    at: str
+    #: A dispatch note's lines (perhaps none); None for an invoice.
+    lines: tuple[AnswerLine, ...] | None
+
+    @classmethod
+    def of(cls, kind: DocumentKind, given: AnswerGiven, at: str) -> ReceivedAnswer:
+        return cls(given.code, at, None if kind == "invoice" else (given.lines or ()))
+
+    def as_json(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {"code": self.code, "at": self.at}
+        if self.lines is not None:
+            answer["lines"] = [line.model_dump() for line in self.lines]
+        return answer
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     tenant: str
@@ -137,11 +226,14 @@ class LedgerEntry:
     #: The document exactly as accepted (XML text, or the JSON object).
     document: dict[str, Any] | str
     alias: str | None = None
+    kind: DocumentKind = "invoice"
+    #: A UBL-TR document's ``cbc:ProfileID`` (None for a JSON document).
+    profile: str | None = None
 
     def as_json(self) -> dict[str, str | None]:
         return {"tenant": self.tenant, "number": self.number, "invoice_id": self.invoice_id,
                 "uuid": self.uuid, "ref": self.ref, "accepted_at": self.accepted_at,
-                "alias": self.alias}
+                "alias": self.alias, "document": self.kind}
 
 
 @dataclass
@@ -184,10 +276,15 @@ class MockState:
         self.seed = seed
         self.ledger: dict[tuple[str, str], LedgerEntry] = {}  # insertion order = acceptance order
         self.uuids: dict[tuple[str, str], LedgerEntry] = {}  # (tenant, lower-case uuid)
-        #: Registered e-Fatura users and their aliases, and the tax ids unregistered by name
-        #: (configuration: kept by reset()).
+        self.by_uuid: dict[str, list[LedgerEntry]] = {}  # lower-case uuid, every tenant
+        #: Registered e-Fatura users and their aliases, the tax ids unregistered by name, and
+        #: the e-İrsaliye users with their aliases (configuration: kept by reset()).
         self.recipients: dict[str, tuple[str, ...]] = {}
         self.unregistered: set[str] = set()
+        self.despatch_recipients: dict[str, tuple[str, ...]] = {}
+        #: The receivers' answers per lower-case UUID (about accepted documents: reset() forgets
+        #: them with the ledger).
+        self.answers: dict[str, ReceivedAnswer] = {}
         #: GİB's verdict per lower-case UUID, and for every other document (configuration).
         self.gib_verdicts: dict[str, GibVerdict] = {}
         self.gib_default = GibVerdict(state="accepted")
@@ -207,9 +304,12 @@ class MockState:
         self._rng_choice = random.Random(f"{base}:choice")
 
     def reset(self) -> None:
-        """Forget the ledger and the statistics; re-seed the random streams. Faults stay."""
+        """Forget the ledger (and the answers to its documents) and the statistics; re-seed the
+        random streams. Faults, recipients and GİB's verdicts stay."""
         self.ledger.clear()
         self.uuids.clear()
+        self.by_uuid.clear()
+        self.answers.clear()
         self.stats.clear()
         self.posts_per_number.clear()
         self.latency = LatencyStats()
@@ -245,16 +345,26 @@ class MockState:
     def uuid_holder(self, tenant: str, uuid: str | None) -> LedgerEntry | None:
         return None if uuid is None else self.uuids.get((tenant, uuid.lower()))
 
-    def register(self, registered: dict[str, list[str]]) -> None:
-        """Register e-Fatura users with their aliases (replacing those a tax id had); an empty
-        list unregisters the tax id by name."""
-        for tax_id, aliases in registered.items():
-            if aliases:
-                self.recipients[tax_id] = tuple(dict.fromkeys(aliases))
-                self.unregistered.discard(tax_id)
-            else:
-                self.recipients.pop(tax_id, None)
-                self.unregistered.add(tax_id)
+    def register(self, registered: dict[str, list[str] | RecipientAliases]) -> None:
+        """Register recipients with their aliases, per tax id: a list is its e-Fatura aliases
+        (replacing those it had; an empty list unregisters the tax id by name), an object its
+        ``invoice`` and ``despatch`` aliases, each kind replaced when given (an empty list
+        unregisters that kind)."""
+        for tax_id, given in registered.items():
+            if isinstance(given, list):
+                self._register_invoice(tax_id, given)
+                continue
+            if given.invoice is not None:
+                self._register_invoice(tax_id, given.invoice)
+            if given.despatch is not None:
+                _set_aliases(self.despatch_recipients, tax_id, given.despatch)
+
+    def _register_invoice(self, tax_id: str, aliases: list[str]) -> None:
+        _set_aliases(self.recipients, tax_id, aliases)
+        if aliases:
+            self.unregistered.discard(tax_id)
+        else:
+            self.unregistered.add(tax_id)
 
     def set_verdicts(self, verdicts: dict[str, GibVerdict]) -> None:
         """Set GİB's verdict per UUID, and with the key ``GIB_DEFAULT_KEY`` the verdict of every
@@ -270,9 +380,51 @@ class MockState:
         """GİB's verdict on the document with ``uuid``: its own, else the default."""
         return self.gib_verdicts.get(uuid.lower(), self.gib_default)
 
-    def accept(self, submission: Submission) -> LedgerEntry:
-        """Record ``submission`` under a new ref. The caller has just seen the number (and the
-        UUID) free.
+    def answer(self, uuid: str) -> ReceivedAnswer | None:
+        """The receiver's answer to the document with ``uuid`` (None: not answered)."""
+        return self.answers.get(uuid.lower())
+
+    def answer_problem(self, uuid: str, given: AnswerGiven) -> tuple[int, str] | None:
+        """Why ``given`` cannot answer the document with ``uuid`` (HTTP status and reason), or
+        None. Only an accepted document is answered: a dispatch note (line by line, its lines
+        among the note's), or a ``TICARIFATURA`` invoice (KABUL or RED, no lines); a document
+        already answered keeps its answer (the same answer again changes nothing)."""
+        entries = self.by_uuid.get(uuid.lower())
+        if not entries:
+            return 404, "no accepted document has this UUID"
+        for entry in entries:
+            if entry.kind == "invoice":
+                if entry.profile != ANSWERED_INVOICE_PROFILE:
+                    return 422, "only a dispatch note or a TICARIFATURA invoice is answered"
+                if given.code == "KISMIKABUL":
+                    return 422, "an invoice is answered KABUL or RED"
+                if given.lines is not None:
+                    return 422, "an invoice's answer has no lines (lines: dispatch notes only)"
+            elif given.lines:
+                count = despatch_line_count(entry.document)
+                beyond = [line.line for line in given.lines if line.line > count]
+                if beyond:
+                    return 422, (f"line {beyond[0]} is not a line of the dispatch note "
+                                 f"(it has {count})")
+        before = self.answers.get(uuid.lower())
+        if before is not None and before != ReceivedAnswer.of(entries[0].kind, given,
+                                                               before.at):
+            return 409, "the document is already answered"
+        return None
+
+    def set_answers(self, answers: dict[str, AnswerGiven]) -> None:
+        """Record the receivers' answers (the caller has checked each: ``answer_problem``); a
+        document already answered keeps the moment of its first answer."""
+        at = datetime.now(UTC).isoformat()
+        for uuid, given in answers.items():
+            key = uuid.lower()
+            if key not in self.answers:
+                self.answers[key] = ReceivedAnswer.of(self.by_uuid[key][0].kind, given, at)
+
+    def accept(self, submission: Submission, kind: DocumentKind = "invoice",
+               profile: str | None = None) -> LedgerEntry:
+        """Record ``submission`` (a document of ``kind``, with its UBL-TR ``profile``) under a
+        new ref. The caller has just seen the number (and the UUID) free.
 
         Synchronous on purpose: the caller checks ``holder`` and calls this without an ``await``
         in between, so no other request can take the number in the meantime.
@@ -284,10 +436,11 @@ class MockState:
         entry = LedgerEntry(submission.tenant, submission.number, submission.invoice_id,
                             submission.uuid, f"MI-{self._refs:08d}",
                             datetime.now(UTC).isoformat(), submission.document,
-                            submission.alias)
+                            submission.alias, kind, profile)
         self.ledger[key] = entry
         if submission.uuid is not None:
             self.uuids[(submission.tenant, submission.uuid.lower())] = entry
+            self.by_uuid.setdefault(submission.uuid.lower(), []).append(entry)
         return entry
 
     def stats_json(self) -> dict[str, Any]:
@@ -308,46 +461,78 @@ STAT_NAMES = ("posts", "accepted", "duplicate", "duplicate_uuid", "rejected",
               "rejected_tax_id", "rejected_document", "rejected_channel", "transient",
               "lost_response", "down", "unauthorized", "lookups", "lookups_found",
               "lookups_missing",
-              "recipient_checks", "gib_status_checks", "hostile_answers")
+              "recipient_checks", "gib_status_checks", "hostile_answers",
+              "accepted_despatch", "answers")
 
 
 @dataclass(frozen=True)
 class Examined:
-    """What the mock reads of a document: the customer's tax id (and a UBL-TR document's
-    profile), or why it refuses it."""
+    """What the mock reads of a document: its kind, the customer's tax id (and a UBL-TR
+    document's profile), or why it refuses it."""
 
     tax_id: object = None
     problem: str | None = None
     profile: str | None = None
+    kind: DocumentKind = "invoice"
+
+
+#: Where each kind of UBL-TR document names its customer (the first identification: the
+#: VKN/TCKN the renderer writes first).
+_CUSTOMER_ID = {
+    "invoice": "cac:AccountingCustomerParty/cac:Party/cac:PartyIdentification/cbc:ID",
+    "despatch": "cac:DeliveryCustomerParty/cac:Party/cac:PartyIdentification/cbc:ID",
+}
+_ROOT_KINDS: dict[str, DocumentKind] = {UBL_INVOICE: "invoice", UBL_DESPATCH: "despatch"}
+
+
+def _parse(document: str) -> Any:
+    """The root element of a UBL-TR document (no entities, no network, no huge trees; the body
+    is bounded by the route, ``MAX_BODY_BYTES``); raises ``etree.XMLSyntaxError``."""
+    return etree.fromstring(document.encode(), _XML_PARSER)
 
 
 def examine(submission: Submission) -> Examined:
-    """Read the customer's tax id; for a UBL-TR document also check that it is a UBL Invoice
-    whose ID and UUID are the submitted number and UUID (``problem`` says what is wrong)."""
+    """Read the document's kind and the customer's tax id; for a UBL-TR document also check
+    that it is a UBL Invoice or DespatchAdvice whose ID and UUID are the submitted number and
+    UUID (``problem`` says what is wrong). A JSON document is an invoice."""
     document = submission.document
     if isinstance(document, dict):
         customer = document.get("customer")
         return Examined(customer.get("tax_id") if isinstance(customer, dict) else None)
     try:
-        root = etree.fromstring(document.encode(), _XML_PARSER)
+        root = _parse(document)
     except etree.XMLSyntaxError:
         return Examined(problem="document is not well-formed XML")
-    if root.tag != UBL_INVOICE:
-        return Examined(problem="document is not a UBL-TR Invoice")
+    kind = _ROOT_KINDS.get(root.tag)
+    if kind is None:
+        return Examined(problem="document is not a UBL-TR Invoice or DespatchAdvice")
     number = root.findtext("cbc:ID", namespaces=_UBL_NS)
     uuid = root.findtext("cbc:UUID", namespaces=_UBL_NS)
     if number != submission.number:
         return Examined(problem="cbc:ID of the document differs from the submitted number")
     if submission.uuid is None or (uuid or "").lower() != submission.uuid.lower():
         return Examined(problem="cbc:UUID of the document differs from the submitted uuid")
-    tax_id = root.findtext("cac:AccountingCustomerParty/cac:Party/cac:PartyIdentification/"
-                           "cbc:ID", namespaces=_UBL_NS)
-    return Examined(tax_id, profile=root.findtext("cbc:ProfileID", namespaces=_UBL_NS))
+    if kind == "despatch" and submission.alias is None:
+        return Examined(problem="a dispatch note is sent to an alias: the receiver's "
+                                "e-İrsaliye alias or GİB's box")
+    tax_id = root.findtext(_CUSTOMER_ID[kind], namespaces=_UBL_NS)
+    return Examined(tax_id, profile=root.findtext("cbc:ProfileID", namespaces=_UBL_NS),
+                    kind=kind)
+
+
+def despatch_line_count(document: dict[str, Any] | str) -> int:
+    """How many ``cac:DespatchLine`` an accepted dispatch note has (its XML was parsed once
+    already when it was accepted)."""
+    if not isinstance(document, str):
+        return 0
+    return len(_parse(document).findall("cac:DespatchLine", namespaces=_UBL_NS))
 
 
 def channel_problem(state: MockState, submission: Submission, examined: Examined) -> str | None:
-    """Why a UBL-TR document goes through the wrong channel for its recipient (None: it does
-    not): the rules are in docs/mock.md, "Recipients"."""
+    """Why a UBL-TR document goes through the wrong channel or alias for its recipient (None:
+    it does not): the rules are in docs/mock.md, "Recipients" and "Dispatch notes"."""
+    if examined.kind == "despatch":
+        return _despatch_channel_problem(state, submission, examined)
     if examined.profile is None or not isinstance(examined.tax_id, str):
         return None
     aliases = state.recipients.get(examined.tax_id)
@@ -361,3 +546,30 @@ def channel_problem(state: MockState, submission: Submission, examined: Examined
     if submission.alias not in aliases:
         return "alias is not one of the recipient's aliases"
     return None
+
+
+def _despatch_channel_problem(state: MockState, submission: Submission,
+                              examined: Examined) -> str | None:
+    """A dispatch note goes to one of an e-İrsaliye user's despatch aliases, or to GİB's box
+    when the customer is not one (``examine`` has refused one without an alias)."""
+    aliases = (state.despatch_recipients.get(examined.tax_id)
+               if isinstance(examined.tax_id, str) else None)
+    if aliases is None:
+        if submission.alias != GIB_DESPATCH_BOX:
+            return "recipient is not an e-İrsaliye user (a dispatch note goes to GİB's box)"
+        return None
+    if submission.alias == GIB_DESPATCH_BOX:
+        return "recipient is an e-İrsaliye user"
+    if submission.alias not in aliases:
+        return "alias is not one of the recipient's e-İrsaliye aliases"
+    return None
+
+
+def _set_aliases(registered: dict[str, tuple[str, ...]], tax_id: str,
+                 aliases: Iterable[str]) -> None:
+    """Replace ``tax_id``'s aliases (duplicates dropped, order kept); none: unregistered."""
+    unique = tuple(dict.fromkeys(aliases))
+    if unique:
+        registered[tax_id] = unique
+    else:
+        registered.pop(tax_id, None)
