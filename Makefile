@@ -35,7 +35,7 @@ bench:
 	$(PY) bench/run_all.py
 
 ## The regression guard (docs/benchmarks.md): the benchmarks' short runs against bench/goals.toml;
-## exits 1 naming each goal missed. ONLY=issue,reserve,feed,api runs some suites; ARGS are passed
+## exits 1 naming each goal missed. ONLY=issue,reserve,feed,api,instructions runs some suites; ARGS are passed
 ## on (e.g. ARGS=--report-only, ARGS="--repeat 5"). Run it on an idle machine (~6 minutes);
 ## the api suite needs wrk (`make bench-tools`).
 ONLY ?=

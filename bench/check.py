@@ -1,7 +1,7 @@
 """The regression guard (``make bench-check``): the benchmarks' short runs, each ratio held to its
 goal in bench/goals.toml; exit 1 naming every goal missed.
 
-    .venv/bin/python bench/check.py [--only issue,reserve,feed,api] [--report-only]
+    .venv/bin/python bench/check.py [--only issue,reserve,feed,api,instructions] [--report-only]
                                     [--repeat 2] [--window 8] [--goals bench/goals.toml]
 
 Not a timed test: it measures, as the benchmarks do, with real PostgreSQL, RabbitMQ, the mock
@@ -18,6 +18,10 @@ functions at a short length:
   (``--claim-seconds`` a variant and cell).
 * **api**     — bench/api.py: wrk on ``POST /v1/invoices``, API CPU per accepted invoice, the
   answers read back from the queue, duplicates, the batch route when the API has it.
+* **instructions** — bench/instructions.py: the worker under valgrind's callgrind, millions of
+  instructions per invoice for the bare loop, gapless JSON and UBL-TR, and their ratios. Counted,
+  not timed, so it holds even on a busy machine (the one suite that does); without valgrind its
+  rows are notes.
 
 ``--report-only`` prints the same table and exits 0 whatever it shows.
 """
@@ -109,8 +113,31 @@ def api_suite(args: argparse.Namespace) -> Values:
     return api.values(api.measure(options))
 
 
+def instructions_suite(args: argparse.Namespace) -> Values:
+    """The worker's instructions per invoice under callgrind (bench/instructions.py): a cost the
+    machine's other load does not move, so a change to the hot path shows even on a busy
+    machine. Without valgrind the measures are notes, not failures."""
+    import shutil
+
+    from bench.harness import ROOT
+    from bench.instructions import measure
+
+    if shutil.which("valgrind") is None:
+        return dict.fromkeys(("bare_instructions_m", "json_instructions_vs_bare",
+                              "ubl_instructions_vs_bare"),
+                             "valgrind absent (apt-get install valgrind)")
+    per_invoice: dict[str, float] = {}
+    for design in ("bare", "gapless", "ubl"):
+        per_invoice[design] = measure(design, ROOT, args.instructions_invoices)[0]
+        progress(f"instructions: {design} {per_invoice[design] / 1e6:.2f} M per invoice")
+    return {"bare_instructions_m": per_invoice["bare"] / 1e6,
+            "json_instructions_vs_bare": per_invoice["gapless"] / per_invoice["bare"],
+            "ubl_instructions_vs_bare": per_invoice["ubl"] / per_invoice["bare"]}
+
+
 SUITES: dict[str, Callable[[argparse.Namespace], Values]] = {
-    "reserve": reserve_suite, "feed": feed_suite, "api": api_suite, "issue": issue_suite}
+    "reserve": reserve_suite, "feed": feed_suite, "api": api_suite, "issue": issue_suite,
+    "instructions": instructions_suite}
 
 
 # -- goals and verdicts ---------------------------------------------------------------------------
@@ -219,6 +246,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="feed: seconds per variant and cell (0.5 s slices).")
     parser.add_argument("--api-seconds", type=float, default=5.0,
                         help="api: wrk's run of single POSTs (and of batches).")
+    parser.add_argument("--instructions-invoices", type=int, default=300,
+                        help="instructions: invoices per design under callgrind.")
     return parser.parse_args(argv)
 
 
