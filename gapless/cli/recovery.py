@@ -92,9 +92,16 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
                 once_loop = RecoveryLoop(db, guard, replace(options, claims_per_round=1))
                 return (await once_loop.run_round()).line()
             loop = RecoveryLoop(db, guard, options)
-            if metrics_port is not None:
-                metrics.serve(metrics_port, settings.metrics_host)
-            await serve(loop)
+            if metrics_port is None:
+                await serve(loop)
+                return None
+            # /metrics, /healthz and /readyz in this event loop.
+            server = metrics.health_server(loop, settings.metrics_host, metrics_port)
+            await server.start()
+            try:
+                await serve(loop)
+            finally:
+                await server.stop()
             return None
         finally:
             await guard.aclose()

@@ -108,3 +108,15 @@ ISSUED_BY_KIND = """
      WHERE status = 'ISSUED'
      GROUP BY 1, 2
 """
+
+#: Per series, the ERROR invoices that are not alarms, split by who acts next: recovery
+#: (attempts below %(max_attempts)s: a retry is due) or an operator (parked at the limit).
+#: One snapshot, no locks; reads only ERROR rows.
+ERRORS_BY_ACTOR = """
+    SELECT tenant, series,
+           count(*) FILTER (WHERE attempts < %(max_attempts)s)  AS awaiting_retry,
+           count(*) FILTER (WHERE attempts >= %(max_attempts)s) AS awaiting_operator
+      FROM invoices
+     WHERE status = 'ERROR' AND coalesce(last_error, '') NOT LIKE %(alarm_pattern)s
+     GROUP BY tenant, series
+"""
