@@ -59,11 +59,11 @@ STATE_REFRESH_S = 15.0
 SERIES_LABELS = ("tenant", "series")
 ERRORS_AWAITING_RETRY = Gauge(
     "gapless_errors_awaiting_retry",
-    "ERROR invoices (not alarms) recovery will retry: attempts below --max-attempts",
+    "ERROR invoices (not alarms) recovery will retry (due, attempts below --max-attempts)",
     SERIES_LABELS)
 ERRORS_AWAITING_OPERATOR = Gauge(
     "gapless_errors_awaiting_operator",
-    "ERROR invoices (not alarms) parked at --max-attempts: an operator retries or voids them",
+    "ERROR invoices (not alarms) parked (no retry time, or at --max-attempts): an operator acts",
     SERIES_LABELS)
 ALARMS_OPEN = Gauge("gapless_alarms",
                     "ERROR invoices whose number the integrator holds for another invoice",
