@@ -222,8 +222,10 @@ class RecoveryLoop:
         return self._stopping.is_set()
 
     async def aclose(self) -> None:
-        """Wait for an outcome commit still in flight (after a cut-off drain)."""
+        """Wait for an outcome commit still in flight (after a cut-off drain); stop a state
+        gauge refresh still running."""
         await self._issued.aclose()
+        await self.state_gauges.aclose()
 
     async def stop_requested(self) -> None:
         """Returns once :meth:`request_stop` has been called."""
@@ -443,7 +445,7 @@ class RecoveryLoop:
             else:
                 self.last_round_end = time.monotonic()
                 metrics.LAST_ROUND.set(time.time())
-            await self.state_gauges.maybe_refresh()
+            self.state_gauges.maybe_refresh()
             if (summary.batch_full or summary.verdicts.full) and summary.skipped is None:
                 continue
             with contextlib.suppress(TimeoutError):

@@ -15,6 +15,8 @@ lists every metric.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
@@ -56,6 +58,8 @@ IN_FLIGHT = Gauge("gapless_recovery_in_flight", "Orphans being reconciled")
 
 #: The shortest time between two refreshes of the state gauges (each is one grouped count).
 STATE_REFRESH_S = 15.0
+#: How long one side (database, broker) of a refresh may take before it counts as failed.
+STATE_READ_TIMEOUT_S = 10.0
 SERIES_LABELS = ("tenant", "series")
 ERRORS_AWAITING_RETRY = Gauge(
     "gapless_errors_awaiting_retry",
@@ -95,8 +99,9 @@ class StateGauges:
     """Reads the operator's states into the gauges above, at most every ``min_interval_s``.
 
     The database side is ``gapless status``'s per-series query plus one count of ERROR rows by
-    attempts; the broker side is a passive declare of ``<prefix>.dead``. A failing side keeps its
-    previous values (and counts the failure); the other side is still refreshed.
+    attempts; the broker side is a passive declare of ``<prefix>.dead``; each bounded by
+    STATE_READ_TIMEOUT_S. A failing side keeps its previous values (and counts the failure); the
+    other side is still refreshed.
     """
 
     def __init__(self, db: Database, settings: Settings, *, max_attempts: int,
@@ -106,14 +111,26 @@ class StateGauges:
         self.max_attempts = max_attempts
         self.min_interval_s = min_interval_s
         self._last: float | None = None
+        self._task: asyncio.Task[None] | None = None
 
-    async def maybe_refresh(self) -> None:
-        """Refresh unless the last refresh is younger than ``min_interval_s``."""
+    def maybe_refresh(self) -> None:
+        """Start a refresh in the background unless one runs or the last began less than
+        ``min_interval_s`` ago: a slow database or an unreachable broker never delays a round."""
         now = time.monotonic()
+        if self._task is not None and not self._task.done():
+            return
         if self._last is not None and now - self._last < self.min_interval_s:
             return
         self._last = now
-        await self.refresh()
+        self._task = asyncio.create_task(self.refresh(), name="state-gauges")
+
+    async def aclose(self) -> None:
+        """Cancel a refresh still running."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def refresh(self) -> None:
         from gapless.ledger.invoices import ALARM_PREFIX
@@ -121,10 +138,11 @@ class StateGauges:
 
         alarm_pattern = ALARM_PREFIX + "%"
         try:
-            rows = await self.db.all(q.SERIES_STATUS, {
-                "tenant": None, "series": None, "alarm_pattern": alarm_pattern})
-            errors = await self.db.all(q.ERRORS_BY_ACTOR, {
-                "max_attempts": self.max_attempts, "alarm_pattern": alarm_pattern})
+            async with asyncio.timeout(STATE_READ_TIMEOUT_S):
+                rows = await self.db.all(q.SERIES_STATUS, {
+                    "tenant": None, "series": None, "alarm_pattern": alarm_pattern})
+                errors = await self.db.all(q.ERRORS_BY_ACTOR, {
+                    "max_attempts": self.max_attempts, "alarm_pattern": alarm_pattern})
         except Exception as exc:
             STATE_REFRESH_FAILURES.labels(source="database").inc()
             log.warning("state_gauges_failed", source="database", error=type(exc).__name__)
@@ -152,7 +170,8 @@ class StateGauges:
 
         dead = dead_queue_name(self.settings.queue)
         try:
-            depths = await queue_depths(self.settings)
+            async with asyncio.timeout(STATE_READ_TIMEOUT_S):
+                depths = await queue_depths(self.settings)
         except Exception as exc:
             STATE_REFRESH_FAILURES.labels(source="broker").inc()
             log.warning("state_gauges_failed", source="broker", error=type(exc).__name__)
