@@ -8,9 +8,9 @@ They live in the default registry next to the integrator guard's own metrics, so
 Recovery is also the process that exports the states an operator acts on, read from the database
 and the broker after a round (at most every :data:`STATE_REFRESH_S`, so the cost is one grouped
 count per refresh whatever the scrape rate): ERROR invoices awaiting a retry or an operator,
-alarms, REJECTED invoices, GİB refusals, the oldest SENDING lease's age, per tenant and series
-(the queries of ``gapless status``), and the depth of ``<prefix>.dead``. docs/observability.md
-lists every metric.
+alarms, REJECTED invoices, GİB refusals and documents GİB left unanswered, the oldest SENDING
+lease's age, per tenant and series (the queries of ``gapless status``), and the depth of
+``<prefix>.dead``. docs/observability.md lists every metric.
 """
 
 from __future__ import annotations
@@ -78,6 +78,9 @@ REJECTED_INVOICES = Gauge("gapless_rejected_invoices",
 GIB_REFUSED = Gauge("gapless_gib_refused",
                     "ISSUED documents GİB refused after acceptance (gapless audit lists them)",
                     SERIES_LABELS)
+GIB_UNRESOLVED = Gauge("gapless_gib_unresolved",
+                       "ISSUED documents GİB never answered within the verdict window "
+                       "(recovery stopped asking)", SERIES_LABELS)
 OLDEST_SENDING_AGE = Gauge("gapless_oldest_sending_age_seconds",
                            "Age of the oldest SENDING lease (0: none)", SERIES_LABELS)
 DEAD_LETTERS = Gauge("gapless_dead_letters", "Messages in the dead-letter queue <prefix>.dead",
@@ -92,7 +95,7 @@ for _source in ("database", "broker"):
     STATE_REFRESH_FAILURES.labels(source=_source)
 
 _SERIES_GAUGES = (ERRORS_AWAITING_RETRY, ERRORS_AWAITING_OPERATOR, ALARMS_OPEN,
-                  REJECTED_INVOICES, GIB_REFUSED, OLDEST_SENDING_AGE)
+                  REJECTED_INVOICES, GIB_REFUSED, GIB_UNRESOLVED, OLDEST_SENDING_AGE)
 
 
 class StateGauges:
@@ -160,6 +163,7 @@ class StateGauges:
                 ALARMS_OPEN.labels(*key).set(row.alarms)
                 REJECTED_INVOICES.labels(*key).set(row.rejected)
                 GIB_REFUSED.labels(*key).set(row.gib_refused)
+                GIB_UNRESOLVED.labels(*key).set(row.gib_unresolved)
                 OLDEST_SENDING_AGE.labels(*key).set(row.oldest_sending_age_s or 0.0)
             STATE_REFRESHED.set(time.time())
         await self._refresh_dead_letters()
