@@ -183,6 +183,13 @@ class RecoveryLoop:
         #: The integrator refused our credentials when last asked: each round asks one probe
         #: that consumes nothing (and claims nothing) until the answer is not a refusal.
         self._credentials_refused = False
+        #: The task running :meth:`run` and when its last round ended (time.monotonic()):
+        #: what /healthz and /readyz look at.
+        self.task: asyncio.Task[None] | None = None
+        self.last_round_end: float | None = None
+        #: The operator's state gauges, refreshed after each round (gapless.recovery.metrics).
+        self.state_gauges = metrics.StateGauges(db, options.settings,
+                                                max_attempts=options.max_attempts)
 
     def _breaker_state(self) -> str:
         return self.guard.state
@@ -217,8 +224,10 @@ class RecoveryLoop:
         return self._stopping.is_set()
 
     async def aclose(self) -> None:
-        """Wait for an outcome commit still in flight (after a cut-off drain)."""
+        """Wait for an outcome commit still in flight (after a cut-off drain); stop a state
+        gauge refresh still running."""
         await self._issued.aclose()
+        await self.state_gauges.aclose()
 
     async def stop_requested(self) -> None:
         """Returns once :meth:`request_stop` has been called."""
@@ -431,6 +440,7 @@ class RecoveryLoop:
 
     async def run(self) -> None:
         """Rounds until :meth:`request_stop`; a full batch is followed at once by the next."""
+        self.task = asyncio.current_task()
         while not self.stopping:
             try:
                 summary = await self.run_round()
@@ -441,6 +451,10 @@ class RecoveryLoop:
                 log.error("recovery_round_failed", error=type(exc).__name__,
                           detail=str(exc).splitlines()[0] if str(exc) else "")
                 summary = RoundSummary()
+            else:
+                self.last_round_end = time.monotonic()
+                metrics.LAST_ROUND.set(time.time())
+            self.state_gauges.maybe_refresh()
             if (summary.batch_full or summary.verdicts.full) and summary.skipped is None:
                 continue
             with contextlib.suppress(TimeoutError):

@@ -94,6 +94,8 @@ class Worker:
         self._flow: IssuingFlow | None = None
         #: When the broker connection was lost (None while connected).
         self._amqp_lost_at: float | None = None
+        #: The task running :meth:`run` (what /healthz looks at).
+        self.task: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -106,6 +108,11 @@ class Worker:
         return self._stop.is_set()
 
     @property
+    def database(self) -> Database | None:
+        """The worker's database once opened (None before)."""
+        return self._db
+
+    @property
     def consuming(self) -> bool:
         """False while paused for the breaker, and once stopping."""
         return bool(self._consumer_tags)
@@ -114,6 +121,7 @@ class Worker:
         """Consume until a stop is requested; raises ConfigurationError before consuming when
         the database is unmigrated or belongs to another cluster."""
         settings = self.settings
+        self.task = asyncio.current_task()
         if install_signal_handlers:
             # Installed before anything else, so a SIGTERM during start-up is a clean stop too.
             loop = asyncio.get_running_loop()
@@ -175,8 +183,18 @@ class Worker:
         self._guard = guard
         self._flow = IssuingFlow(db, self._guard, settings, hooks=self.hooks, clock=self.clock,
                                  stopping=lambda: self.stopping)
+        server = None
         if self.metrics_port is not None:
-            metrics.serve(self.metrics_port, settings.metrics_host)
+            # /metrics, /healthz and /readyz in this event loop.
+            server = metrics.health_server(self, settings.metrics_host, self.metrics_port)
+            await server.start()
+        try:
+            await self._consume(settings)
+        finally:
+            if server is not None:
+                await server.stop()
+
+    async def _consume(self, settings: Settings) -> None:
         if self.hooks is not NO_HOOKS:
             log.warning("worker_hooks_enabled", hooks=type(self.hooks).__name__)
         connection = await connect(settings)

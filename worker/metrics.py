@@ -1,5 +1,5 @@
 """Prometheus metrics of the worker (served with ``gapless worker --metrics-port P
-[--metrics-host H]``).
+[--metrics-host H]``, beside ``/healthz`` and ``/readyz``: gapless.observe).
 
 They live in the default registry, next to the integrator guard's own metrics (breaker state
 ``gapless_breaker_state{name="worker"}``, per-attempt calls and latency), so one scrape of
@@ -9,9 +9,15 @@ a lookup in a dict and an increment, never a labels() call that builds its key a
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge, Histogram
 
 from gapless.issuing.outcome import Said
+
+if TYPE_CHECKING:
+    from gapless.observe import HealthServer
+    from gapless.worker.consumer import Worker
 
 #: What happened to each delivery. ``issued``, ``error``, ``rejected``, ``alarm`` are invoice
 #: outcomes; the rest say why a message was acked or requeued without one.
@@ -47,7 +53,24 @@ def count(outcome: str) -> None:
     _MESSAGES[outcome].inc()
 
 
-def serve(port: int, host: str) -> None:
-    """Expose ``/metrics`` on ``host:port`` (``GAPLESS_METRICS_HOST`` / ``--metrics-host``,
-    loopback unless told), from a daemon thread."""
-    start_http_server(port, addr=host)
+def health_server(worker: Worker, host: str, port: int) -> HealthServer:
+    """``/metrics``, ``/healthz`` (the worker's task runs) and ``/readyz`` (the database answers
+    and the worker is consuming) on ``host:port`` (``GAPLESS_METRICS_HOST`` /
+    ``--metrics-host``, loopback unless told)."""
+    from gapless.observe import HealthServer, task_alive
+
+    async def database() -> tuple[bool, str]:
+        db = worker.database
+        if db is None:
+            return False, "not connected"
+        await db.one("SELECT 1 AS ok")
+        return True, "reachable"
+
+    def consuming() -> tuple[bool, str]:
+        if worker.consuming:
+            return True, "consuming"
+        return False, "stopping" if worker.stopping else "paused or not started"
+
+    return HealthServer(host, port, liveness=[("worker", task_alive(lambda: worker.task))],
+                        readiness=[("database", database), ("consuming", consuming)])
+

@@ -43,7 +43,7 @@ def recovery(
         help="On SIGTERM/SIGINT, seconds to finish in-flight orphans before exiting."),
     once: bool = typer.Option(False, "--once", help="Run one round, print a summary, exit 0."),
     metrics_port: int | None = typer.Option(None, "--metrics-port", min=1, max=65535,
-                                            help="Serve Prometheus /metrics on this port."),
+                                            help="Serve /metrics, /healthz, /readyz here."),
     metrics_host: str | None = typer.Option(
         None, "--metrics-host",
         help="Overrides GAPLESS_METRICS_HOST (127.0.0.1): the interface /metrics listens on "
@@ -95,9 +95,16 @@ async def _recovery(settings: Settings, options: object, *, once: bool,
                 once_loop = RecoveryLoop(db, guard, replace(options, claims_per_round=1))
                 return (await once_loop.run_round()).line()
             loop = RecoveryLoop(db, guard, options)
-            if metrics_port is not None:
-                metrics.serve(metrics_port, settings.metrics_host)
-            await serve(loop)
+            if metrics_port is None:
+                await serve(loop)
+                return None
+            # /metrics, /healthz and /readyz in this event loop.
+            server = metrics.health_server(loop, settings.metrics_host, metrics_port)
+            await server.start()
+            try:
+                await serve(loop)
+            finally:
+                await server.stop()
             return None
         finally:
             await guard.aclose()

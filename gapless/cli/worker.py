@@ -23,7 +23,7 @@ def worker(
         help="On SIGTERM/SIGINT, seconds to finish in-flight work before the rest is left "
              "unacked for redelivery."),
     metrics_port: int | None = typer.Option(None, "--metrics-port", min=1, max=65535,
-                                            help="Serve Prometheus /metrics on this port."),
+                                            help="Serve /metrics, /healthz, /readyz here."),
     metrics_host: str | None = typer.Option(
         None, "--metrics-host",
         help="Overrides GAPLESS_METRICS_HOST (127.0.0.1): the interface /metrics listens on "

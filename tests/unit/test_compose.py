@@ -8,8 +8,11 @@ it can meet, and the image runs ``gapless`` as a non-root user.
 The ``ha`` profile (replicated servers) is checked for consistency: the broker nodes and database
 hosts its URLs list are its own services, the RabbitMQ nodes form one cluster (one cookie, the
 peer list naming each node), the primary's synchronous standby is the one the standby's script
-makes, and the scripts it mounts exist and parse (``bash -n``). Where the ``docker compose``
-plugin is installed (no engine is needed), it validates the file too.
+makes, and the scripts it mounts exist and parse (``bash -n``). The ``observability`` profile's
+Prometheus scrapes exactly the processes' metrics ports and Grafana gets the repository's
+provisioning; every image is pinned, UIs are on loopback, and the worker's and recovery's health
+checks ask the liveness route they serve. Where the ``docker compose`` plugin is installed (no
+engine is needed), it validates the file too.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ HA_RABBITMQ = {"rmq1", "rmq2", "rmq3"}
 HA_POSTGRES = {"pg-primary", "pg-standby"}
 HA_GAPLESS = {"ha-migrate", "ha-setup", "ha-worker", "ha-recovery", "ha-api"}
 HA_SERVICES = HA_RABBITMQ | HA_POSTGRES | HA_GAPLESS
+#: The ``observability`` profile: Prometheus and Grafana over the default system.
+OBSERVABILITY_PROFILE = "observability"
+OBSERVABILITY_SERVICES = {"prometheus", "grafana"}
 #: Variables read outside Settings, and by whom.
 #: GAPLESS_SCHEMA_DIR: gapless.ledger.migrations.schema_dir() (an override).
 NON_SETTINGS_VARIABLES = {"GAPLESS_SCHEMA_DIR"}
@@ -323,12 +329,13 @@ def test_the_ha_profile_is_a_system_of_its_own_beside_the_default_one() -> None:
     them), the ha profile holds its servers and processes, and nothing outside it needs them."""
     assert set(profile_services(None)) == EXPECTED_SERVICES
     assert set(profile_services(HA_PROFILE)) == HA_SERVICES
-    assert set(services()) == EXPECTED_SERVICES | HA_SERVICES
+    assert set(services()) == EXPECTED_SERVICES | HA_SERVICES | OBSERVABILITY_SERVICES
     for name, service in profile_services(None).items():
         assert not set(service.get("depends_on") or {}) & HA_SERVICES, name
     # Its own volumes and host ports: both systems may run at once.
-    published = [port for service in services().values() for port in service.get("ports", [])]
-    assert len({str(port).split(":")[0] for port in published}) == len(published)
+    published = [host_port(port) for service in services().values()
+                 for port in service.get("ports", [])]
+    assert len(set(published)) == len(published)
     volumes = [str(volume).split(":")[0] for service in services().values()
                for volume in service.get("volumes", []) if not str(volume).startswith(".")]
     assert len(set(volumes)) == len(volumes)
@@ -452,12 +459,17 @@ def test_docker_compose_accepts_the_file_with_and_without_the_ha_profile() -> No
     if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True,
                                         check=False).returncode != 0:
         pytest.skip("the docker compose plugin is not installed")
-    for profile in ([], ["--profile", HA_PROFILE]):
+    for profile in ([], ["--profile", HA_PROFILE], ["--profile", OBSERVABILITY_PROFILE]):
         result = subprocess.run([docker, "compose", "-f", str(COMPOSE), *profile, "config",
                                  "--quiet"], capture_output=True, text=True, cwd=ROOT,
                                 check=False,
                                 env={**os.environ, "GAPLESS_API_TOKEN": "t" * 32})
         assert result.returncode == 0, result.stderr
+
+
+def host_port(mapping: str) -> int:
+    """The host port of a ``[address:]host:container`` port mapping."""
+    return int(str(mapping).split(":")[-2])
 
 
 def mount_source(volume: str) -> Path:
@@ -494,6 +506,98 @@ def postgres_settings(command: list[str]) -> dict[str, str]:
         name, _, setting = value.partition("=")
         settings[name] = setting
     return settings
+
+
+# ------------------------------------------------------------------- images, ports, health
+
+
+def test_every_image_is_pinned_to_a_version() -> None:
+    """No ``latest`` and no bare major version: a re-pull gets the same servers (the gapless
+    image is the one built here)."""
+    for name, service in services().items():
+        image = str(service.get("image", ""))
+        if runs_gapless(service):
+            continue
+        tag = image.partition(":")[2]
+        assert tag not in ("", "latest"), f"{name}: {image} is not pinned"
+        assert re.match(r"v?\d+\.\d+(\.\d+)?", tag), f"{name}: {image} names no minor version"
+
+
+def test_published_ports_of_servers_and_uis_are_on_loopback() -> None:
+    """Only the API is published on every interface (callers reach it); the management UIs,
+    Prometheus and Grafana answer on the host's loopback only."""
+    for name, service in services().items():
+        for mapping in service.get("ports", []):
+            if name in ("api", "ha-api"):
+                continue
+            assert str(mapping).startswith("127.0.0.1:"), f"{name}: {mapping} is not loopback"
+    assert "127.0.0.1:15672:15672" in services()["rabbitmq"]["ports"]
+
+
+def test_rabbitmq_keeps_its_data_in_a_volume_under_a_fixed_node_name() -> None:
+    rabbitmq = services()["rabbitmq"]
+    assert "rabbitmqdata:/var/lib/rabbitmq" in rabbitmq["volumes"]
+    assert rabbitmq["hostname"] == "rabbitmq"
+
+
+def healthcheck_url(service: dict[str, Any]) -> urllib.parse.SplitResult:
+    """The URL a ``python -c "urllib.request.urlopen(...)"`` health check opens."""
+    test = service["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"], test
+    match = re.search(r"urlopen\('([^']+)'", test[3])
+    assert match, test[3]
+    return urllib.parse.urlsplit(match.group(1))
+
+
+@pytest.mark.parametrize("name", ["worker", "recovery"])
+def test_worker_and_recovery_health_checks_ask_the_served_liveness_route(name: str) -> None:
+    """The health check opens /healthz on the port the process serves it on
+    (``--metrics-port``), which gapless.observe routes."""
+    from gapless.observe import LIVENESS_PATH, HealthServer
+
+    service = services()[name]
+    _, params = parse_command(invocations(name, service)[0])
+    url = healthcheck_url(service)
+    assert url.hostname == "127.0.0.1"
+    assert url.port == params["metrics_port"]
+    assert params["metrics_host"] == "0.0.0.0"  # Prometheus scrapes it from its container
+    assert url.path == LIVENESS_PATH
+    routes = {resource.canonical for resource in
+              HealthServer("127.0.0.1", 0, liveness=[], readiness=[]).app().router.resources()}
+    assert url.path in routes
+
+
+def test_observability_profile_runs_prometheus_and_grafana_with_the_repository_files() -> None:
+    assert set(profile_services(OBSERVABILITY_PROFILE)) == OBSERVABILITY_SERVICES
+    for name, service in profile_services(None).items():
+        assert not set(service.get("depends_on") or {}) & OBSERVABILITY_SERVICES, name
+    prometheus = services()["prometheus"]
+    config = mounted_script(prometheus, "/etc/prometheus/prometheus.yml")
+    scraped = yaml.safe_load(config.read_text(encoding="utf-8"))
+    for rule_file in scraped["rule_files"]:
+        assert mounted_script(prometheus, rule_file).is_file()
+    # Every scrape target is a service of the file on the port its process serves /metrics on.
+    ports = {"api": parse_command(invocations("api", services()["api"])[0])[1]["port"]}
+    for name in ("worker", "recovery"):
+        ports[name] = parse_command(invocations(name, services()[name])[0])[1]["metrics_port"]
+    targets = set()
+    for job in scraped["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            targets |= {tuple(target.split(":")) for target in static["targets"]}
+        for dns in job.get("dns_sd_configs", []):
+            targets |= {(dns_name, str(dns["port"])) for dns_name in dns["names"]}
+    assert targets == {(name, str(port)) for name, port in ports.items()}
+    grafana = services()["grafana"]
+    provisioning = mounted_script(grafana, "/etc/grafana/provisioning")
+    assert (provisioning / "datasources").is_dir()
+    dashboards = yaml.safe_load((provisioning / "dashboards" / "gapless.yml").read_text(
+        encoding="utf-8"))
+    path = dashboards["providers"][0]["options"]["path"]
+    assert any(mounted_script(grafana, path).glob("*.json"))
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text(
+        encoding="utf-8"))["datasources"][0]
+    assert urllib.parse.urlsplit(datasource["url"]).hostname == "prometheus"
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
 
 
 # ----------------------------------------------------------------------------------- image

@@ -108,3 +108,17 @@ ISSUED_BY_KIND = """
      WHERE status = 'ISSUED'
      GROUP BY 1, 2
 """
+
+#: Per series, the ERROR invoices that are not alarms, split by who acts next: recovery (due at
+#: next_attempt_at, attempts below %(max_attempts)s: CLAIM_ORPHANS will take it) or an operator
+#: (parked: no retry time, or at the attempts limit). One snapshot, no locks; reads ERROR rows.
+ERRORS_BY_ACTOR = """
+    SELECT tenant, series,
+           count(*) FILTER (WHERE next_attempt_at IS NOT NULL
+                              AND attempts < %(max_attempts)s)  AS awaiting_retry,
+           count(*) FILTER (WHERE next_attempt_at IS NULL
+                               OR attempts >= %(max_attempts)s) AS awaiting_operator
+      FROM invoices
+     WHERE status = 'ERROR' AND coalesce(last_error, '') NOT LIKE %(alarm_pattern)s
+     GROUP BY tenant, series
+"""
