@@ -38,17 +38,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, TypeVar
-from zoneinfo import ZoneInfo
+from typing import TypeVar
 
 from structlog.stdlib import BoundLogger
 
 from gapless.constants import TERMINAL_STATUSES, Status
-from gapless.documents import check_ubl_inputs
 from gapless.errors import InvalidTransition, ReservationLockTimeout, UnknownSeriesError
 from gapless.integrator.base import Document, IntegratorAuthError
 from gapless.integrator.guard import Guard
 from gapless.issuing import outcome
+from gapless.issuing.admission import numbering_problem
 from gapless.issuing.correction import ChannelCorrector, NothingToCorrect
 from gapless.issuing.issued import IssuedWriter
 from gapless.issuing.outcome import WORKER_EVENTS, Outcomes, Settled
@@ -65,11 +64,12 @@ from gapless.ledger.invoices import (
     intake,
     invoice_state,
 )
+from gapless.ledger.refusals import record_refusal
 from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.ledger.tenants import Profile
 from gapless.logging import get_logger
 from gapless.message import InvalidMessage, InvoiceMessage, parse_message, priority_of
-from gapless.numbers import SeriesSpec, gib_layout_problem
+from gapless.numbers import SeriesSpec
 from gapless.settings import Settings
 from gapless.worker import metrics
 from gapless.worker.hooks import NO_HOOKS, FlowHooks
@@ -82,6 +82,8 @@ OUTCOME_WRITE_BUDGET_S = 60.0
 #: Claims of one series a process runs at once: one holding the counter row, one queued behind
 #: it in PostgreSQL so the row never idles between them; the rest wait in the process.
 CLAIMS_PER_SERIES = 2
+#: How long recording a refusal may take before the message is dead-lettered without it.
+REFUSAL_RECORD_BUDGET_S = 5.0
 #: A seal that finds another issuer profile in force re-checks the message this many times.
 STALE_RETRIES = 3
 
@@ -127,20 +129,6 @@ class Delivery:
     content_type: str | None
     priority: int | None
     redelivered: bool = False
-
-
-def date_window_problem(issue_date: Any, today: Any, window_days: int, tz: str) -> str | None:
-    """Why a producer's ``issue_date`` cannot be sealed today (None: it can).
-
-    The document is dated the day its number is sealed, in the series' time zone; a requested
-    date in the future, or older than the window (the e-Arşiv limit is 7 days), is refused.
-    """
-    if issue_date > today:
-        return f"issue_date: {issue_date} is in the future (today is {today} in {tz})"
-    if (today - issue_date).days > window_days:
-        return (f"issue_date: {issue_date} is more than {window_days} days before today "
-                f"({today} in {tz})")
-    return None
 
 
 class IssuingFlow:
@@ -189,6 +177,24 @@ class IssuingFlow:
             message = parse_message(delivery.body, delivery.content_type)
         except InvalidMessage as exc:
             return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=exc.reason)
+        verdict = await self._handle_message(message, delivery)
+        if verdict.action is Action.DEAD_LETTER:
+            await self._record_refusal(message, verdict.reason or "refused")
+        return verdict
+
+    async def _record_refusal(self, message: InvoiceMessage, reason: str) -> None:
+        """Keep a refusal of a valid message (its tenant and invoice_id are the contract's), so
+        that the API answers REFUSED and the feed carries it. Bounded in time and never raising:
+        the message is dead-lettered whatever happens here."""
+        try:
+            await asyncio.wait_for(record_refusal(self.db, message.tenant, message.invoice_id,
+                                                  message.series, reason),
+                                   REFUSAL_RECORD_BUDGET_S)
+        except Exception as exc:  # not CancelledError; TimeoutError included
+            log.warning("refusal_not_recorded", invoice_id=message.invoice_id,
+                        tenant=message.tenant, error=type(exc).__name__)
+
+    async def _handle_message(self, message: InvoiceMessage, delivery: Delivery) -> Verdict:
         bound = log.bind(invoice_id=message.invoice_id, tenant=message.tenant,
                          series=message.series)
         bound.debug("message_received", priority=delivery.priority,
@@ -267,20 +273,10 @@ class IssuingFlow:
 
     def _refusal(self, message: InvoiceMessage, series: SeriesSpec,
                  profile: Profile | None) -> str | None:
-        """Why the message cannot be numbered (None: it can), checked before any seal."""
-        today = self._now().astimezone(ZoneInfo(series.tz)).date()  # ZoneInfo caches by key
-        problem = date_window_problem(message.issue_date, today,
-                                      self.settings.issue_date_window_days, series.tz)
-        if problem is not None or profile is None:
-            return problem
-        problem = gib_layout_problem(series)
-        if problem is not None:
-            return f"series: {problem} (tenant {message.tenant!r} issues UBL-TR documents)"
-        try:
-            check_ubl_inputs(message, profile.issuer)
-        except InvalidMessage as exc:
-            return exc.reason
-        return None
+        """Why the message cannot be numbered (None: it can), checked before any seal
+        (:func:`gapless.issuing.admission.numbering_problem`, the API's checks too)."""
+        return numbering_problem(message, series, profile, self._now(),
+                                 self.settings.issue_date_window_days)
 
     async def _numbered_already(self, message: InvoiceMessage, refusal: str,
                                 bound: BoundLogger) -> bool:

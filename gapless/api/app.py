@@ -18,12 +18,18 @@ from gapless.api import deps, events, health, invoices, openapi
 from gapless.api.auth import Authenticator
 from gapless.api.observe import ApiMetrics, RequestObserver
 from gapless.ledger import feed
+from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database, check_cluster, make_engine
 from gapless.ledger.sqlstates import is_read_only
 from gapless.logging import get_logger
 from gapless.settings import Settings
 
 log = get_logger("gapless.api")
+
+
+#: How long the API reuses a tenant's issuer profile in force for its checks before reading it
+#: again (the worker checks every message against the one in force when it seals).
+PROFILE_TTL_S = 10.0
 
 
 def lifespan(settings: Settings, auth: Authenticator
@@ -44,6 +50,7 @@ def lifespan(settings: Settings, auth: Authenticator
             async with Publisher(settings) as publisher:
                 app.state.db = db
                 app.state.publisher = publisher
+                app.state.catalog = Catalog(db, profile_ttl_s=PROFILE_TTL_S)
                 log.info("api_started", queue=settings.queue, auth=(
                     "none (insecure)" if auth.insecure_no_auth else "bearer"),
                     tokens=len(auth.tokens),

@@ -13,6 +13,7 @@ from fastapi import Request
 from gapless.amqp.publisher import Publisher
 from gapless.api.observe import ApiMetrics
 from gapless.ledger import feed
+from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
 from gapless.settings import Settings
 
@@ -35,6 +36,17 @@ async def database(request: Request) -> Database:
 async def publisher(request: Request) -> Publisher:
     """The confirmed publisher opened by the lifespan."""
     return cast("Publisher", request.app.state.publisher)
+
+
+async def catalog(request: Request) -> Catalog:
+    """The API's cached series, default series and issuer profiles (for the checks a message
+    passes before it is published)."""
+    return cast("Catalog", request.app.state.catalog)
+
+
+async def settings(request: Request) -> Settings:
+    """The API process's settings."""
+    return cast("Settings", request.app.state.settings)
 
 
 async def metrics(request: Request) -> ApiMetrics:

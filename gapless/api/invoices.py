@@ -9,6 +9,7 @@ tenant (``?tenant=``) when several hold the id.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -18,11 +19,13 @@ from fastapi.responses import JSONResponse
 from gapless.amqp.publisher import Publisher, PublishRefused, PublishUnconfirmed
 from gapless.api import deps
 from gapless.api.auth import Principal, principal
-from gapless.api.models import Accepted, BatchAccepted, EventOut, InvoiceOut
+from gapless.api.models import Accepted, BatchAccepted, EventOut, InvoiceOut, RefusedOut
 from gapless.api.observe import ApiMetrics
 from gapless.constants import Status
 from gapless.errors import InvoiceNotFound
+from gapless.issuing.admission import admission_problem
 from gapless.ledger import feed
+from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
 from gapless.ledger.invoices import (
     KnownInvoice,
@@ -31,6 +34,7 @@ from gapless.ledger.invoices import (
     invoice_tenants,
     known_invoices,
 )
+from gapless.ledger.refusals import get_refusal, refusal_tenants
 from gapless.logging import get_logger
 from gapless.message import (
     MAX_BODY_BYTES,
@@ -43,19 +47,10 @@ from gapless.message import (
 )
 from gapless.message.fields import json_type
 from gapless.numbers import TENANT_RE
+from gapless.settings import Settings
 
 log = get_logger("gapless.api")
 router = APIRouter()
-
-
-def message_schema() -> tuple[dict[str, Any], dict[str, Any]]:
-    """InvoiceMessage's JSON schema for the OpenAPI request body, and its sub-schemas."""
-    schema = InvoiceMessage.model_json_schema(ref_template="#/components/schemas/{model}")
-    definitions = schema.pop("$defs", {})
-    return schema, definitions
-
-
-MESSAGE_SCHEMA, MESSAGE_DEFINITIONS = message_schema()
 
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
@@ -107,6 +102,19 @@ def must_publish(status: Status | None) -> bool:
     return status in (None, Status.RECEIVED)
 
 
+async def admit(catalog: Catalog, settings: Settings, message: InvoiceMessage,
+                now: datetime | None = None) -> None:
+    """422 naming the field when the worker would refuse the message before any number (the
+    tenant, the series and its channel, the issue-date window, the UBL-TR document's checks:
+    :func:`gapless.issuing.admission.admission_problem`); nothing is published then. Only a
+    message that is published is checked: an invoice the database holds past RECEIVED is
+    answered as it stands."""
+    problem = await admission_problem(catalog, message, now or datetime.now(UTC),
+                                      settings.issue_date_window_days)
+    if problem is not None:
+        raise HTTPException(422, problem)
+
+
 async def known_status(db: Database, message: InvoiceMessage) -> Status | None:
     """What the database knows of the message's invoice, the tenant's (None: nothing); 409 as
     :func:`known_state`. Other tenants' invoices are not looked at."""
@@ -144,7 +152,7 @@ async def invoice_tenant(db: Database, who: Principal, invoice_id: str,
         return who.tenant if tenant in (None, who.tenant) else None
     if tenant is not None:
         return tenant
-    tenants = await invoice_tenants(db, invoice_id)
+    tenants = await invoice_tenants(db, invoice_id) or await refusal_tenants(db, invoice_id)
     if len(tenants) > 1:
         raise HTTPException(409, f"invoice_id is held by tenants {', '.join(tenants)}; name "
                                  "one with ?tenant=")
@@ -158,13 +166,18 @@ async def invoice_tenant(db: Database, who: Principal, invoice_id: str,
                         409: {"description": "invoice_id names an invoice of another series "
                                              "of the tenant"},
                         413: {"description": "Body too large"},
-                        422: {"description": "The message breaks the contract"},
-                        503: {"description": "The broker did not take the message"}},
-             openapi_extra={"requestBody": {"required": True, "content": {
-                 "application/json": {"schema": MESSAGE_SCHEMA}}}})
+                        422: {"description": "The message breaks the contract, or the worker "
+                                             "would refuse it before any number: unknown "
+                                             "tenant or series, a series whose channel does "
+                                             "not fit, issue_date outside the window, a "
+                                             "UBL-TR document that cannot be made ("
+                                             "\"<field>: <reason>\"); nothing is published"},
+                        503: {"description": "The broker did not take the message"}})
 async def issue_invoice(request: Request, who: Principal = Security(principal),
                         db: Database = Depends(deps.database),
                         publisher: Publisher = Depends(deps.publisher),
+                        catalog: Catalog = Depends(deps.catalog),
+                        settings: Settings = Depends(deps.settings),
                         metrics: ApiMetrics = Depends(deps.metrics)) -> JSONResponse:
     """Validate the contract message and publish it at user priority.
 
@@ -181,6 +194,7 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
     status = await known_status(db, message)
     publish = must_publish(status)
     if publish:
+        await admit(catalog, settings, message)
         try:
             await publisher.publish(message, priority="user")
         except (PublishRefused, PublishUnconfirmed) as exc:
@@ -265,6 +279,20 @@ def batch_states(valid: list[_Item], known: dict[tuple[str, str], KnownInvoice])
             item.refuse(exc)
 
 
+async def batch_admit(catalog: Catalog, settings: Settings, valid: list[_Item]) -> None:
+    """Each item that would be published checked as the single POST checks it (422, that item
+    only); an item repeating an earlier one follows it."""
+    now = datetime.now(UTC)
+    for item in valid:
+        if item.code != 202 or item.first is not None or not must_publish(item.state):
+            continue
+        assert item.message is not None
+        try:
+            await admit(catalog, settings, item.message, now)
+        except HTTPException as exc:
+            item.refuse(exc)
+
+
 @router.post("/v1/invoices/batch", status_code=200, response_model=BatchAccepted,
              responses={400: {"description": "Not a JSON array (or wrong content type)"},
                         401: {"description": "No or invalid token"},
@@ -272,14 +300,16 @@ def batch_states(valid: list[_Item], known: dict[tuple[str, str], KnownInvoice])
                                              f"or more than {MAX_BATCH} messages"},
                         503: {"description": "The database is unreachable"}},
              openapi_extra={"requestBody": {"required": True, "content": {
-                 "application/json": {"schema": {"type": "array", "maxItems": MAX_BATCH,
-                                                 "items": MESSAGE_SCHEMA}}}}})
+                 "application/json": {"schema": {"type": "array", "maxItems": MAX_BATCH}}}}})
 async def issue_batch(request: Request, who: Principal = Security(principal),
                       db: Database = Depends(deps.database),
                       publisher: Publisher = Depends(deps.publisher),
+                      catalog: Catalog = Depends(deps.catalog),
+                      settings: Settings = Depends(deps.settings),
                       metrics: ApiMetrics = Depends(deps.metrics)) -> JSONResponse:
     """Validate and publish up to 1,000 contract messages: one result per message, in order,
-    each what ``POST /v1/invoices`` would have answered for it alone.
+    each what ``POST /v1/invoices`` would have answered for it alone (a message the worker
+    would refuse before any number is refused here, 422, and not published).
 
     Valid messages are accepted whatever the others are. The database is asked once for every
     invoice of the batch; a message whose invoice it holds past RECEIVED is accepted without
@@ -303,6 +333,7 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
     known = await known_invoices(db, {(item.message.tenant, item.message.invoice_id)
                                       for item in valid if item.message is not None})
     batch_states(valid, known)
+    await batch_admit(catalog, settings, valid)
     sending = [item for item in valid
                if item.code == 202 and item.first is None and must_publish(item.state)]
     outcomes = await publisher.publish_many([item.message for item in sending
@@ -314,8 +345,8 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
             item.code, item.error = 503, str(outcome)
     results: list[dict[str, Any]] = []
     for item in items:
-        if item.first is not None and item.first.code == 503:
-            item.code, item.error = 503, item.first.error
+        if item.first is not None and item.first.code != 202:
+            item.code, item.error = item.first.code, item.first.error
         result: dict[str, Any] = {
             "index": item.index, "invoice_id": None if item.message is None
             else item.message.invoice_id, "status": item.code, "published": item.published,
@@ -334,7 +365,8 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
     return JSONResponse({"results": results, "accepted": count, "published": published})
 
 
-@router.get("/v1/invoices/{invoice_id:path}", response_model=InvoiceOut, name="get_invoice",
+@router.get("/v1/invoices/{invoice_id:path}", response_model=InvoiceOut | RefusedOut,
+            name="get_invoice",
             responses={400: {"description": "Malformed tenant"},
                        401: {"description": "No or invalid token"},
                        404: {"description": "No such invoice (or not this token's tenant)"},
@@ -345,19 +377,26 @@ async def invoice_status(invoice_id: str, who: Principal = Security(principal),
                          tenant: str | None = Query(
                              None, description="The invoice's tenant (invoice_id is unique per "
                                                "tenant); a scoped token's own by default")
-                         ) -> InvoiceOut:
-    """The invoice's state, its document's UUID and its history. 404 until the worker has
-    stored it."""
+                         ) -> InvoiceOut | RefusedOut:
+    """The invoice's state, its document's UUID and its history; ``REFUSED`` with the reason
+    when the worker refused the message before any number and no invoice has that id. 404 until
+    the worker has stored (or refused) it."""
     # One snapshot for the row and its events, so the history matches the state shown.
     async with db.snapshot() as snap:
         row = None
+        refusal = None
         owner = await invoice_tenant(snap, who, invoice_id, tenant)
-        if owner is not None:
+        if owner is not None and who.may_see(owner):
             try:
                 row = await get_invoice(snap, invoice_id, tenant=owner)
             except InvoiceNotFound:
-                row = None
+                refusal = await get_refusal(snap, owner, invoice_id)
         if row is None or not who.may_see(row.tenant):
+            if refusal is not None:
+                return RefusedOut(invoice_id=refusal.invoice_id, tenant=refusal.tenant,
+                                  series=refusal.series, status="REFUSED",
+                                  reason=refusal.reason,
+                                  refused_at=feed.iso_utc(refusal.refused_at))
             # Same answer whether it is missing or someone else's: existence is not leaked.
             raise HTTPException(404, "no such invoice")
         events = await invoice_events(snap, row.id)

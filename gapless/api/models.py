@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 from pydantic import BaseModel, Field, create_model
 
@@ -90,6 +90,18 @@ class InvoiceOut(BaseModel):
     issued_at: str | None
     next_attempt_at: str | None
     events: list[EventOut]
+
+
+class RefusedOut(BaseModel):
+    """An invoice_id the worker refused before any number, and that has no invoice (yet): the
+    newest refusal. Once the same invoice_id gets an invoice, the invoice is shown instead."""
+
+    invoice_id: str
+    tenant: str
+    series: str | None = Field(description="The series the message named (null: none)")
+    status: Literal["REFUSED"]
+    reason: str = Field(description="Why it was refused: \"<field>: <reason>\"")
+    refused_at: str
 
 
 class FeedPage(BaseModel):

@@ -23,7 +23,6 @@ by every worker, and never read or written inside the transaction that seals a n
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,8 +38,6 @@ from gapless.numbers import SeriesSpec
 #: Profiles of an e-Fatura document the message may ask for (the first is the default).
 EFATURA_PROFILES = ("TEMELFATURA", "TICARIFATURA", "KAMU", "IHRACAT")
 ROUTED = frozenset({Channel.EFATURA, Channel.EARSIV})
-#: How long a tenant's default series are reused by one process before they are read again.
-DEFAULTS_TTL_S = 10.0
 
 
 class RoutingRefused(GaplessError):
@@ -100,7 +97,6 @@ class Router:
         self._catalog = catalog
         self._source = source
         self.cache = RecipientCache(db, ttl_s)
-        self._defaults: dict[str, tuple[float, dict[Channel, str]]] = {}
 
     async def recipient(self, tenant: str, tax_id: str, *, refresh: bool = False) -> Recipient:
         """The recipient answer: cached if fresh (unless ``refresh``), else asked of
@@ -121,15 +117,9 @@ class Router:
         return answer
 
     async def defaults(self, tenant: str) -> dict[Channel, str]:
-        """The tenant's default series per channel (re-read every DEFAULTS_TTL_S)."""
-        now = time.monotonic()
-        cached = self._defaults.get(tenant)
-        if cached is not None and now - cached[0] < DEFAULTS_TTL_S:
-            return cached[1]
-        rows = await self._db.all(q.DEFAULT_SERIES, {"tenant": tenant})
-        found = {Channel(row.channel): row.code for row in rows}
-        self._defaults[tenant] = (now, found)
-        return found
+        """The tenant's default series per channel (the catalog's, re-read every
+        :data:`gapless.ledger.catalog.DEFAULTS_TTL_S`)."""
+        return await self._catalog.defaults(tenant)
 
     async def _series(self, tenant: str, code: str) -> SeriesSpec:
         spec = await self._catalog.series(tenant, code)

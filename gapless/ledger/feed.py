@@ -1,7 +1,9 @@
 """The commit-ordered event feed: "everything after cursor N", for pollers that must miss nothing.
 
-Every invoice state change writes an ``invoice_events`` row (the history trigger). Writers commit
-it without a position and without any lock, so they never wait for each other. Its ``sequence_id``
+Every invoice state change writes an ``invoice_events`` row (the history trigger), and so does
+every message the worker refuses before a number (a ``refused`` event,
+:mod:`gapless.ledger.refusals`). Writers commit it without a position and without any lock, so
+they never wait for each other. Its ``sequence_id``
 is given afterwards by :func:`position_events` (``gapless_feed_assign()``,
 schema/current/feed.sql): the committed events still waiting, numbered on from the largest
 position given, in insertion order, in one short transaction under a lock that only
@@ -50,7 +52,8 @@ class FeedEvent:
     sequence_id: int
     invoice_id: str
     tenant: str
-    series: str
+    #: None only for a ``refused`` event whose message got no series (nothing was numbered).
+    series: str | None
     kind: str
     from_status: str | None
     to_status: str

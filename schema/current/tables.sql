@@ -200,10 +200,10 @@ CREATE TABLE recipients (
 CREATE TABLE invoice_events (
     id               bigint PRIMARY KEY DEFAULT nextval('invoice_events_local_seq'),
     sequence_id      bigint,
-    invoice_pk       bigint NOT NULL,
+    invoice_pk       bigint,          -- NULL: a refusal's event (no invoice)
     invoice_id       text NOT NULL,
     tenant           text NOT NULL,
-    series           text NOT NULL,
+    series           text,            -- NULL: a refusal's event, no series chosen
     kind             text NOT NULL,
     from_status      text,
     to_status        text NOT NULL,
@@ -234,6 +234,21 @@ CREATE TABLE invoice_events_feed (
         CHECK (floor >= 0)
 );
 INSERT INTO invoice_events_feed DEFAULT VALUES;
+
+-- ---------------------------------------------------------------- refusals
+-- Messages the worker refused before any number (dead-lettered with a reason): the newest reason
+-- per tenant and invoice_id, so the API answers REFUSED (an invoice of the same id wins). Each
+-- refusal also writes a `refused` event into invoice_events (invoice_pk NULL). No counter or
+-- invoice is touched.
+CREATE TABLE refusals (
+    tenant      text NOT NULL,
+    invoice_id  text NOT NULL,
+    series      text,
+    reason      text NOT NULL,
+    refused_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, invoice_id)
+);
+CREATE INDEX refusals_invoice_id_idx ON refusals (invoice_id);
 
 -- ---------------------------------------------------------------- the chain
 -- Each counter's tamper-evident chain (chain.sql; docs/chain.md is the format): its records in

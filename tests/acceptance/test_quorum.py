@@ -169,6 +169,7 @@ async def test_a_message_redelivered_past_the_delivery_limit_is_dead_lettered(
     assert depths[dead_queue_name(limited.queue)] == 0
 
 
+@pytest.mark.usefixtures("series")  # the API refuses an unknown series at once
 async def test_the_api_publishes_user_work_to_the_user_queue_in_quorum_mode(
         api_servers: ApiServers, quorum: Settings) -> None:
     token = "quorum-api-token-" + "x" * 16

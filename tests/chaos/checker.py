@@ -453,7 +453,8 @@ def _check_transitions(flag: Flag, by_pk: dict[int, dict[str, Any]],
                        events: list[dict[str, Any]]) -> None:
     history: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for event in events:  # already in commit order
-        history[event["invoice_pk"]].append(event)
+        if event["invoice_pk"] is not None:  # None: a refusal's event, no invoice
+            history[event["invoice_pk"]].append(event)
     bad = []
 
     def brief(event: Mapping[str, Any], problem: str) -> dict[str, Any]:

@@ -15,9 +15,10 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gapless.api.invoices import MAX_BATCH, MAX_BATCH_BODY_BYTES, MESSAGE_SCHEMA
+from gapless.api.invoices import MAX_BATCH, MAX_BATCH_BODY_BYTES
 from gapless.constants import user_queue_name
 from gapless.message import MAX_BODY_BYTES
+from gapless.message.schema import message_schema
 from gapless.settings import Settings
 from tests.conftest import ApiServers
 from tests.helpers import await_until
@@ -185,7 +186,7 @@ async def test_the_openapi_document_describes_an_array_of_messages(
     assert schema["maxItems"] == MAX_BATCH
     single = document["paths"]["/v1/invoices"]["post"]["requestBody"]["content"]
     assert schema["items"] == single["application/json"]["schema"]
-    assert schema["items"]["properties"].keys() == MESSAGE_SCHEMA["properties"].keys()
+    assert schema["items"]["properties"].keys() == message_schema()["properties"].keys()
     answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer == {"$ref": "#/components/schemas/BatchAccepted"}
     item = document["components"]["schemas"]["BatchItem"]["properties"]

@@ -10,6 +10,7 @@ One module per role:
 - ``routing``: the cached recipient answers and a tenant's default series;
 - ``gib``: GİB's verdict after acceptance (recovery's questions and their answers);
 - ``tenants``: issuer profiles;
+- ``refusals``: messages the worker refused before any number, and their feed events;
 - ``feed``: positioning committed events and reading them in order;
 - ``api``: the HTTP API's statements that are not domain operations;
 - ``status``: what ``gapless status`` and ``gapless demo`` count;

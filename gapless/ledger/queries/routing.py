@@ -25,3 +25,9 @@ STORE_RECIPIENT = """
 DEFAULT_SERIES = """
     SELECT channel, code FROM series WHERE tenant = %(tenant)s AND is_default
 """
+
+#: Whether a tenant is known: it has a series or an issuer profile (two index probes).
+TENANT_EXISTS = """
+    SELECT EXISTS (SELECT 1 FROM series WHERE tenant = %(tenant)s)
+        OR EXISTS (SELECT 1 FROM tenant_profiles WHERE tenant = %(tenant)s) AS known
+"""
