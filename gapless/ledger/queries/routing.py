@@ -1,4 +1,5 @@
-"""Routing: the recipient answers cached for every worker (per integrator account), and a tenant's default series.
+"""Routing: the recipient answers cached for every worker (per integrator account), and a
+tenant's default series.
 
 Driver-level statements (psycopg parameters), run by gapless.ledger.database.Database in
 autocommit: none is ever part of the transaction that seals a number.
