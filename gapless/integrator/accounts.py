@@ -440,6 +440,12 @@ class Accounts:
     async def recipient(self, tenant: str, tax_id: str) -> Recipient:
         return await self.guard(tenant).recipient(tenant, tax_id)
 
+    def registry_of(self, tenant: str) -> str:
+        """The name of ``tenant``'s account ('' for the global one), under which its recipient
+        answers are cached: accounts may see different registries (a test and a live one)."""
+        account = self.plan.by_tenant.get(tenant)
+        return "" if account is None or account.is_global else account.name
+
     async def aclose(self) -> None:
         """Close every account's adapter."""
         for guard in self._guards.values():

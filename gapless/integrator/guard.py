@@ -157,6 +157,11 @@ class Guard(Protocol):
 
     async def recipient(self, tenant: str, tax_id: str) -> Recipient: ...
 
+    def registry_of(self, tenant: str) -> str:
+        """The integrator account ``tenant``'s recipient answers come from ('' for the global
+        one): recipient answers are cached per account."""
+        ...
+
     async def status(self, tenant: str, uuid: str) -> GibStatus | None: ...
 
 
@@ -260,6 +265,10 @@ class GuardedIntegrator:
                             "GİB's status")
         return await self._retrying("status", lambda: adapter.status(tenant, uuid),
                                     tenant=tenant, uuid=uuid)
+
+    def registry_of(self, tenant: str) -> str:
+        """One account serves every tenant here: the global one's answers ('')."""
+        return ""
 
     async def recipient(self, tenant: str, tax_id: str) -> Recipient:
         """The recipient check through the breaker, retrying transient failures (the tax id is

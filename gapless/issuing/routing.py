@@ -17,8 +17,9 @@ A message whose ``profile``, ``series`` or ``customer.alias`` contradicts the an
 
 The choice is written into the message itself (``series``, ``profile``, ``customer.alias``)
 before its draft is stored, so it is pinned with the number: every resend renders and sends the
-same. Answers are cached in PostgreSQL (``recipients``) for ``GAPLESS_RECIPIENT_TTL_S``, shared
-by every worker, and never read or written inside the transaction that seals a number.
+same. Answers are cached in PostgreSQL (``recipients``, per integrator account) for
+``GAPLESS_RECIPIENT_TTL_S``, shared by every worker, and never read or written inside the
+transaction that seals a number.
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ class RecipientSource(Protocol):
 
     async def recipient(self, tenant: str, tax_id: str) -> Recipient: ...
 
+    def registry_of(self, tenant: str) -> str:
+        """Whose answers ``tenant``'s recipient checks are: its integrator account's name, ''
+        for the global account. Answers are cached per account (a test account and a live one
+        see different registries)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Route:
@@ -76,15 +83,17 @@ class RecipientCache:
         self._db = db
         self._ttl_s = ttl_s
 
-    async def fresh(self, tax_id: str) -> Recipient | None:
-        """The cached answer if it is younger than the TTL (one indexed read, no lock)."""
-        row = await self._db.one(q.FRESH_RECIPIENT, {"tax_id": tax_id, "ttl_s": self._ttl_s})
+    async def fresh(self, account: str, tax_id: str) -> Recipient | None:
+        """The account's cached answer if it is younger than the TTL (one indexed read, no
+        lock)."""
+        row = await self._db.one(q.FRESH_RECIPIENT, {"account": account, "tax_id": tax_id,
+                                                     "ttl_s": self._ttl_s})
         return None if row is None else Recipient(tax_id, row.registered, tuple(row.aliases))
 
-    async def store(self, recipient: Recipient) -> None:
-        """Keep an answer (the newest wins; one short autocommit statement)."""
+    async def store(self, account: str, recipient: Recipient) -> None:
+        """Keep an account's answer (the newest wins; one short autocommit statement)."""
         await self._db.one(q.STORE_RECIPIENT, {
-            "tax_id": recipient.tax_id, "registered": recipient.registered,
+            "account": account, "tax_id": recipient.tax_id, "registered": recipient.registered,
             "aliases": list(recipient.aliases)})
 
 
@@ -100,20 +109,21 @@ class Router:
 
     async def recipient(self, tenant: str, tax_id: str, *, refresh: bool = False) -> Recipient:
         """The recipient answer: cached if fresh (unless ``refresh``), else asked of
-        ``tenant``'s integrator account and stored. The cache is by tax id alone: the answer is
-        GİB's registry, the same whichever account asks.
+        ``tenant``'s integrator account and stored. The cache is per account: a test account and
+        a live one answer from different registries.
 
         Raises RecipientUnavailable when the integrator cannot answer.
         """
+        account = self._source.registry_of(tenant)
         if not refresh:
-            cached = await self.cache.fresh(tax_id)
+            cached = await self.cache.fresh(account, tax_id)
             if cached is not None:
                 return cached
         try:
             answer = await self._source.recipient(tenant, tax_id)
         except IntegratorError as exc:  # transient, breaker open, auth: the message waits
             raise RecipientUnavailable(f"recipient check: {type(exc).__name__}") from exc
-        await self.cache.store(answer)
+        await self.cache.store(account, answer)
         return answer
 
     async def defaults(self, tenant: str) -> dict[Channel, str]:

@@ -184,13 +184,16 @@ CREATE TABLE invoice_documents (
 );
 
 -- The integrator's answer to "is this tax id an e-Fatura user, with which invoice aliases?",
--- reused for GAPLESS_RECIPIENT_TTL_S by every worker; never read or written inside the
--- transaction that seals a number.
+-- per integrator account ('' the global one's: accounts may see different registries), reused
+-- for GAPLESS_RECIPIENT_TTL_S by every worker; never read or written inside the transaction that
+-- seals a number.
 CREATE TABLE recipients (
-    tax_id      text PRIMARY KEY,
+    tax_id      text NOT NULL,
     registered  boolean NOT NULL,
     aliases     text[] NOT NULL DEFAULT '{}',
-    checked_at  timestamptz NOT NULL DEFAULT now()
+    checked_at  timestamptz NOT NULL DEFAULT now(),
+    account     text NOT NULL DEFAULT '',
+    CONSTRAINT recipients_pkey PRIMARY KEY (account, tax_id)
 );
 
 -- ---------------------------------------------------------------- events and the feed

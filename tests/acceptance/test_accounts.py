@@ -297,3 +297,40 @@ async def test_invoice_retry_resends_through_the_invoices_own_account(
     assert acme_mock.ledger() == []
     mock_integrator.set_faults(down=False)
     assert mock_integrator.ledger() == []
+
+
+async def test_recipient_answers_are_cached_per_account(
+        engine: AsyncEngine, settings: Settings, accounts_file: Path,
+        two_mocks: tuple[MockIntegratorClient, MockIntegratorClient]) -> None:
+    """Two accounts may see different registries (a test and a live one): each tenant gets its
+    own account's answer, and each answer is cached under its account — the other tenant's
+    check asks its own account, never reuses the first's."""
+    from gapless.issuing.routing import Router
+    from gapless.ledger.catalog import Catalog
+
+    acme_mock, globex_mock = two_mocks
+    tax_id = "4840847211"
+    acme_mock.set_recipients({tax_id: ["urn:mail:defaultpk@acme-view.example"]})
+    globex_mock.set_recipients({})
+    accounts = Accounts.open(settings.model_copy(update={"integrators_file": str(accounts_file)}),
+                             name="worker")
+    try:
+        db = ledger(engine)
+        router = Router(db, Catalog(db), accounts, ttl_s=3600)
+        seen_by_acme = await router.recipient("acme", tax_id)
+        seen_by_globex = await router.recipient("globex", tax_id)
+        assert (seen_by_acme.registered, seen_by_acme.aliases) == (
+            True, ("urn:mail:defaultpk@acme-view.example",))
+        assert (seen_by_globex.registered, seen_by_globex.aliases) == (False, ())
+        # Cached: both answered again from PostgreSQL while the integrators are silent.
+        acme_mock.set_faults(down=True)
+        globex_mock.set_faults(down=True)
+        assert (await router.recipient("acme", tax_id)).registered is True
+        assert (await router.recipient("globex", tax_id)).registered is False
+    finally:
+        await accounts.aclose()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text(
+            "SELECT account, registered FROM recipients WHERE tax_id = :t ORDER BY account"),
+            {"t": tax_id})).all()
+    assert [(row.account, row.registered) for row in rows] == [("acme", True), ("globex", False)]

@@ -1,21 +1,23 @@
-"""Routing: the recipient answers cached for every worker, and a tenant's default series.
+"""Routing: the recipient answers cached for every worker (per integrator account), and a
+tenant's default series.
 
 Driver-level statements (psycopg parameters), run by gapless.ledger.database.Database in
 autocommit: none is ever part of the transaction that seals a number.
 """
 
-#: A cached recipient answer younger than :ttl_s seconds (no lock).
+#: A cached recipient answer of one integrator account (:account, '' for the global one) younger
+#: than :ttl_s seconds (no lock).
 FRESH_RECIPIENT = """
     SELECT registered, aliases FROM recipients
-     WHERE tax_id = %(tax_id)s
+     WHERE account = %(account)s AND tax_id = %(tax_id)s
        AND checked_at > now() - make_interval(secs => %(ttl_s)s)
 """
 
-#: Keep the integrator's newest answer for a tax id (one row lock, released by its own commit).
+#: Keep an account's newest answer for a tax id (one row lock, released by its own commit).
 STORE_RECIPIENT = """
-    INSERT INTO recipients (tax_id, registered, aliases, checked_at)
-    VALUES (%(tax_id)s, %(registered)s, %(aliases)s, now())
-    ON CONFLICT (tax_id) DO UPDATE
+    INSERT INTO recipients (account, tax_id, registered, aliases, checked_at)
+    VALUES (%(account)s, %(tax_id)s, %(registered)s, %(aliases)s, now())
+    ON CONFLICT (account, tax_id) DO UPDATE
        SET registered = EXCLUDED.registered, aliases = EXCLUDED.aliases,
            checked_at = EXCLUDED.checked_at
     RETURNING tax_id
