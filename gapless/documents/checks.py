@@ -61,11 +61,11 @@ def _address(path: str, address: Address | None, *, country: bool = False) -> No
             raise _refuse(f"{path}.{field}", "required for a UBL-TR document")
 
 
-def _check_customer(customer: Customer, profile: ProfileRule) -> None:
+def check_customer(customer: Customer, *, abroad: bool = False) -> None:
     """The buyer: a company (VKN) with its tax office, or a person (TCKN, check digits right)
     with first and family name; either with an address that has a district and a city. An
-    export's buyer is abroad: a name and an address with its country."""
-    if "export" in profile.needs:
+    export's buyer is ``abroad``: a name and an address with its country."""
+    if abroad:
         _address("customer.address", customer.address, country=True)
         return
     if len(customer.tax_id) == 11:
@@ -243,7 +243,7 @@ def check_ubl_inputs(message: InvoiceMessage, issuer: Issuer) -> None:
     depend on the issuer have a place.
     """
     kind, profile = _check_kind(message)
-    _check_customer(message.customer, profile)
+    check_customer(message.customer, abroad="export" in profile.needs)
     _check_lines(message, kind, profile)
     _check_returns(message, kind)
     _check_parts(message)

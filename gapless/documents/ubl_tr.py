@@ -46,12 +46,18 @@ PLACEHOLDER_NS = "urn:gapless:ubl-tr:unsigned"
 __all__ = ["CAC", "CBC", "FORMAT", "INV", "PLACEHOLDER_NS", "render_ubl_tr", "summarize"]
 
 
-def _header(root: Element, message: InvoiceMessage, amounts: Totals, *, number: str,
-            uuid: uuid_module.UUID, local: datetime) -> None:
-    """Identity, dates, type, notes and currency, in the order of the UBL-TR schema."""
+def unsigned(root: Element) -> None:
+    """The extension where the XAdES signature goes, holding the unsigned placeholder (module
+    docstring)."""
     extension = xml.child(xml.child(root, "ext:UBLExtensions"), "ext:UBLExtension")
     content = xml.child(extension, "ext:ExtensionContent")
     xml.child(content, "gapless:Unsigned", **{"xmlns:gapless": PLACEHOLDER_NS})
+
+
+def _header(root: Element, message: InvoiceMessage, amounts: Totals, *, number: str,
+            uuid: uuid_module.UUID, local: datetime) -> None:
+    """Identity, dates, type, notes and currency, in the order of the UBL-TR schema."""
+    unsigned(root)
     cbc(root, "UBLVersionID", "2.1")
     cbc(root, "CustomizationID", "TR1.2")
     cbc(root, "ProfileID", message.profile or PROFILES[0])
