@@ -8,6 +8,7 @@ from bench.harness import UBL_NS, gib_findings, parse_ubl
 
 NS = UBL_NS
 findings = gib_findings
+__all__ = ["NS", "assert_valid", "assert_valid_despatch", "field", "findings", "parse_ubl"]
 #: The root of a dispatch note: efatura-kontrol checks it with GİB's DespatchAdvice XSD and the
 #: schematron's `despatchadvice` pattern.
 DESPATCH_ROOT = "{urn:oasis:names:specification:ubl:schema:xsd:DespatchAdvice-2}DespatchAdvice"
