@@ -13,6 +13,8 @@ calls:
   document's bytes, the same in every process (:data:`FORMAT` names the rendering).
 * :func:`check_despatch_inputs` and :func:`render_despatch` — the same two steps for a dispatch
   note (``DespatchAdvice``, :mod:`gapless.documents.despatch`; :data:`DESPATCH_FORMAT`).
+* :func:`check_inputs` and :func:`render` — either, by the message's model (an invoice's or a
+  dispatch note's), for callers that hold a message of any kind.
 * :func:`build_issuer` — validates a profile (``gapless tenant set``).
 * :func:`summarize` — a few facts of a rendered document, for people.
 * :func:`is_gib_number` — whether a number has GİB's layout (``ABC2026000000001``).
@@ -25,6 +27,7 @@ type and profile allows: :mod:`gapless.documents.codes` (data files beside it); 
 
 from gapless.documents.checks import VAT_RATES, check_ubl_inputs, is_gib_number
 from gapless.documents.despatch import DESPATCH_FORMAT, check_despatch_inputs, render_despatch
+from gapless.documents.document import check_inputs, render
 from gapless.documents.parties import Issuer, IssuerError, build_issuer, valid_tckn
 from gapless.documents.ubl_tr import FORMAT, PLACEHOLDER_NS, render_ubl_tr, summarize
 
@@ -37,8 +40,10 @@ __all__ = [
     "IssuerError",
     "build_issuer",
     "check_despatch_inputs",
+    "check_inputs",
     "check_ubl_inputs",
     "is_gib_number",
+    "render",
     "render_despatch",
     "render_ubl_tr",
     "summarize",
