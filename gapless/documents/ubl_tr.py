@@ -128,7 +128,8 @@ _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=Fal
 
 
 def summarize(body: bytes) -> dict[str, Any]:
-    """A few facts of a rendered document, for people (the demo, ``gapless invoice show``)."""
+    """A few facts of a rendered document (an invoice or a dispatch note), for people (the
+    demo, ``gapless invoice show``)."""
     root = etree.fromstring(body, _PARSER)
 
     def text(path: str) -> str | None:
@@ -142,6 +143,21 @@ def summarize(body: bytes) -> dict[str, Any]:
             name = " ".join(part for part in (first, family) if part) or None
         return name
 
+    if etree.QName(root).localname == "DespatchAdvice":
+        despatch = "cac:Shipment/cac:Delivery/cac:Despatch/cbc:ActualDespatch"
+        drivers = root.findall("cac:Shipment/cac:ShipmentStage/cac:DriverPerson", NS)
+        return {"number": text("cbc:ID"), "uuid": text("cbc:UUID"),
+                "issued": f"{text('cbc:IssueDate')} {text('cbc:IssueTime')}",
+                "profile": text("cbc:ProfileID"), "type": text("cbc:DespatchAdviceTypeCode"),
+                "supplier": party_name("cac:DespatchSupplierParty"),
+                "customer": party_name("cac:DeliveryCustomerParty"),
+                "despatched": f"{text(despatch + 'Date')} {text(despatch + 'Time')}",
+                "plate": text("cac:Shipment/cac:ShipmentStage/cac:TransportMeans/"
+                              "cac:RoadTransport/cbc:LicensePlateID"),
+                "drivers": str(len(drivers)) if drivers else None,
+                "carrier": text("cac:Shipment/cac:Delivery/cac:CarrierParty/cac:PartyName/"
+                                "cbc:Name"),
+                "lines": text("cbc:LineCountNumeric")}
     currency = text("cbc:DocumentCurrencyCode")
 
     def money(path: str) -> str | None:

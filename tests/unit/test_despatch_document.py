@@ -20,10 +20,13 @@ from gapless.demo.samples import tckn
 from gapless.documents import (
     build_issuer,
     check_despatch_inputs,
+    check_inputs,
     render_despatch,
     render_ubl_tr,
+    summarize,
 )
-from gapless.message import DespatchMessage, InvalidMessage, validate_message
+from gapless.documents import render as render_document
+from gapless.message import DespatchMessage, InvalidMessage, InvoiceMessage, validate_message
 from tests.ubl import NS, assert_valid_despatch, field, parse_ubl
 
 COMPANY = build_issuer(tax_id="1234567803", name="Acme Bilişim A.Ş.", tax_office="Kadıköy",
@@ -208,7 +211,8 @@ def test_the_parties_are_the_invoice_s() -> None:
         "customer": SEVK["customer"],
         "lines": [{"description": "Widget", "quantity": "1", "unit_price": "1",
                    "vat_rate": "20"}]})
-    invoice_xml = render_ubl_tr(invoice, number="ABC2026000000001",  # type: ignore[arg-type]
+    assert isinstance(invoice, InvoiceMessage)
+    invoice_xml = render_ubl_tr(invoice, number="ABC2026000000001",
                                 uuid=uuid.UUID(int=1), sealed_at=SEALED, tz="Europe/Istanbul",
                                 issuer=COMPANY).decode()
     note_xml = render(SEVK).decode()
@@ -266,3 +270,31 @@ def _with(**customer: Any) -> dict[str, Any]:
 def test_what_needs_the_issuer_is_refused_before_the_seal(data: dict[str, Any],
                                                           expected: str) -> None:
     assert _refusal(data) == expected
+
+
+def test_a_note_is_summarized_for_people() -> None:
+    summary = summarize(render(SEVK))
+    assert summary == {
+        "number": NUMBER, "uuid": str(uuid.UUID(int=7)), "issued": "2026-01-01 00:30:05",
+        "profile": "TEMELIRSALIYE", "type": "SEVK", "supplier": COMPANY.name,
+        "customer": "Example Ltd", "despatched": "2025-12-31 10:00:00", "plate": "34ABC123",
+        "drivers": "1", "carrier": None, "lines": "1"}
+
+
+def test_either_document_is_checked_and_rendered_by_its_message() -> None:
+    note = validate_message(SEVK)
+    check_inputs(note, COMPANY)
+    assert render_document(note, number=NUMBER, uuid=uuid.UUID(int=7), sealed_at=SEALED,
+                           tz="Europe/Istanbul", issuer=COMPANY) == render(SEVK)
+    invoice = validate_message({
+        "invoice_id": "inv-1", "tenant": "acme", "issue_date": "2025-12-31", "currency": "TRY",
+        "customer": SEVK["customer"],
+        "lines": [{"description": "Widget", "quantity": "1", "unit_price": "1",
+                   "vat_rate": "20"}]})
+    check_inputs(invoice, COMPANY)
+    document = render_document(invoice, number="ABC2026000000001", uuid=uuid.UUID(int=1),
+                               sealed_at=SEALED, tz="Europe/Istanbul", issuer=COMPANY)
+    assert parse_ubl(document).tag.endswith("}Invoice")
+    with pytest.raises(InvalidMessage, match=r"^customer\.tax_office: "):
+        check_inputs(validate_message(_with(tax_id="9876543210", name="X",
+                                            address={"district": "A", "city": "B"})), COMPANY)
