@@ -272,3 +272,89 @@ def test_an_invoice_is_not_a_dispatch_note() -> None:
     """Without ``document`` the message is an invoice: a note's body is refused as one."""
     data = changed(lambda m: m.pop("document"))
     assert reason(data).startswith("currency: required field is missing")
+
+
+#: A dispatch note with every field of the model (the walk below finds them from the model).
+FULL: dict[str, Any] = changed(lambda m: (
+    m.update(series="IRS", note="Kırılacak eşya", currency="TRY"),
+    m["customer"].update(alias="urn:mail:irsaliyepk@example.com",
+                         person={"first_name": "Ali", "family_name": "Yılmaz"}),
+    m["despatch"].update(
+        type="MATBUDAN", profile="IDISIRSALIYE", sevkiyat_no="SE-1234567",
+        printed={"number": "A000000000004711", "issue_date": "2026-11-25"},
+        plate_scheme="PLAKA", trailer_plates=["34DEF45"],
+        carrier={"tax_id": "9876543210", "name": "Kargo A.Ş.",
+                 "address": {"street": "Rıhtım Cad. 1", "district": "Kadıköy",
+                             "city": "İstanbul", "postal_zone": "34716",
+                             "country": "Türkiye"}},
+        order={"number": "PO-7", "issue_date": "2026-11-24"}),
+    m["lines"][0].update(unit_price="2.50", etiket_no="AB1234567")))
+
+
+#: The same under HKS: the line's künye number instead of IDIS's numbers.
+FULL_HKS: dict[str, Any] = copy.deepcopy(FULL)
+FULL_HKS["despatch"].update(profile="HKSIRSALIYE")
+del FULL_HKS["despatch"]["sevkiyat_no"]
+del FULL_HKS["lines"][0]["etiket_no"]
+FULL_HKS["lines"][0]["kunye_no"] = "2611250000000000471"
+
+
+def _leaves(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, (*path, key))]
+    if isinstance(value, list):
+        return [leaf for index, item in enumerate(value) for leaf in _leaves(item, (*path, index))]
+    return [path]
+
+
+def _model_leaves(model: Any, prefix: tuple[str | int, ...] = ()) -> set[tuple[str | int, ...]]:
+    """Every leaf field of ``model``, as a path (a list's first item stands for all)."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    def parts(annotation: Any) -> list[Any]:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            return parts(typing.get_args(annotation)[0])
+        if origin in (typing.Union, types.UnionType):
+            return [part for arg in typing.get_args(annotation) for part in parts(arg)]
+        return [annotation]
+
+    found: set[tuple[str | int, ...]] = set()
+    for name, info in model.model_fields.items():
+        path: tuple[str | int, ...] = (*prefix, name)
+        for part in parts(info.annotation):
+            item = part
+            if typing.get_origin(part) is list:
+                (item,) = typing.get_args(part)
+                path = (*path, 0)
+            if isinstance(item, type) and issubclass(item, BaseModel):
+                found |= _model_leaves(item, path)
+                break
+        else:
+            found.add(path)
+    return found
+
+
+def test_the_full_note_has_every_field_and_is_valid() -> None:
+    assert _model_leaves(DespatchMessage) <= set(_leaves(FULL)) | set(_leaves(FULL_HKS))
+    assert validate_message(FULL).payload() == FULL
+    assert validate_message(FULL_HKS).payload() == FULL_HKS
+
+
+@pytest.mark.parametrize(("full", "path"), [
+    # (``document`` picks the model: any other value is refused as unknown, above.)
+    *((FULL, path) for path in _leaves(FULL) if path != ("document",)),
+    (FULL_HKS, ("lines", 0, "kunye_no"))],
+    ids=lambda value: ".".join(map(str, value)) if isinstance(value, tuple) else "")
+def test_a_character_xml_cannot_carry_is_refused_in_every_text_naming_it(
+        full: dict[str, Any], path: tuple[str | int, ...]) -> None:
+    data = copy.deepcopy(full)
+    holder: Any = data
+    for part in path[:-1]:
+        holder = holder[part]
+    holder[path[-1]] = f"{holder[path[-1]]}\x0b"
+    dotted = ".".join(map(str, path))
+    assert reason(data) == f"{dotted}: holds a character XML cannot carry (U+000B)"
