@@ -28,7 +28,8 @@ Three tables:
 Each variant runs in batches until it has used ``--seconds`` of CPU; the variants take turns,
 ``--rounds`` times, so that outside load hits all of them alike. The tables show the best round
 (the least disturbed) and the median round. Goal: render_ubl_tr under 1 ms of CPU for a 5-line
-invoice, of every kind, and render_despatch under 1 ms for a 5-line dispatch note. The defaults take about 3.5 minutes.
+invoice, of every kind, and render_despatch under 1 ms for a 5-line dispatch note. The defaults
+take about 4 minutes.
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ class Customer(_Part):
     tax_office: Name | None = None
     address: Address | None = None
     person: Person | None = None
-    #: The e-Fatura alias to send to (one of the recipient's; default: its first).
+    #: The alias to send to: one of the recipient's e-Fatura aliases for an invoice, e-İrsaliye
+    #: aliases for a dispatch note (default: its first).
     alias: Name | None = None
 
 

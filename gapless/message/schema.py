@@ -215,8 +215,9 @@ RULES: dict[Any, dict[str, Any]] = {
 
 #: Field notes beyond the type's, by model and field.
 FIELD_NOTES: dict[tuple[str, str], str] = {
-    ("Customer", "alias"): "The e-Fatura alias to send to (one of the customer's; default: "
-                           "its first).",
+    ("Customer", "alias"): "The alias to send to: one of the customer's e-Fatura aliases for "
+                           "an invoice, e-İrsaliye aliases for a dispatch note (default: its "
+                           "first).",
     ("Customer", "person"): "Required by a UBL-TR document for an 11-digit TCKN customer.",
     ("Customer", "tax_office"): "Required by a UBL-TR document for a 10-digit VKN customer.",
     ("Line", "vat_exemption_code"): "GİB's VAT exemption code of a zero-VAT line, e.g. 301, "
