@@ -240,8 +240,14 @@ def check_ubl_inputs(message: InvoiceMessage, issuer: Issuer) -> None:
 
     Run before a number is sealed, so a message that cannot make its document consumes nothing.
     ``issuer`` is the tenant's profile (already valid); it is an argument so that rules that
-    depend on the issuer have a place.
+    depend on the issuer have a place. A dispatch note is refused here (its checks are
+    :func:`~gapless.documents.check_despatch_inputs`; :func:`~gapless.documents.check_inputs`
+    picks either): a caller that takes every message for an invoice dead-letters it, naming the
+    field, instead of failing on a field an invoice has and a note has not.
     """
+    if not isinstance(message, InvoiceMessage):
+        raise _refuse("document", "a dispatch note is not an invoice: it is checked and "
+                                  "rendered as its own document")
     kind, profile = _check_kind(message)
     check_customer(message.customer, abroad="export" in profile.needs)
     _check_lines(message, kind, profile)

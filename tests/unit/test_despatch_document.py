@@ -21,6 +21,7 @@ from gapless.documents import (
     build_issuer,
     check_despatch_inputs,
     check_inputs,
+    check_ubl_inputs,
     render_despatch,
     render_ubl_tr,
     summarize,
@@ -298,3 +299,12 @@ def test_either_document_is_checked_and_rendered_by_its_message() -> None:
     with pytest.raises(InvalidMessage, match=r"^customer\.tax_office: "):
         check_inputs(validate_message(_with(tax_id="9876543210", name="X",
                                             address={"district": "A", "city": "B"})), COMPANY)
+
+
+def test_the_invoice_s_check_refuses_a_note_naming_the_field() -> None:
+    """A caller that takes every message for an invoice dead-letters a note (the field named)
+    instead of failing on a field the note has not."""
+    with pytest.raises(InvalidMessage) as caught:
+        check_ubl_inputs(validate_message(SEVK), COMPANY)  # type: ignore[arg-type]
+    assert caught.value.reason == ("document: a dispatch note is not an invoice: it is checked "
+                                   "and rendered as its own document")
