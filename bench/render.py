@@ -14,10 +14,13 @@ measured three ways:
                      totals the check computed are reused, as in a worker, which runs the check,
                      then the rendering: its cost per invoice is the sum).
 
-Two tables:
+Three tables:
 
 * **by size** — a plain sale (``SATIS``, ``TICARIFATURA``) of ``--lines`` lines (mixed KDV
   rates, decimal quantities and prices, Turkish text, a company customer with its address);
+* **dispatch note** — a dispatch note (e-İrsaliye, ``DespatchAdvice``) of ``--despatch-lines``
+  lines: two drivers, the plate and a trailer, a carrier, an order, priced lines; measured the
+  same three ways with ``check_despatch_inputs`` and ``render_despatch``;
 * **by kind** — one message of ``--kind-lines`` lines for each document kind gapless renders
   (:data:`KINDS`: every invoice type, the IHRACAT, KAMU and EARSIVFATURA profiles, line
   discounts, withholding and exemption codes), each valid for GİB (``check_ubl_inputs`` passes;
@@ -27,7 +30,8 @@ Two tables:
 Each variant runs in batches until it has used ``--seconds`` of CPU; the variants take turns,
 ``--rounds`` times, so that outside load hits all of them alike. The tables show the best round
 (the least disturbed) and the median round. Goal: render_ubl_tr under 1 ms of CPU for a 5-line
-invoice, of every kind. The defaults take about 3.5 minutes.
+invoice, of every kind, and render_despatch under 1 ms for a 5-line dispatch note. The defaults
+take about 4 minutes.
 """
 
 from __future__ import annotations
@@ -49,12 +53,14 @@ from bench.harness import gib_findings, machine, print_table
 from gapless.documents import (
     Issuer,
     build_issuer,
+    check_despatch_inputs,
     check_ubl_inputs,
+    render_despatch,
     render_ubl_tr,
 )
 from gapless.documents.amounts import forget_totals
 from gapless.issuing.render import canonical_json
-from gapless.message import InvoiceMessage, validate_message
+from gapless.message import DespatchMessage, InvoiceMessage, validate_message
 
 GOAL_MS = 1.0
 BATCH = 20
@@ -93,7 +99,38 @@ def sale(lines: int) -> dict[str, Any]:
 
 def invoice(lines: int) -> InvoiceMessage:
     """A realistic plain sale of ``lines`` lines."""
-    return validate_message(sale(lines))
+    return as_invoice(sale(lines))
+
+
+def as_invoice(data: dict[str, Any]) -> InvoiceMessage:
+    message = validate_message(data)
+    assert isinstance(message, InvoiceMessage)
+    return message
+
+
+DESPATCH_NUMBER = "IRS2026000000001"
+
+
+def despatch_note(lines: int) -> DespatchMessage:
+    """A realistic dispatch note of ``lines`` priced lines: two drivers, the truck's plate and
+    its trailer, a carrier, the buyer's order."""
+    data = sale(lines)
+    for field in ("currency", "profile", "series"):
+        data.pop(field)
+    data.update(document="despatch", invoice_id=f"bench-despatch-{lines}", despatch={
+        "despatch_date": ISSUE_DATE, "despatch_time": "08:45:00",
+        "delivery_address": {"street": "Atatürk OSB 10003 Sk. No: 7", "district": "Çiğli",
+                             "city": "İzmir", "postal_zone": "35620", "country": "Türkiye"},
+        "drivers": [{"first_name": "Ali", "family_name": "Yılmaz", "tckn": "10000000078"},
+                    {"first_name": "Hasan", "family_name": "Kaya", "tckn": "10000000146"}],
+        "license_plate": "35ABC123", "trailer_plates": ["35DR4567"],
+        "carrier": {"tax_id": "4560001234", "name": "Ege Lojistik A.Ş."},
+        "order": {"number": "SIP-2026-0815", "issue_date": "2026-11-20"}},
+        lines=[{key: item[key] for key in ("description", "quantity", "unit_price",
+                                           "unit_code")} for item in data["lines"]])
+    message = validate_message(data)
+    assert isinstance(message, DespatchMessage)
+    return message
 
 
 # -- the document kinds ---------------------------------------------------------------------------
@@ -213,7 +250,7 @@ def kind_message(kind: Kind, lines: int) -> InvoiceMessage:
     message = sale(lines)
     message["invoice_id"] = f"bench-{kind.label.lower()}"
     kind.build(message)
-    return validate_message(message)
+    return as_invoice(message)
 
 
 def describe(message: InvoiceMessage) -> str:
@@ -281,24 +318,35 @@ def render(message: InvoiceMessage, the_issuer: Issuer) -> bytes:
                          issuer=the_issuer)
 
 
-def measure(message: InvoiceMessage, the_issuer: Issuer, seconds: float,
+def render_note(message: DespatchMessage, the_issuer: Issuer) -> bytes:
+    return render_despatch(message, number=DESPATCH_NUMBER, uuid=DOCUMENT_UUID,
+                           sealed_at=SEALED_AT, tz=TZ, issuer=the_issuer)
+
+
+def measure(message: InvoiceMessage | DespatchMessage, the_issuer: Issuer, seconds: float,
             rounds: int) -> Measured:
     """JSON document, check and rendering of ``message``, interleaved ``rounds`` times."""
     variants: dict[str, Callable[[], object]] = {
-        "json": lambda: canonical_json(message.payload()),
+        "json": lambda: canonical_json(message.payload())}
+    if isinstance(message, DespatchMessage):
+        variants["check"] = lambda: check_despatch_inputs(message, the_issuer)
+        variants["render"] = lambda: render_note(message, the_issuer)
+    else:
         # Cold, as a worker meets a new message: the check computes the totals, and the
         # rendering after it reuses them (gapless.documents.amounts caches them per message).
-        "check": lambda: (forget_totals(), check_ubl_inputs(message, the_issuer)),
-        "render": lambda: render(message, the_issuer)}
+        variants["check"] = lambda: (forget_totals(), check_ubl_inputs(message, the_issuer))
+        variants["render"] = lambda: render(message, the_issuer)
     for call in variants.values():  # warm up: imports, caches, the time-zone file
         call()
     runs: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, call in variants.items():
             runs[name].append(cpu_per_call(call, seconds) * 1000)
+    document = variants["render"]()
+    assert isinstance(document, bytes)
     return Measured({name: min(values) for name, values in runs.items()},
                     {name: statistics.median(values) for name, values in runs.items()},
-                    len(render(message, the_issuer)), len(canonical_json(message.payload())))
+                    len(document), len(canonical_json(message.payload())))
 
 
 def validate_documents(messages: dict[str, InvoiceMessage], the_issuer: Issuer) -> None:
@@ -338,6 +386,8 @@ def main() -> None:
     parser.add_argument("--kinds", default="all",
                         help="Document kinds by label, comma-separated, or all, or none")
     parser.add_argument("--kind-lines", type=int, default=5, help="Lines of each kind's message")
+    parser.add_argument("--despatch-lines", default="5",
+                        help="Sizes of the dispatch note (comma-separated; empty: skip)")
     parser.add_argument("--validate", action="store_true",
                         help="Check each kind's document with GİB's XSD and schematron first")
     args = parser.parse_args()
@@ -348,8 +398,17 @@ def main() -> None:
     kind_messages = {kind.label: kind_message(kind, args.kind_lines) for kind in kinds}
     for message in kind_messages.values():  # every kind is a document GİB accepts
         check_ubl_inputs(message, the_issuer)
+    notes = {size: despatch_note(size) for size in
+             (int(n) for n in args.despatch_lines.split(",") if n.strip())}
+    for note in notes.values():  # a dispatch note GİB accepts
+        check_despatch_inputs(note, the_issuer)
     if args.validate and kind_messages:
         validate_documents(kind_messages, the_issuer)
+    if args.validate:
+        bad = {size: found for size, note in notes.items()
+               if (found := gib_findings(render_note(note, the_issuer)))}
+        if bad:
+            sys.exit(f"dispatch notes GİB would refuse: {bad}")
 
     size_rows = []
     size_goal = None
@@ -364,6 +423,20 @@ def main() -> None:
             size_goal = (f"goal: render_ubl_tr under {GOAL_MS:g} ms of CPU for a 5-line invoice: "
                          f"{verdict} ({best['render']:.3f} ms best, {middle['render']:.3f} ms "
                          "median)")
+
+    note_rows = []
+    note_goal = None
+    for size, note in notes.items():
+        measured = measure(note, the_issuer, args.seconds, args.rounds)
+        best, middle = measured.best, measured.middle
+        note_rows.append([size, measured.cell("json"), measured.cell("check"),
+                          measured.cell("render"), f"{best['render'] / best['json']:.1f}×",
+                          f"{measured.xml_bytes:,} / {measured.json_bytes:,}"])
+        if size == 5:
+            verdict = "met" if best["render"] < GOAL_MS else "NOT met"
+            note_goal = (f"goal: render_despatch under {GOAL_MS:g} ms of CPU for a 5-line "
+                         f"dispatch note: {verdict} ({best['render']:.3f} ms best, "
+                         f"{middle['render']:.3f} ms median)")
 
     kind_rows = []
     kind_results: dict[str, Measured] = {}
@@ -384,6 +457,14 @@ def main() -> None:
                      "render ÷ JSON (best)", "bytes: XML / JSON"], size_rows)
         if size_goal:
             print(size_goal)
+            print()
+    if note_rows:
+        print_table("Dispatch note (DespatchAdvice): CPU ms per document, best / median round "
+                    "(lower is better)",
+                    ["lines", "JSON document", "check_despatch_inputs", "render_despatch",
+                     "render ÷ JSON (best)", "bytes: XML / JSON"], note_rows)
+        if note_goal:
+            print(note_goal)
             print()
     if kind_results:
         print_table(f"CPU ms per document by kind, {args.kind_lines} lines each, best / median "

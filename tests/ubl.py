@@ -8,11 +8,22 @@ from bench.harness import UBL_NS, gib_findings, parse_ubl
 
 NS = UBL_NS
 findings = gib_findings
+__all__ = ["NS", "assert_valid", "assert_valid_despatch", "field", "findings", "parse_ubl"]
+#: The root of a dispatch note: efatura-kontrol checks it with GİB's DespatchAdvice XSD and the
+#: schematron's `despatchadvice` pattern.
+DESPATCH_ROOT = "{urn:oasis:names:specification:ubl:schema:xsd:DespatchAdvice-2}DespatchAdvice"
 
 
 def assert_valid(document: bytes) -> None:
     problems = findings(document)
     assert problems == [], "\n".join(problems)
+
+
+def assert_valid_despatch(document: bytes) -> None:
+    """A DespatchAdvice (so GİB's DespatchAdvice XSD and `despatchadvice` schematron judge it)
+    with no error."""
+    assert parse_ubl(document).tag == DESPATCH_ROOT
+    assert_valid(document)
 
 
 def field(document: bytes, path: str) -> str | None:

@@ -38,7 +38,7 @@ from gapless.constants import (
 )
 from gapless.errors import ConfigurationError, GaplessError
 from gapless.logging import get_logger
-from gapless.message import InvoiceMessage, validate_message
+from gapless.message import AnyMessage, validate_message
 from gapless.settings import Settings, load_settings
 from gapless.urls import node_label, node_urls
 
@@ -273,7 +273,7 @@ class Publisher:
                         f"no confirm for a message to {routing_key!r}, and no node answers "
                         f"({unavailable.reason}); publishing it again is safe") from unavailable
 
-    async def publish(self, message: InvoiceMessage | dict[str, Any] | bytes, *,
+    async def publish(self, message: AnyMessage | dict[str, Any] | bytes, *,
                       priority: str | int | None = None,
                       headers: dict[str, FieldValue] | None = None,
                       content_type: str = CONTENT_TYPE_JSON,
@@ -316,7 +316,7 @@ class Publisher:
         log.info("message_dead_lettered", queue=dead_queue_name(self.settings.queue),
                  message_id=message_id, reason=bounded_reason(reason))
 
-    async def publish_many(self, messages: Sequence[InvoiceMessage], *,
+    async def publish_many(self, messages: Sequence[AnyMessage], *,
                            priority: str | int | None = None
                            ) -> list[PublishRefused | PublishUnconfirmed | None]:
         """Publish several messages with their confirms pipelined: every message is sent on the
@@ -351,7 +351,7 @@ class Publisher:
         return outcomes
 
 
-async def publish_invoice(message: dict[str, Any] | InvoiceMessage, *,
+async def publish_invoice(message: dict[str, Any] | AnyMessage, *,
                           settings: Settings | None = None, priority: str | None = None) -> None:
     """Publish one invoice for issuing: the producer API for other Python projects.
 

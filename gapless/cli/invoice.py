@@ -428,7 +428,7 @@ def retry(
 async def _check_correction(catalog: Any, row: Any, corrected: dict[str, Any]) -> None:
     """A corrected payload keeps the invoice's identity, and — for an invoice sealed with an
     issuer profile — has what its UBL-TR document needs (usage error otherwise)."""
-    from gapless.documents import check_ubl_inputs
+    from gapless.documents import check_inputs
     from gapless.message import InvalidMessage, validate_message
 
     for key in ("invoice_id", "tenant", "series"):
@@ -439,7 +439,7 @@ async def _check_correction(catalog: Any, row: Any, corrected: dict[str, Any]) -
         return
     profile = await catalog.profile(row.tenant, row.profile_version)
     try:
-        check_ubl_inputs(validate_message(corrected), profile.issuer)
+        check_inputs(validate_message(corrected), profile.issuer)
     except InvalidMessage as exc:
         raise typer.BadParameter(f"the corrected payload cannot make the invoice's UBL-TR "
                                  f"document: {exc.reason}") from None

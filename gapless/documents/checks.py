@@ -61,11 +61,11 @@ def _address(path: str, address: Address | None, *, country: bool = False) -> No
             raise _refuse(f"{path}.{field}", "required for a UBL-TR document")
 
 
-def _check_customer(customer: Customer, profile: ProfileRule) -> None:
+def check_customer(customer: Customer, *, abroad: bool = False) -> None:
     """The buyer: a company (VKN) with its tax office, or a person (TCKN, check digits right)
     with first and family name; either with an address that has a district and a city. An
-    export's buyer is abroad: a name and an address with its country."""
-    if "export" in profile.needs:
+    export's buyer is ``abroad``: a name and an address with its country."""
+    if abroad:
         _address("customer.address", customer.address, country=True)
         return
     if len(customer.tax_id) == 11:
@@ -240,10 +240,16 @@ def check_ubl_inputs(message: InvoiceMessage, issuer: Issuer) -> None:
 
     Run before a number is sealed, so a message that cannot make its document consumes nothing.
     ``issuer`` is the tenant's profile (already valid); it is an argument so that rules that
-    depend on the issuer have a place.
+    depend on the issuer have a place. A dispatch note is refused here (its checks are
+    :func:`~gapless.documents.check_despatch_inputs`; :func:`~gapless.documents.check_inputs`
+    picks either): a caller that takes every message for an invoice dead-letters it, naming the
+    field, instead of failing on a field an invoice has and a note has not.
     """
+    if not isinstance(message, InvoiceMessage):
+        raise _refuse("document", "a dispatch note is not an invoice: it is checked and "
+                                  "rendered as its own document")
     kind, profile = _check_kind(message)
-    _check_customer(message.customer, profile)
+    check_customer(message.customer, abroad="export" in profile.needs)
     _check_lines(message, kind, profile)
     _check_returns(message, kind)
     _check_parts(message)

@@ -167,9 +167,15 @@ def _person(parent: Element, first: str, family: str) -> None:
     cbc(person, "FamilyName", family)
 
 
-def supplier(root: Element, issuer: Issuer) -> None:
-    party = cac(cac(root, "AccountingSupplierParty"), "Party")
+def supplier(root: Element, issuer: Issuer, *, tag: str = "AccountingSupplierParty",
+             identifications: tuple[tuple[str, str], ...] = ()) -> None:
+    """The issuer as the supplier party under ``tag`` (an invoice's AccountingSupplierParty, a
+    dispatch note's DespatchSupplierParty), with further ``(schemeID, ID)`` identifications
+    after its tax id (an IDIS dispatch note's SEVKIYATNO)."""
+    party = cac(cac(root, tag), "Party")
     _identification(party, issuer.tax_id)
+    for scheme, value in identifications:
+        cbc(cac(party, "PartyIdentification"), "ID", value, schemeID=scheme)
     if not issuer.is_person:
         cbc(cac(party, "PartyName"), "Name", issuer.name)
     issuer_address(party, issuer)
@@ -180,9 +186,11 @@ def supplier(root: Element, issuer: Issuer) -> None:
         _person(party, *split_person_name(issuer.name))
 
 
-def customer(root: Element, buyer: Customer) -> None:
-    """The buyer as the customer party: a company (VKN, name, tax office) or a person (TCKN)."""
-    party = cac(cac(root, "AccountingCustomerParty"), "Party")
+def customer(root: Element, buyer: Customer, *, tag: str = "AccountingCustomerParty") -> None:
+    """The buyer as the customer party under ``tag`` (an invoice's AccountingCustomerParty, a
+    dispatch note's DeliveryCustomerParty): a company (VKN, name, tax office) or a person
+    (TCKN)."""
+    party = cac(cac(root, tag), "Party")
     person = len(buyer.tax_id) == 11
     _identification(party, buyer.tax_id)
     if not person:
@@ -236,13 +244,22 @@ def party(parent: Element, tag: str, *, tax_id: str, name: str,
                            else (name, name)))
 
 
+def driver(parent: Element, first: str, family: str, tckn: str) -> None:
+    """A driver of the vehicle (cac:DriverPerson): names, and the TCKN as NationalityID."""
+    person = cac(parent, "DriverPerson")
+    cbc(person, "FirstName", first)
+    cbc(person, "FamilyName", family)
+    cbc(person, "NationalityID", tckn)
+
+
 @functools.lru_cache(maxsize=1024)
-def issuer_parts(issuer: Issuer) -> tuple[Element, ...]:
-    """The signature and the supplier party of ``issuer``'s invoices, written out once: every
-    document of a profile has the same (a profile never changes; a new one is a new Issuer)."""
+def issuer_parts(issuer: Issuer, tag: str = "AccountingSupplierParty") -> tuple[Element, ...]:
+    """The signature and the supplier party (under ``tag``) of ``issuer``'s documents, written
+    out once: every document of a profile has the same (a profile never changes; a new one is a
+    new Issuer)."""
 
     def make(holder: Element) -> None:
         signature(holder, issuer)
-        supplier(holder, issuer)
+        supplier(holder, issuer, tag=tag)
 
     return tuple(written(make))

@@ -46,12 +46,18 @@ PLACEHOLDER_NS = "urn:gapless:ubl-tr:unsigned"
 __all__ = ["CAC", "CBC", "FORMAT", "INV", "PLACEHOLDER_NS", "render_ubl_tr", "summarize"]
 
 
-def _header(root: Element, message: InvoiceMessage, amounts: Totals, *, number: str,
-            uuid: uuid_module.UUID, local: datetime) -> None:
-    """Identity, dates, type, notes and currency, in the order of the UBL-TR schema."""
+def unsigned(root: Element) -> None:
+    """The extension where the XAdES signature goes, holding the unsigned placeholder (module
+    docstring)."""
     extension = xml.child(xml.child(root, "ext:UBLExtensions"), "ext:UBLExtension")
     content = xml.child(extension, "ext:ExtensionContent")
     xml.child(content, "gapless:Unsigned", **{"xmlns:gapless": PLACEHOLDER_NS})
+
+
+def _header(root: Element, message: InvoiceMessage, amounts: Totals, *, number: str,
+            uuid: uuid_module.UUID, local: datetime) -> None:
+    """Identity, dates, type, notes and currency, in the order of the UBL-TR schema."""
+    unsigned(root)
     cbc(root, "UBLVersionID", "2.1")
     cbc(root, "CustomizationID", "TR1.2")
     cbc(root, "ProfileID", message.profile or PROFILES[0])
@@ -122,7 +128,8 @@ _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=Fal
 
 
 def summarize(body: bytes) -> dict[str, Any]:
-    """A few facts of a rendered document, for people (the demo, ``gapless invoice show``)."""
+    """A few facts of a rendered document (an invoice or a dispatch note), for people (the
+    demo, ``gapless invoice show``)."""
     root = etree.fromstring(body, _PARSER)
 
     def text(path: str) -> str | None:
@@ -136,6 +143,21 @@ def summarize(body: bytes) -> dict[str, Any]:
             name = " ".join(part for part in (first, family) if part) or None
         return name
 
+    if etree.QName(root).localname == "DespatchAdvice":
+        despatch = "cac:Shipment/cac:Delivery/cac:Despatch/cbc:ActualDespatch"
+        drivers = root.findall("cac:Shipment/cac:ShipmentStage/cac:DriverPerson", NS)
+        return {"number": text("cbc:ID"), "uuid": text("cbc:UUID"),
+                "issued": f"{text('cbc:IssueDate')} {text('cbc:IssueTime')}",
+                "profile": text("cbc:ProfileID"), "type": text("cbc:DespatchAdviceTypeCode"),
+                "supplier": party_name("cac:DespatchSupplierParty"),
+                "customer": party_name("cac:DeliveryCustomerParty"),
+                "despatched": f"{text(despatch + 'Date')} {text(despatch + 'Time')}",
+                "plate": text("cac:Shipment/cac:ShipmentStage/cac:TransportMeans/"
+                              "cac:RoadTransport/cbc:LicensePlateID"),
+                "drivers": str(len(drivers)) if drivers else None,
+                "carrier": text("cac:Shipment/cac:Delivery/cac:CarrierParty/cac:PartyName/"
+                                "cbc:Name"),
+                "lines": text("cbc:LineCountNumeric")}
     currency = text("cbc:DocumentCurrencyCode")
 
     def money(path: str) -> str | None:

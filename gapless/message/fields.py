@@ -41,6 +41,8 @@ _UNIT_CODE_RE = re.compile(r"[A-Z0-9]{1,4}")
 #: Document profiles (GİB scenario) a message may ask for; the UBL-TR document's default is the
 #: first. What each allows is data: ``gapless/documents/kinds.toml``.
 PROFILES = ("TEMELFATURA", "TICARIFATURA", "EARSIVFATURA", "IHRACAT", "KAMU")
+#: The documents a message may be (``document``); the default is the first.
+DOCUMENTS = ("invoice", "despatch")
 #: Invoice type codes gapless renders; the default is the first.
 INVOICE_TYPES = ("SATIS", "IADE", "TEVKIFAT", "TEVKIFATIADE", "ISTISNA", "IHRACKAYITLI",
                  "OZELMATRAH")
@@ -248,6 +250,8 @@ def json_type(value: Any) -> str:
 
 
 InvoiceId = Annotated[str, BeforeValidator(_check_invoice_id)]
+#: ``document`` of a dispatch note's message (the parser chose the model by it).
+DespatchDocument = Annotated[str, BeforeValidator(_choice(DOCUMENTS[1:]))]
 Tenant = Annotated[str, BeforeValidator(_check_tenant)]
 SeriesCode = Annotated[str, BeforeValidator(_check_series)]
 #: A series that may be omitted (routing, or the tenant's default, chooses it) but, when given,

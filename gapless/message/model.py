@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gapless.constants import PRIORITIES, PRIORITY_BATCH
 from gapless.message.fields import (
+    DOCUMENTS,
     MAX_BODY_BYTES,
     MAX_DEPTH,
     MAX_EXTRA_FIELDS,
@@ -84,7 +85,8 @@ class Customer(_Part):
     tax_office: Name | None = None
     address: Address | None = None
     person: Person | None = None
-    #: The e-Fatura alias to send to (one of the recipient's; default: its first).
+    #: The alias to send to: one of the recipient's e-Fatura aliases for an invoice, e-İrsaliye
+    #: aliases for a dispatch note (default: its first).
     alias: Name | None = None
 
 
@@ -173,35 +175,17 @@ class EArsiv(_Part):
     internet_sale: InternetSale | None = None
 
 
-class InvoiceMessage(BaseModel):
-    """The contract message. Valid instances are always publishable (body within
-    :data:`MAX_BODY_BYTES`) and storable as ``jsonb``.
-
-    Build one from a dict with ``InvoiceMessage.model_validate(data)`` (raises pydantic's
-    ValidationError) or :func:`validate_message` (raises :class:`InvalidMessage`), and from a body
-    with :func:`parse_message`.
-    """
+class Message(BaseModel):
+    """What every document's message shares: the checks of its JSON shape, XML text and size,
+    and the small protocol the issuing flow uses whatever the document (``document``,
+    ``channels``, ``payload()``, ``body()``, ``priority_value``; each kind declares
+    ``invoice_id``, ``tenant``, ``series``, ``issue_date``, ``priority``, ``customer`` and
+    ``lines``)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    invoice_id: InvoiceId
-    tenant: Tenant
-    #: Absent: the tenant's default series of the channel routing chooses (or of channel "any").
-    series: OptionalSeriesCode = None
-    priority: Priority = None
-    issue_date: IssueDate
-    currency: Currency
-    customer: Customer
-    lines: list[Line] = Field(min_length=1, max_length=MAX_LINES)
-    profile: Profile | None = None
-    type: InvoiceType | None = None
-    note: Note | None = None
-    exchange_rate: ExchangeRate | None = None
-    billing_reference: list[BillingReference] | None = Field(
-        default=None, min_length=1, max_length=MAX_REFERENCES)
-    export: Export | None = None
-    payment: Payment | None = None
-    earsiv: EArsiv | None = None
+    #: The series channels that may number this kind of document.
+    channels: ClassVar[frozenset[str]] = frozenset()
 
     @model_validator(mode="before")
     @classmethod
@@ -227,7 +211,7 @@ class InvoiceMessage(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _fits(self) -> InvoiceMessage:
+    def _fits(self) -> Self:
         size = len(self.body())
         if size > MAX_BODY_BYTES:
             raise rule_error(f"message is {size} bytes as JSON; at most {MAX_BODY_BYTES} are "
@@ -235,11 +219,11 @@ class InvoiceMessage(BaseModel):
         return self
 
     def payload(self) -> dict[str, Any]:
-        """The JSON-safe dict stored as the invoice payload and sent as the integrator document:
-        the contract fields (amounts as the producer's strings; optional fields only when the
-        producer sent them, ``priority`` only when not null) and every unknown top-level field,
-        unchanged (a number with a fraction as the exact ``Decimal`` it was; write the payload
-        with :func:`gapless.message.jsontext.dumps`)."""
+        """The JSON-safe dict stored as the document's payload and sent as the integrator
+        document: the contract fields (amounts as the producer's strings; optional fields only
+        when the producer sent them, ``priority`` only when not null) and every unknown top-level
+        field, unchanged (a number with a fraction as the exact ``Decimal`` it was; write the
+        payload with :func:`gapless.message.jsontext.dumps`)."""
         extras = set(self.model_extra or ())
         data = self.model_dump(mode="json", exclude_unset=True, exclude=extras)
         if data.get("priority") is None:
@@ -253,14 +237,54 @@ class InvoiceMessage(BaseModel):
         return dumps(self.payload()).encode()
 
     @property
+    def priority_value(self) -> int:
+        """The AMQP priority this message asks for (user 4, batch 1; absent means batch)."""
+        priority: str | None = getattr(self, "priority", None)
+        return PRIORITIES[priority] if priority else PRIORITY_BATCH
+
+
+class InvoiceMessage(Message):
+    """The contract message of an invoice. Valid instances are always publishable (body within
+    :data:`MAX_BODY_BYTES`) and storable as ``jsonb``.
+
+    Build one from a dict with ``InvoiceMessage.model_validate(data)`` (raises pydantic's
+    ValidationError) or :func:`validate_message` (raises :class:`InvalidMessage`), and from a body
+    with :func:`parse_message`.
+    """
+
+    #: Series of channel "any" (not routed), "efatura" or "earsiv" number invoices.
+    channels: ClassVar[frozenset[str]] = frozenset({"any", "efatura", "earsiv"})
+
+    invoice_id: InvoiceId
+    tenant: Tenant
+    #: Absent: the tenant's default series of the channel routing chooses (or of channel "any").
+    series: OptionalSeriesCode = None
+    priority: Priority = None
+    issue_date: IssueDate
+    currency: Currency
+    customer: Customer
+    lines: list[Line] = Field(min_length=1, max_length=MAX_LINES)
+    profile: Profile | None = None
+    type: InvoiceType | None = None
+    note: Note | None = None
+    exchange_rate: ExchangeRate | None = None
+    billing_reference: list[BillingReference] | None = Field(
+        default=None, min_length=1, max_length=MAX_REFERENCES)
+    export: Export | None = None
+    payment: Payment | None = None
+    earsiv: EArsiv | None = None
+
+    @property
+    def document(self) -> str:
+        """``"invoice"``: what the message's ``document`` says, or its default. (Not a field: a
+        producer's ``"document": "invoice"`` travels in the payload as it was sent, and the
+        parser has chosen this model by it.)"""
+        return DOCUMENTS[0]
+
+    @property
     def invoice_type(self) -> str:
         """The invoice type code (``SATIS`` when the message names none)."""
         return self.type or "SATIS"
-
-    @property
-    def priority_value(self) -> int:
-        """The AMQP priority this message asks for (user 4, batch 1; absent means batch)."""
-        return PRIORITIES[self.priority] if self.priority else PRIORITY_BATCH
 
 
 #: An int of this size or more has more than MAX_NUMBER_TEXT characters with its sign.

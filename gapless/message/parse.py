@@ -8,7 +8,9 @@ from pydantic import ValidationError
 
 from gapless.constants import MAX_PRIORITY, PRIORITIES, PRIORITY_BATCH
 from gapless.message import jsontext
+from gapless.message.despatch import DespatchMessage
 from gapless.message.fields import (
+    DOCUMENTS,
     MAX_BODY_BYTES,
     MAX_DEPTH,
     MAX_LINES,
@@ -18,6 +20,12 @@ from gapless.message.fields import (
     one_line,
 )
 from gapless.message.model import InvoiceMessage
+
+#: A message of any document: the parser returns the model ``document`` names.
+AnyMessage = InvoiceMessage | DespatchMessage
+#: Each document's model, by ``document``.
+MODELS: dict[str, type[InvoiceMessage] | type[DespatchMessage]] = {
+    "invoice": InvoiceMessage, "despatch": DespatchMessage}
 
 _ACCEPTED_CHARSETS = frozenset({"utf-8", "utf8"})
 
@@ -53,15 +61,27 @@ def reason_of(error: ValidationError) -> str:
     return one_line(reason)
 
 
-def validate_message(data: Any) -> InvoiceMessage:
-    """An :class:`InvoiceMessage` from already-decoded data (a dict, or a model).
+def model_of(data: Any) -> type[InvoiceMessage] | type[DespatchMessage]:
+    """The model of the document ``data`` says it is (``document``; absent: an invoice)."""
+    document = data.get("document", DOCUMENTS[0]) if isinstance(data, dict) else DOCUMENTS[0]
+    model = MODELS.get(document) if isinstance(document, str) else None
+    if model is None:
+        raise InvalidMessage(f"document: must be one of {', '.join(DOCUMENTS)}")
+    return model
+
+
+def validate_message(data: Any) -> AnyMessage:
+    """The message of the document ``data`` is — an :class:`InvoiceMessage` or a
+    :class:`DespatchMessage`, by its ``document`` field — from already-decoded data (a dict, or
+    a model).
 
     Raises :class:`InvalidMessage` with a one-line reason.
     """
-    if isinstance(data, InvoiceMessage):
+    if isinstance(data, InvoiceMessage | DespatchMessage):
         return data
+    model = model_of(data)
     try:
-        return InvoiceMessage.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise InvalidMessage(reason_of(exc)) from None
     except RecursionError:
@@ -136,7 +156,7 @@ def decode_json(body: bytes) -> Any:
         raise InvalidMessage("body is not valid JSON: a number literal is too long") from None
 
 
-def parse_message(body: bytes, content_type: str | None) -> InvoiceMessage:
+def parse_message(body: bytes, content_type: str | None) -> AnyMessage:
     """The message in an AMQP delivery, or InvalidMessage with a one-line reason.
 
     Checks, in order: content type, size (before any parsing), UTF-8, JSON, object, the contract.

@@ -1,4 +1,5 @@
-"""The message's JSON Schema (draft 2020-12), generated from :class:`InvoiceMessage`.
+"""The message's JSON Schema (draft 2020-12), generated from :class:`InvoiceMessage` and
+:class:`~gapless.message.despatch.DespatchMessage` (one of them, by ``document``).
 
 pydantic's own schema of the model shows every rule of :mod:`gapless.message.fields` as a bare
 string (the rules are ``BeforeValidator`` functions it cannot look into). :func:`message_schema`
@@ -24,11 +25,20 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
-from gapless.message import fields
+from gapless.message import despatch, fields
+from gapless.message.despatch import (
+    DESPATCH_PROFILES,
+    DESPATCH_TYPES,
+    IDENTIFIERS,
+    PLATE_SCHEMES,
+    DespatchMessage,
+)
 from gapless.message.fields import (
+    DOCUMENTS,
     INVOICE_TYPES,
     MAX_DESCRIPTION,
     MAX_EXTRA_FIELDS,
@@ -172,12 +182,42 @@ RULES: dict[Any, dict[str, Any]] = {
                           "An IBAN, upper case, no spaces, its check digits right (a UBL-TR "
                           "document needs a Turkish one, TR…)."),
     fields.Note: _pattern(rf"^[^{_NOT_XML}]*$", "Free text for the document (cbc:Note)."),
+    fields.DespatchDocument: {"const": DOCUMENTS[1], "description": (
+        "A dispatch note (e-İrsaliye, UBL-TR DespatchAdvice).")},
+    despatch.DespatchType: _enum(tuple(DESPATCH_TYPES), (
+        "The dispatch note's type (DespatchAdviceTypeCode); absent: SEVK. MATBUDAN registers a "
+        "paper note issued earlier and needs printed.")),
+    despatch.DespatchProfile: _enum(tuple(DESPATCH_PROFILES), (
+        "The dispatch note's GİB scenario (ProfileID); absent: TEMELIRSALIYE. HKSIRSALIYE needs "
+        "kunye_no on every line; IDISIRSALIYE needs sevkiyat_no and etiket_no on every line.")),
+    despatch.PlateSchemeName: _enum(tuple(PLATE_SCHEMES), (
+        "The plates' scheme; absent: PLAKA (a Turkish plate, trailers DORSEPLAKA). "
+        "YABANCIPLAKA: a foreign plate (trailers YABANCIDORSEPLAKA).")),
+    despatch.Plate: _pattern(r"^[A-Z0-9_-]{1,32}$", (
+        "A plate: upper-case letters, digits, '_' or '-'. Under PLAKA it must match GİB's "
+        f"{PLATE_SCHEMES['PLAKA'].pattern.pattern} (e.g. 34ABC123).")),
+    despatch.Tckn: _pattern(r"^[0-9]{11}$", (
+        "An 11-digit TCKN (T.C. kimlik numarası), as a string; its check digits must be "
+        "right.")),
+    despatch.DespatchTime: _pattern(r"^[0-9]{2}:[0-9]{2}:[0-9]{2}$",
+                                    "A time of day, HH:MM:SS."),
+    despatch.SevkiyatNo: _pattern(IDENTIFIERS["sevkiyat_no"].pattern.pattern,
+                                  "The IDIS shipment number (SEVKIYATNO): SE- or ES- and 7 "
+                                  "digits."),
+    despatch.KunyeNo: _pattern(IDENTIFIERS["kunye_no"].pattern.pattern,
+                               "The HKS künye number (KUNYENO) of the line: 19 characters."),
+    despatch.EtiketNo: _pattern(IDENTIFIERS["etiket_no"].pattern.pattern,
+                                "The IDIS label number (ETIKETNO) of the line: 2 letters and 7 "
+                                "digits."),
+    despatch.PrintedNumber: _pattern(IDENTIFIERS["printed_number"].pattern.pattern,
+                                     "The paper note's number: 16 letters or digits."),
 }
 
 #: Field notes beyond the type's, by model and field.
 FIELD_NOTES: dict[tuple[str, str], str] = {
-    ("Customer", "alias"): "The e-Fatura alias to send to (one of the customer's; default: "
-                           "its first).",
+    ("Customer", "alias"): "The alias to send to: one of the customer's e-Fatura aliases for "
+                           "an invoice, e-İrsaliye aliases for a dispatch note (default: its "
+                           "first).",
     ("Customer", "person"): "Required by a UBL-TR document for an 11-digit TCKN customer.",
     ("Customer", "tax_office"): "Required by a UBL-TR document for a 10-digit VKN customer.",
     ("Line", "vat_exemption_code"): "GİB's VAT exemption code of a zero-VAT line, e.g. 301, "
@@ -196,6 +236,22 @@ FIELD_NOTES: dict[tuple[str, str], str] = {
     ("InvoiceMessage", "export"): "Delivery terms of an IHRACAT (export) document; only there.",
     ("InvoiceMessage", "payment"): "Required for a KAMU document.",
     ("InvoiceMessage", "earsiv"): "Only for an EARSIVFATURA document.",
+    ("Despatch", "printed"): "Required for a MATBUDAN dispatch note; only there.",
+    ("Despatch", "sevkiyat_no"): "Required for an IDISIRSALIYE dispatch note; only there.",
+    ("Despatch", "delivery_address"): "district, city and postal_zone are required; "
+                                      "postal_zone must match GİB's "
+                                      f"{IDENTIFIERS['postal_zone'].pattern.pattern}.",
+    ("Despatch", "drivers"): "Who drives the vehicle (then license_plate is required); a "
+                             "dispatch note needs drivers or a carrier.",
+    ("Despatch", "carrier"): "A carrier company; a dispatch note needs drivers or a carrier.",
+    ("Despatch", "trailer_plates"): "The trailers' plates, in the scheme of plate_scheme; only "
+                                    "with license_plate.",
+    ("DespatchLine", "kunye_no"): "Required on every line of an HKSIRSALIYE dispatch note; "
+                                  "only there.",
+    ("DespatchLine", "etiket_no"): "Required on every line of an IDISIRSALIYE dispatch note; "
+                                   "only there.",
+    ("DespatchLine", "unit_price"): "Optional: a dispatch note need not carry prices.",
+    ("DespatchMessage", "currency"): "The currency of the lines' prices; absent: TRY.",
 }
 
 #: A part's description where its docstring speaks to gapless's developers, not producers.
@@ -205,13 +261,20 @@ PART_DESCRIPTIONS = {
                 "an address with at least the district and the city.",
 }
 
-_TITLE = "gapless invoice message"
+_TITLE = "gapless message"
 _DESCRIPTION = (
-    "The JSON body of an invoice message (AMQP content_type application/json, or the body of "
-    "POST /v1/invoices). Unknown top-level fields are kept and travel in the payload; unknown "
-    "fields inside any part are refused. Amounts and quantities are decimal strings, never "
-    "JSON numbers. A tenant with an issuer profile (UBL-TR documents) checks more before any "
-    "number is sealed: docs/message.md.")
+    "The JSON body of a message (AMQP content_type application/json, or the body of "
+    "POST /v1/invoices): an invoice, or a dispatch note when document is \"despatch\". Unknown "
+    "top-level fields are kept and travel in the payload; unknown fields inside any part are "
+    "refused. Amounts and quantities are decimal strings, never JSON numbers. A tenant with an "
+    "issuer profile (UBL-TR documents) checks more before any number is sealed: "
+    "docs/message.md.")
+#: The messages, by ``document``: each one's model and description.
+MESSAGES: dict[str, tuple[type[BaseModel], str]] = {
+    "invoice": (InvoiceMessage, "An invoice (document absent or \"invoice\")."),
+    "despatch": (DespatchMessage, "A dispatch note (e-İrsaliye, UBL-TR DespatchAdvice): "
+                                  "document \"despatch\"."),
+}
 
 
 class _RefinedSchema(GenerateJsonSchema):
@@ -221,9 +284,10 @@ class _RefinedSchema(GenerateJsonSchema):
         super().__init__(*args, **kwargs)
         self.rules: dict[Callable[..., Any], dict[str, Any]] = {
             alias.__metadata__[0].func: fragment for alias, fragment in RULES.items()}
-        #: The model's own "before" validator (the JSON-shape walk): no schema of its own.
-        self.model_checks = {decorator.func for decorator in
-                             InvoiceMessage.__pydantic_decorators__.model_validators.values()}
+        #: The models' own "before" validator (the JSON-shape walk): no schema of its own.
+        self.model_checks = {decorator.func for model, _ in MESSAGES.values()
+                             for decorator in
+                             model.__pydantic_decorators__.model_validators.values()}
 
     def function_before_schema(self, schema: core_schema.BeforeValidatorFunctionSchema
                                ) -> JsonSchemaValue:
@@ -241,10 +305,9 @@ def _accepts_null(schema: dict[str, Any]) -> bool:
             or any(_accepts_null(option) for option in schema.get("anyOf", ())))
 
 
-def _walk_models(schema: dict[str, Any]) -> None:
+def _walk_models(models: dict[str, Any]) -> None:
     """Descriptions in plain text, field notes added; no ``default: null`` on a field that
     refuses null (``series``: absent and null differ)."""
-    models = {**schema.get("$defs", {}), "InvoiceMessage": schema}
     for name, model in models.items():
         if name in PART_DESCRIPTIONS:
             model["description"] = PART_DESCRIPTIONS[name]
@@ -259,20 +322,36 @@ def _walk_models(schema: dict[str, Any]) -> None:
                                        if "description" in prop else note)
 
 
-def message_schema(ref_template: str = "#/$defs/{model}") -> dict[str, Any]:
-    """The message's JSON Schema: :class:`InvoiceMessage` with each field rule shown as what it
-    accepts (see the module's docstring). Deterministic: the same model gives the same dict.
-    ``ref_template`` places the parts' definitions (an OpenAPI document's
-    ``#/components/schemas/{model}``)."""
-    schema = InvoiceMessage.model_json_schema(
-        ref_template=ref_template, schema_generator=_RefinedSchema, mode="validation")
-    _walk_models(schema)
-    schema["title"] = _TITLE
-    schema["description"] = _DESCRIPTION
+def _top_level(schema: dict[str, Any], model: type[BaseModel], document: str,
+               description: str) -> None:
+    """A message's own bounds: ``document`` (the invoice takes it as an optional field, so
+    that exactly one message's schema matches any body), unknown fields' names and count."""
+    schema["description"] = description
+    if "document" not in schema["properties"]:
+        schema["properties"] = {"document": {"const": document, "description": (
+            "The document: absent or \"invoice\" for an invoice.")}, **schema["properties"]}
     # Every key, known or not, is 1 to MAX_EXTRA_KEY characters (the known ones are shorter).
     schema["propertyNames"] = {"minLength": 1, "maxLength": MAX_EXTRA_KEY}
-    schema["maxProperties"] = len(InvoiceMessage.model_fields) + MAX_EXTRA_FIELDS
-    return {"$schema": DIALECT, **schema}
+    # An invoice's "document" is one of its kept unknown fields (the model has no such field).
+    schema["maxProperties"] = len(model.model_fields) + MAX_EXTRA_FIELDS
+
+
+def message_schema(ref_template: str = "#/$defs/{model}") -> dict[str, Any]:
+    """The message's JSON Schema: one of :class:`InvoiceMessage` and :class:`DespatchMessage`
+    (by ``document``), with each field rule shown as what it accepts (see the module's
+    docstring). Deterministic: the same models give the same dict. ``ref_template`` places the
+    models' and parts' definitions (an OpenAPI document's ``#/components/schemas/{model}``)."""
+    _, generated = models_json_schema(
+        [(model, "validation") for model, _ in MESSAGES.values()],
+        ref_template=ref_template, schema_generator=_RefinedSchema)
+    definitions: dict[str, Any] = generated["$defs"]
+    _walk_models(definitions)
+    for document, (model, description) in MESSAGES.items():
+        _top_level(definitions[model.__name__], model, document, description)
+    return {"$schema": DIALECT, "title": _TITLE, "description": _DESCRIPTION,
+            "oneOf": [{"$ref": ref_template.format(model=model.__name__)}
+                      for model, _ in MESSAGES.values()],
+            "$defs": definitions}
 
 
 def schema_text() -> str:

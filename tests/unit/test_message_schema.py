@@ -32,11 +32,24 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, BeforeValidator
 from pydantic_core import PydanticCustomError
 
-from gapless.documents import build_issuer, check_ubl_inputs, render_ubl_tr
-from gapless.message import InvalidMessage, fields, parse_message
+from gapless.documents import (
+    build_issuer,
+    check_despatch_inputs,
+    check_ubl_inputs,
+    render_despatch,
+    render_ubl_tr,
+)
+from gapless.message import (
+    DESPATCH_PROFILES,
+    DESPATCH_TYPES,
+    DespatchMessage,
+    InvalidMessage,
+    fields,
+    parse_message,
+)
 from gapless.message.schema import RULES, UnknownRule, _RefinedSchema, message_schema, schema_text
 from tests.helpers import ROOT
-from tests.ubl import assert_valid
+from tests.ubl import assert_valid, assert_valid_despatch
 
 SCHEMA_FILE = ROOT / "docs" / "message.schema.json"
 EXAMPLES = sorted((ROOT / "examples" / "messages").glob("*.json"))
@@ -77,26 +90,43 @@ def test_the_schema_is_a_valid_draft_2020_12_schema(committed: dict[str, Any]) -
 
 
 def test_the_schema_shows_the_rules_not_bare_strings(committed: dict[str, Any]) -> None:
+    assert committed["oneOf"] == [{"$ref": "#/$defs/InvoiceMessage"},
+                                  {"$ref": "#/$defs/DespatchMessage"}]
     line = committed["$defs"]["Line"]["properties"]
     assert line["quantity"]["type"] == "string"
     assert {"pattern", "not", "maxLength"} <= set(line["quantity"])
     assert "pattern" in line["vat_rate"]
     assert committed["$defs"]["Customer"]["properties"]["tax_id"]["pattern"] == \
         "^[0-9]{10,11}$"
-    profile = committed["properties"]["profile"]["anyOf"][0]
+    invoice = committed["$defs"]["InvoiceMessage"]
+    profile = invoice["properties"]["profile"]["anyOf"][0]
     assert profile["enum"] == list(fields.PROFILES)
-    kind = committed["properties"]["type"]["anyOf"][0]
+    kind = invoice["properties"]["type"]["anyOf"][0]
     assert kind["enum"] == list(fields.INVOICE_TYPES)
-    assert set(committed["required"]) == {"invoice_id", "tenant", "issue_date", "currency",
-                                          "customer", "lines"}
+    assert set(invoice["required"]) == {"invoice_id", "tenant", "issue_date", "currency",
+                                        "customer", "lines"}
+    assert invoice["properties"]["document"]["const"] == "invoice"
+    note = committed["$defs"]["DespatchMessage"]
+    assert set(note["required"]) == {"document", "invoice_id", "tenant", "issue_date",
+                                     "customer", "despatch", "lines"}
+    assert note["properties"]["document"]["const"] == "despatch"
+    despatch = committed["$defs"]["Despatch"]["properties"]
+    assert despatch["profile"]["anyOf"][0]["enum"] == list(DESPATCH_PROFILES)
+    assert despatch["type"]["anyOf"][0]["enum"] == list(DESPATCH_TYPES)
+    assert "pattern" in despatch["license_plate"]["anyOf"][0]
+    assert "quantity" in committed["$defs"]["DespatchLine"]["required"]
 
 
 def test_there_is_an_example_of_every_kind() -> None:
     names = {path.stem for path in EXAMPLES}
-    kinds = {json.loads(path.read_text(encoding="utf-8")).get("type", "SATIS")
-             for path in EXAMPLES}
-    profiles = {json.loads(path.read_text(encoding="utf-8")).get("profile")
-                for path in EXAMPLES}
+    messages = [json.loads(path.read_text(encoding="utf-8")) for path in EXAMPLES]
+    invoices = [message for message in messages if "despatch" not in message]
+    notes = [message["despatch"] for message in messages if "despatch" in message]
+    kinds = {message.get("type", "SATIS") for message in invoices}
+    profiles = {message.get("profile") for message in invoices}
+    assert {note.get("type", "SEVK") for note in notes} == set(DESPATCH_TYPES)
+    assert {note.get("profile", "TEMELIRSALIYE") for note in notes} == set(DESPATCH_PROFILES)
+    assert any("carrier" in note for note in notes)
     assert MINIMAL in names
     assert set(fields.INVOICE_TYPES) - {"TEVKIFATIADE"} <= kinds
     assert {"IHRACAT", "EARSIVFATURA", "KAMU"} <= profiles
@@ -110,6 +140,13 @@ def test_each_example_validates_and_parses(
     assert errors == []
     message = parse_message(body, "application/json")
     if path.stem == MINIMAL:
+        return
+    if isinstance(message, DespatchMessage):
+        check_despatch_inputs(message, ISSUER)
+        assert_valid_despatch(render_despatch(
+            message, number="IRS2026000000001", uuid=uuid.uuid4(),
+            sealed_at=datetime(2026, 11, 26, 9, tzinfo=UTC), tz="Europe/Istanbul",
+            issuer=ISSUER))
         return
     check_ubl_inputs(message, ISSUER)
     document = render_ubl_tr(message, number="ABC2026000000001", uuid=uuid.uuid4(),
@@ -156,6 +193,8 @@ WRONG: dict[str, Callable[[dict[str, Any]], None]] = {
     "bad send_type": lambda m: m.update(earsiv={"send_type": "EMAIL"}),
     "empty billing_reference": lambda m: m.update(billing_reference=[]),
     "empty extra field name": lambda m: m.update({"": 1}),
+    "unknown document": lambda m: m.update(document="receipt"),
+    "a dispatch note without despatch": lambda m: m.update(document="despatch"),
 }
 
 
