@@ -68,7 +68,13 @@ from gapless.ledger.refusals import record_refusal
 from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.ledger.tenants import Profile
 from gapless.logging import get_logger
-from gapless.message import InvalidMessage, InvoiceMessage, parse_message, priority_of
+from gapless.message import (
+    InvalidMessage,
+    InvoiceMessage,
+    invoice_only,
+    parse_message,
+    priority_of,
+)
 from gapless.numbers import SeriesSpec
 from gapless.settings import Settings
 from gapless.worker import metrics
@@ -174,7 +180,7 @@ class IssuingFlow:
         recorded) and on cancellation; the consumer then requeues, or leaves the message unacked.
         """
         try:
-            message = parse_message(delivery.body, delivery.content_type)
+            message = invoice_only(parse_message(delivery.body, delivery.content_type))
         except InvalidMessage as exc:
             return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=exc.reason)
         verdict = await self._handle_message(message, delivery)

@@ -42,6 +42,7 @@ from gapless.message import (
     InvoiceMessage,
     check_content_type,
     decode_json,
+    invoice_only,
     parse_message,
     validate_message,
 )
@@ -187,7 +188,7 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
     body = await read_body(request)
     content_type = request.headers.get("content-type")
     try:
-        message = parse_message(body, content_type)
+        message = invoice_only(parse_message(body, content_type))
     except InvalidMessage as exc:
         raise HTTPException(invalid_status(body, content_type), exc.reason) from None
     authorize(who, message)
@@ -238,7 +239,7 @@ def parse_item(data: Any) -> InvoiceMessage:
     if not isinstance(data, dict):
         raise HTTPException(400, f"message must be a JSON object, not {json_type(data)}")
     try:
-        return validate_message(data)
+        return invoice_only(validate_message(data))
     except InvalidMessage as exc:
         raise HTTPException(422, exc.reason) from None
 

@@ -38,7 +38,7 @@ from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
 from gapless.ledger.invoices import Claim, Draft, intake, stored_payload, void
 from gapless.ledger.queries import invoices as q
-from gapless.message import InvalidMessage, InvoiceMessage, validate_message
+from gapless.message import InvalidMessage, InvoiceMessage, invoice_only, validate_message
 from gapless.settings import Settings
 
 #: last_error of an invoice the integrator refused for its channel (the correction's marker).
@@ -168,7 +168,7 @@ def _unrouted(payload: dict[str, Any], invoice_id: str) -> InvoiceMessage:
     customer = data.get("customer")
     if isinstance(customer, dict):
         data["customer"] = {k: v for k, v in customer.items() if k != "alias"}
-    return validate_message(data)
+    return invoice_only(validate_message(data))
 
 
 def _now_is(channel: Channel) -> str:

@@ -30,7 +30,13 @@ from gapless.integrator.base import MEDIA_JSON, MEDIA_XML, Document
 from gapless.issuing.outcome import failure
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.invoices import Sending
-from gapless.message import InvalidMessage, InvoiceMessage, jsontext, validate_message
+from gapless.message import (
+    InvalidMessage,
+    InvoiceMessage,
+    invoice_only,
+    jsontext,
+    validate_message,
+)
 from gapless.numbers import SeriesSpec
 
 JSON_FORMAT = "json/1"
@@ -105,7 +111,7 @@ class Renderer:
 def _checked(payload: dict[str, Any], issuer: Issuer) -> InvoiceMessage:
     """The stored message, checked again against the pinned issuer profile."""
     try:
-        message = validate_message(payload)
+        message = invoice_only(validate_message(payload))
         check_ubl_inputs(message, issuer)
     except InvalidMessage as exc:
         raise RenderError(f"the stored message cannot make a UBL-TR document: "

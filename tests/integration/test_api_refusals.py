@@ -7,7 +7,9 @@ real PostgreSQL and RabbitMQ (the queue's depth is read from the broker)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aio_pika
@@ -23,6 +25,9 @@ from gapless.settings import Settings
 from tests.conftest import ApiServers
 from tests.helpers import ledger, today
 from tests.integration.test_api import define_series, invoice_message, issued_invoice, new_token
+
+#: The example messages of docs/message.md.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "messages"
 
 ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
           "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
@@ -43,6 +48,14 @@ def ubl_message(invoice_id: str, tenant: str = "ubl", **changes: Any) -> dict[st
         "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
                    "vat_rate": "20"}]}
     data.update(changes)
+    return data
+
+
+def despatch_note(invoice_id: str) -> dict[str, Any]:
+    """The contract's dispatch note (examples/messages/despatch.json), for tenant acme, today."""
+    data: dict[str, Any] = json.loads(EXAMPLES.joinpath("despatch.json").read_text("utf-8"))
+    data.update(invoice_id=invoice_id, tenant="acme", issue_date=today())
+    data["despatch"]["despatch_date"] = today()
     return data
 
 
@@ -115,6 +128,8 @@ REFUSALS = [
                  "customer.", id="ubl-document-check"),
     pytest.param(ubl_message("R-10", issue_date=days_ago(30)), "issue_date: ",
                  id="date-window-routed"),
+    pytest.param(despatch_note("R-11"), "document: dispatch notes (\"despatch\") are checked but "
+                 "not numbered", id="dispatch-note-not-numbered-yet"),
 ]
 
 

@@ -143,3 +143,18 @@ async def test_a_refusal_that_cannot_be_recorded_is_still_dead_lettered(
         dead = await drain_dead(worker_settings, 1)
     assert str(dead[0].headers[HEADER_DEAD_REASON]).startswith("issue_date: ")
     assert await counter(engine) == 0
+
+
+async def test_a_dispatch_note_is_dead_lettered_before_any_number_with_the_reason(
+        worker_settings: Settings, engine: AsyncEngine) -> None:
+    """This version checks and renders dispatch notes but does not number them: a worker
+    dead-letters one (published past the API) naming why, and no counter moves."""
+    from tests.integration.test_api_refusals import despatch_note
+
+    await define_series(engine)
+    async with running_worker(worker_settings):
+        await publish(worker_settings, despatch_note("NOTE-1"))
+        dead = await drain_dead(worker_settings, 1)
+    reason = str(dead[0].headers[HEADER_DEAD_REASON])
+    assert reason.startswith('document: dispatch notes ("despatch") are checked but not numbered')
+    assert await counter(engine) == 0
