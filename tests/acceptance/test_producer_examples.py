@@ -34,7 +34,10 @@ from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes
 
 PRODUCERS = ROOT / "examples" / "producers"
-EXAMPLES = sorted((ROOT / "examples" / "messages").glob("*.json"))
+#: The invoices among them: dispatch notes are checked but not numbered by this version (the
+#: worker dead-letters them; tests/integration/test_refused_status.py).
+EXAMPLES = sorted(path for path in (ROOT / "examples" / "messages").glob("*.json")
+                  if json.loads(path.read_text("utf-8")).get("document") != "despatch")
 #: The tenant of the UBL-TR examples (an issuer profile), and of the plain sales (none).
 UBL_TENANT = "ubl"
 PLAIN_TENANT = "acme"

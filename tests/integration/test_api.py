@@ -508,6 +508,9 @@ async def test_openapi_docs_describe_the_endpoints(api: Api, http: httpx.AsyncCl
     assert {"/v1/invoices", "/v1/invoices/{invoice_id}", "/v1/events", "/healthz",
             "/metrics"} <= set(schema["paths"])
     body = schema["paths"]["/v1/invoices"]["post"]["requestBody"]["content"]["application/json"]
-    assert "invoice_id" in body["schema"]["properties"]
-    assert {"Customer", "Line"} <= set(schema["components"]["schemas"])
+    assert body["schema"]["oneOf"] == [{"$ref": "#/components/schemas/InvoiceMessage"},
+                                       {"$ref": "#/components/schemas/DespatchMessage"}]
+    components = schema["components"]["schemas"]
+    assert "invoice_id" in components["InvoiceMessage"]["properties"]
+    assert {"Customer", "Line"} <= set(components)
     assert "token" in schema["components"]["securitySchemes"]
