@@ -9,9 +9,11 @@ database). tests/integration/test_schema.py proves the two build the same databa
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from alembic import command
@@ -113,16 +115,24 @@ def alembic_config(database_url: str) -> Config:
     return cfg
 
 
-def ensure_database(database_url: str) -> bool:
-    """Create the database named in the URL when it does not exist. True when it was created.
-
-    Asks database ``postgres`` of the same servers (every host of a multi-host URL, and its
-    ``target_session_attrs``: the database is created on the primary)."""
+@contextmanager
+def _on_server(database_url: str) -> Iterator[tuple[psycopg.Connection[Any], str]]:
+    """An autocommit connection to database ``postgres`` of the URL's servers (every host of a
+    multi-host URL, and its ``target_session_attrs``), and the name of the URL's database."""
     name = database_name(database_url)
     if not name:
         raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
     with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
                          connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        yield conn, name
+
+
+def ensure_database(database_url: str) -> bool:
+    """Create the database named in the URL when it does not exist. True when it was created.
+
+    Asks database ``postgres`` of the same servers (every host of a multi-host URL, and its
+    ``target_session_attrs``: the database is created on the primary)."""
+    with _on_server(database_url) as (conn, name):
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %(name)s",
                         {"name": name}).fetchone():
             return False
@@ -144,11 +154,7 @@ def reach_server(database_url: str) -> None:
 def drop_database(database_url: str) -> None:
     """Drop the database named in the URL, closing its connections (FORCE); nothing when it does
     not exist. Asks database ``postgres`` of the same servers, like :func:`ensure_database`."""
-    name = database_name(database_url)
-    if not name:
-        raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
-    with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
-                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
+    with _on_server(database_url) as (conn, name):
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(name)))
 
@@ -156,11 +162,7 @@ def drop_database(database_url: str) -> None:
 def database_comment(database_url: str) -> tuple[bool, str | None]:
     """Whether the database named in the URL exists, and its comment (``COMMENT ON DATABASE``;
     None: none). Asks database ``postgres`` of the same servers."""
-    name = database_name(database_url)
-    if not name:
-        raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
-    with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
-                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
+    with _on_server(database_url) as (conn, name):
         row = conn.execute("SELECT shobj_description(oid, 'pg_database') FROM pg_database "
                            "WHERE datname = %(name)s", {"name": name}).fetchone()
     return (False, None) if row is None else (True, row[0])
@@ -169,11 +171,7 @@ def database_comment(database_url: str) -> tuple[bool, str | None]:
 def comment_database(database_url: str, comment: str) -> None:
     """Set the comment of the database named in the URL (its owner may; the comment is a
     literal, quoted by psycopg)."""
-    name = database_name(database_url)
-    if not name:
-        raise ConfigurationError("GAPLESS_DATABASE_URL names no database")
-    with psycopg.connect(with_database(database_url, "postgres"), autocommit=True,
-                         connect_timeout=CONNECT_TIMEOUT_S) as conn:
+    with _on_server(database_url) as (conn, name):
         conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(
             sql.Identifier(name), sql.Literal(comment)))
 
