@@ -67,12 +67,14 @@ GIB_EVENT_KINDS = frozenset({"gib_accepted", "gib_refused", "gib_unresolved"})
 
 
 class Channel(StrEnum):
-    """Which documents a series numbers: e-Fatura (to registered users), e-Arşiv (to everyone
-    else), or any (no routing: the producer chooses the profile)."""
+    """Which documents a series numbers: invoices by e-Fatura (to registered users), by e-Arşiv
+    (to everyone else), or any (no routing: the producer chooses the profile); or dispatch notes
+    (e-İrsaliye, and only they)."""
 
     ANY = "any"
     EFATURA = "efatura"
     EARSIV = "earsiv"
+    EDESPATCH = "edespatch"
 
 
 #: The profile of an e-Arşiv document; every other profile is an e-Fatura one.

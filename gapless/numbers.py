@@ -98,7 +98,8 @@ def build_series_spec(tenant: str, code: str, *, prefix: str | None = None,
     try:
         kind = Channel(channel)
     except ValueError:
-        raise SeriesError(f"invalid channel {channel!r}: choose any, efatura or earsiv") from None
+        raise SeriesError(f"invalid channel {channel!r}: choose any, efatura, earsiv or "
+                          "edespatch") from None
     return SeriesSpec(tenant, code, prefix, period, tz, width, fmt, kind, default)
 
 

@@ -3,7 +3,9 @@
 Two short transactions per invoice on the happy path, and none open while the integrator is
 called (I5):
 
-1. parse and check the message — the contract, then what its document needs: a producer's
+1. parse and check the message (an invoice or a dispatch note: one flow for both, the kinds
+   differing only where :mod:`gapless.issuing.routing` and :mod:`gapless.documents` say) — the
+   contract, then what its document needs: a producer's
    ``issue_date`` within the window, and for a tenant with an issuer profile a GİB-numbered series
    and every field the UBL-TR document needs. A message refused here is dead-lettered with the
    reason before any number is used;
@@ -52,7 +54,13 @@ from gapless.issuing.correction import ChannelCorrector, NothingToCorrect
 from gapless.issuing.issued import IssuedWriter
 from gapless.issuing.outcome import WORKER_EVENTS, Outcomes, Settled
 from gapless.issuing.render import Renderer, RenderError
-from gapless.issuing.routing import ROUTED, RecipientUnavailable, Route, Router, RoutingRefused
+from gapless.issuing.routing import (
+    ASKS_RECIPIENT,
+    RecipientUnavailable,
+    Route,
+    Router,
+    RoutingRefused,
+)
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
 from gapless.ledger.invoices import (
@@ -69,9 +77,8 @@ from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.ledger.tenants import Profile
 from gapless.logging import get_logger
 from gapless.message import (
+    AnyMessage,
     InvalidMessage,
-    InvoiceMessage,
-    invoice_only,
     parse_message,
     priority_of,
 )
@@ -180,7 +187,7 @@ class IssuingFlow:
         recorded) and on cancellation; the consumer then requeues, or leaves the message unacked.
         """
         try:
-            message = invoice_only(parse_message(delivery.body, delivery.content_type))
+            message = parse_message(delivery.body, delivery.content_type)
         except InvalidMessage as exc:
             return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=exc.reason)
         verdict = await self._handle_message(message, delivery)
@@ -188,7 +195,7 @@ class IssuingFlow:
             await self._record_refusal(message, verdict.reason or "refused")
         return verdict
 
-    async def _record_refusal(self, message: InvoiceMessage, reason: str) -> None:
+    async def _record_refusal(self, message: AnyMessage, reason: str) -> None:
         """Keep a refusal of a valid message (its tenant and invoice_id are the contract's), so
         that the API answers REFUSED and the feed carries it. Bounded in time and never raising:
         the message is dead-lettered whatever happens here."""
@@ -200,7 +207,7 @@ class IssuingFlow:
             log.warning("refusal_not_recorded", invoice_id=message.invoice_id,
                         tenant=message.tenant, error=type(exc).__name__)
 
-    async def _handle_message(self, message: InvoiceMessage, delivery: Delivery) -> Verdict:
+    async def _handle_message(self, message: AnyMessage, delivery: Delivery) -> Verdict:
         bound = log.bind(invoice_id=message.invoice_id, tenant=message.tenant,
                          series=message.series)
         bound.debug("message_received", priority=delivery.priority,
@@ -236,7 +243,7 @@ class IssuingFlow:
 
     # -- routing and checks before any number is used --------------------------------------------
 
-    async def _route(self, message: InvoiceMessage, profile: Profile | None,
+    async def _route(self, message: AnyMessage, profile: Profile | None,
                      bound: BoundLogger) -> Route | Verdict:
         """The message's series, and for a routed tenant its channel, profile and alias (see
         :mod:`gapless.issuing.routing`). A message that contradicts the routing, or names a series
@@ -267,7 +274,7 @@ class IssuingFlow:
                                  pause=refused or not self.guard.accepting())
 
 
-    async def _may_route(self, message: InvoiceMessage) -> bool:
+    async def _may_route(self, message: AnyMessage) -> bool:
         """Whether routing may choose this message's series: it names none, or one of a routed
         channel. A message naming a series without routing is numbered in that series as it
         stands, so the issuing path skips the read of the invoice's state (the cached series
@@ -275,16 +282,16 @@ class IssuingFlow:
         if message.series is None:
             return True
         spec = await self.catalog.series(message.tenant, message.series)
-        return spec is not None and spec.channel in ROUTED
+        return spec is not None and spec.channel in ASKS_RECIPIENT
 
-    def _refusal(self, message: InvoiceMessage, series: SeriesSpec,
+    def _refusal(self, message: AnyMessage, series: SeriesSpec,
                  profile: Profile | None) -> str | None:
         """Why the message cannot be numbered (None: it can), checked before any seal
         (:func:`gapless.issuing.admission.numbering_problem`, the API's checks too)."""
         return numbering_problem(message, series, profile, self._now(),
                                  self.settings.issue_date_window_days)
 
-    async def _numbered_already(self, message: InvoiceMessage, refusal: str,
+    async def _numbered_already(self, message: AnyMessage, refusal: str,
                                 bound: BoundLogger) -> bool:
         """A refused message may belong to an invoice that is numbered already (a redelivery
         after the window closed, a profile added later): that invoice goes on as it is. A draft
@@ -316,7 +323,7 @@ class IssuingFlow:
             gate = self._gates[(tenant, series)] = asyncio.Semaphore(CLAIMS_PER_SERIES)
         return gate
 
-    async def _intake(self, message: InvoiceMessage, series: SeriesSpec, draft: Draft,
+    async def _intake(self, message: AnyMessage, series: SeriesSpec, draft: Draft,
                       profile: Profile | None, bound: BoundLogger) -> Claim | Verdict:
         started = time.perf_counter()
         try:
@@ -347,7 +354,7 @@ class IssuingFlow:
     async def _before_reserve_commit(self) -> None:
         await self.hooks.reached("before_reserve_commit")
 
-    async def _after_claim(self, claim: Claim, message: InvoiceMessage,
+    async def _after_claim(self, claim: Claim, message: AnyMessage,
                            bound: BoundLogger) -> Verdict:
         if claim.kind is ClaimKind.CONFLICT:
             return self._dead_letter(
@@ -380,7 +387,7 @@ class IssuingFlow:
                 self.outcomes.failed, sending, exc, bound, step="issuing"))
             return await self._settled(_OUTCOME_LABELS.get(result.settled, result.settled))
 
-    async def _issue(self, sending: Sending, message: InvoiceMessage | None,
+    async def _issue(self, sending: Sending, message: AnyMessage | None,
                      bound: BoundLogger) -> Verdict:
         """Steps 3 to 5 for a sealed invoice under our lease: the document, the call, the
         outcome."""

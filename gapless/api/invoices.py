@@ -38,11 +38,10 @@ from gapless.ledger.refusals import get_refusal, refusal_tenants
 from gapless.logging import get_logger
 from gapless.message import (
     MAX_BODY_BYTES,
+    AnyMessage,
     InvalidMessage,
-    InvoiceMessage,
     check_content_type,
     decode_json,
-    invoice_only,
     parse_message,
     validate_message,
 )
@@ -80,13 +79,13 @@ def invalid_status(body: bytes, content_type: str | None) -> int:
     return 422 if isinstance(decoded, dict) else 400
 
 
-def authorize(who: Principal, message: InvoiceMessage) -> None:
+def authorize(who: Principal, message: AnyMessage) -> None:
     """403 when the token may not issue the message's tenant's invoices."""
     if not who.may_see(message.tenant):
         raise HTTPException(403, "this token may not issue invoices for that tenant")
 
 
-def known_state(message: InvoiceMessage, known: KnownInvoice | None) -> Status | None:
+def known_state(message: AnyMessage, known: KnownInvoice | None) -> Status | None:
     """The state of the message's invoice from what the database holds of its key (None:
     nothing); 409 when the invoice_id already names an invoice of another series of the tenant
     (a message that names no series takes the one routing chose for it)."""
@@ -103,7 +102,7 @@ def must_publish(status: Status | None) -> bool:
     return status in (None, Status.RECEIVED)
 
 
-async def admit(catalog: Catalog, settings: Settings, message: InvoiceMessage,
+async def admit(catalog: Catalog, settings: Settings, message: AnyMessage,
                 now: datetime | None = None) -> None:
     """422 naming the field when the worker would refuse the message before any number (the
     tenant, the series and its channel, the issue-date window, the UBL-TR document's checks:
@@ -116,7 +115,7 @@ async def admit(catalog: Catalog, settings: Settings, message: InvoiceMessage,
         raise HTTPException(422, problem)
 
 
-async def known_status(db: Database, message: InvoiceMessage) -> Status | None:
+async def known_status(db: Database, message: AnyMessage) -> Status | None:
     """What the database knows of the message's invoice, the tenant's (None: nothing); 409 as
     :func:`known_state`. Other tenants' invoices are not looked at."""
     try:
@@ -126,7 +125,7 @@ async def known_status(db: Database, message: InvoiceMessage) -> Status | None:
     return known_state(message, KnownInvoice(row.series, Status(row.status)))
 
 
-def accepted(request: Request, metrics: ApiMetrics, message: InvoiceMessage,
+def accepted(request: Request, metrics: ApiMetrics, message: AnyMessage,
              status: Status | None, published: bool) -> Accepted:
     """The answer to an accepted message, counted."""
     metrics.accepted.labels(str(published).lower()).inc()
@@ -188,7 +187,7 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
     body = await read_body(request)
     content_type = request.headers.get("content-type")
     try:
-        message = invoice_only(parse_message(body, content_type))
+        message = parse_message(body, content_type)
     except InvalidMessage as exc:
         raise HTTPException(invalid_status(body, content_type), exc.reason) from None
     authorize(who, message)
@@ -221,7 +220,7 @@ class _Item:
     """One message of a batch on its way to its result."""
 
     index: int
-    message: InvoiceMessage | None = None
+    message: AnyMessage | None = None
     code: int = 202
     error: str | None = None
     state: Status | None = None
@@ -233,13 +232,13 @@ class _Item:
         self.code, self.error = exc.status_code, str(exc.detail)
 
 
-def parse_item(data: Any) -> InvoiceMessage:
+def parse_item(data: Any) -> AnyMessage:
     """One message of a batch, checked as the single POST checks its body: 400 when it is not a
     JSON object, 422 when it breaks the contract (the parser's one-line reason)."""
     if not isinstance(data, dict):
         raise HTTPException(400, f"message must be a JSON object, not {json_type(data)}")
     try:
-        return invoice_only(validate_message(data))
+        return validate_message(data)
     except InvalidMessage as exc:
         raise HTTPException(422, exc.reason) from None
 

@@ -148,8 +148,9 @@ def _payload(row: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class DocumentKind:
-    """What kind of document an invoice is, for people: its type and profile (from the stored
-    message: none named is a SATIS, a TEMELFATURA), the invoices it returns (a return's
+    """What kind of document an invoice is, for people: an invoice or a dispatch note
+    (``document``), its type and profile (from the stored message: none named is a SATIS, a
+    TEMELFATURA; a dispatch note's a SEVK, a TEMELIRSALIYE), the invoices it returns (a return's
     ``billing_reference``), and — from its UBL-TR document, once it sent one — the discounts and
     the withheld VAT (None when the document has none)."""
 
@@ -158,13 +159,18 @@ class DocumentKind:
     billing_reference: list[dict[str, Any]]
     discounts: str | None = None
     withheld: str | None = None
-    #: The e-Fatura recipient's alias the document goes to (pinned by routing, or the
-    #: producer's); None for an e-Arşiv or a document without one.
+    #: The recipient's alias the document goes to (pinned by routing, or the producer's): an
+    #: e-Fatura alias, a dispatch note's e-İrsaliye alias or GİB's box; None for an e-Arşiv or
+    #: a document without one.
     alias: str | None = None
+    document: str = "invoice"
 
     @property
     def channel(self) -> str:
-        """``earsiv`` for an EARSIVFATURA, ``efatura`` for every other profile."""
+        """``edespatch`` for a dispatch note; ``earsiv`` for an EARSIVFATURA, ``efatura`` for
+        every other profile."""
+        if self.document == "despatch":
+            return Channel.EDESPATCH.value
         return Channel.EARSIV.value if self.profile == EARSIV_PROFILE else Channel.EFATURA.value
 
     @property
@@ -189,6 +195,7 @@ def document_kind(payload: dict[str, Any], document: bytes | None) -> DocumentKi
     """The :class:`DocumentKind` of a stored message and its UBL-TR document (if any)."""
     from gapless.documents import summarize
     from gapless.message import INVOICE_TYPES, PROFILES
+    from gapless.message.despatch import DEFAULT_PROFILE, DEFAULT_TYPE
 
     references = payload.get("billing_reference") or []
     billing_reference = [{"number": ref.get("number"), "issue_date": ref.get("issue_date")}
@@ -200,10 +207,17 @@ def document_kind(payload: dict[str, Any], document: bytes | None) -> DocumentKi
         withheld = _nonzero(summary.get("withheld"))
     customer = payload.get("customer")
     alias = customer.get("alias") if isinstance(customer, dict) else None
+    alias = alias if isinstance(alias, str) else None
+    if payload.get("document") == "despatch":
+        despatch = payload.get("despatch")
+        despatch = despatch if isinstance(despatch, dict) else {}
+        return DocumentKind(type=despatch.get("type") or DEFAULT_TYPE,
+                            profile=despatch.get("profile") or DEFAULT_PROFILE,
+                            billing_reference=[], alias=alias, document="despatch")
     return DocumentKind(type=payload.get("type") or INVOICE_TYPES[0],
                         profile=payload.get("profile") or PROFILES[0],
                         billing_reference=billing_reference, discounts=discounts,
-                        withheld=withheld, alias=alias if isinstance(alias, str) else None)
+                        withheld=withheld, alias=alias)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -214,8 +228,8 @@ def _as_dict(row: Any, events: list[Any], kind: DocumentKind, *,
              with_payload: bool) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": row.id, "invoice_id": row.invoice_id, "tenant": row.tenant, "series": row.series,
-        "type": kind.type, "profile": kind.profile, "channel": kind.channel,
-        "alias": kind.alias, "billing_reference": kind.billing_reference,
+        "document": kind.document, "type": kind.type, "profile": kind.profile,
+        "channel": kind.channel, "alias": kind.alias, "billing_reference": kind.billing_reference,
         "discounts": kind.discounts, "withheld": kind.withheld,
         "status": row.status, "priority": row.priority, "period_key": row.period_key,
         "reserved_no": row.reserved_no, "number": row.number, "uuid": str(row.uuid),
@@ -249,7 +263,8 @@ def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
         f"{row.number} (no {row.reserved_no}, period {row.period_key})")
     facts.add_row("id", str(row.id))
     facts.add_row("tenant/series", f"{row.tenant}/{row.series}")
-    facts.add_row("type/profile", f"{kind.type}/{kind.profile}")
+    facts.add_row("type/profile", f"{kind.type}/{kind.profile}"
+                  + (" (dispatch note)" if kind.document == "despatch" else ""))
     facts.add_row("channel", kind.channel + (f" to {kind.alias}" if kind.alias else ""))
     if kind.billing_reference:
         facts.add_row("returns", Text("\n").join(plain(line) for line in kind.returns))

@@ -37,9 +37,10 @@ def series_add(
         help="Layout with {prefix} {yyyy} {yy} {mm} {dd} {seq} (default: GİB, 16 characters)."),
     channel: str = typer.Option(
         "any", "--channel",
-        help="Which documents it numbers: any (no routing) | efatura | earsiv. With an efatura or "
-             "earsiv series, the worker asks the integrator whether the customer is an e-Fatura "
-             "user before sealing, and numbers each document in the right channel's series."),
+        help="Which documents it numbers: any (invoices, no routing) | efatura | earsiv | "
+             "edespatch (dispatch notes). With an efatura or earsiv series, the worker asks the "
+             "integrator whether the customer is an e-Fatura user before sealing, and numbers "
+             "each invoice in the right channel's series."),
     default: bool = typer.Option(
         False, "--default",
         help="Make it the tenant's series for its channel, used when a message names no series."),

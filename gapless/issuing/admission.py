@@ -8,6 +8,9 @@ routed message) and the API (which refuses at once what it can know without the 
   in (tenant, named series and its channel, default series), and does it pass the two checks
   above there? Every answer is a one-line reason naming the field (``"<field>: <reason>"``).
 
+A dispatch note is numbered in a series of channel ``edespatch`` (the one it names, or the
+tenant's default) and needs the tenant's issuer profile (it is always a UBL-TR document).
+
 A routed tenant's channel is the integrator's answer (is the customer a registered e-Fatura
 user?), which the API does not ask: a message is refused at once only when every channel it
 could be routed to refuses it; the rest is the worker's to decide.
@@ -20,12 +23,15 @@ from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from gapless.constants import EARSIV_PROFILE, Channel
-from gapless.documents import check_ubl_inputs
-from gapless.issuing.routing import EFATURA_PROFILES, ROUTED
+from gapless.documents import check_inputs
+from gapless.issuing.routing import EFATURA_PROFILES, NEEDS_PROFILE, ROUTED
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.tenants import Profile
-from gapless.message import InvalidMessage, InvoiceMessage
+from gapless.message import AnyMessage, DespatchMessage, InvalidMessage, InvoiceMessage
 from gapless.numbers import SeriesSpec, gib_layout_problem
+
+#: How a refusal names each kind of document.
+_NOUNS = {"invoice": "invoices", "despatch": "dispatch notes"}
 
 
 def date_window_problem(issue_date: date, today: date, window_days: int,
@@ -43,7 +49,7 @@ def date_window_problem(issue_date: date, today: date, window_days: int,
     return None
 
 
-def document_problem(message: InvoiceMessage, series: SeriesSpec,
+def document_problem(message: AnyMessage, series: SeriesSpec,
                      profile: Profile) -> str | None:
     """Why a profiled tenant's message cannot make its UBL-TR document in ``series`` (None: it
     can): the series' layout GİB requires, then the message's fields."""
@@ -51,19 +57,25 @@ def document_problem(message: InvoiceMessage, series: SeriesSpec,
     if problem is not None:
         return f"series: {problem} (tenant {message.tenant!r} issues UBL-TR documents)"
     try:
-        check_ubl_inputs(message, profile.issuer)
+        check_inputs(message, profile.issuer)
     except InvalidMessage as exc:
         return exc.reason
     return None
 
 
-def numbering_problem(message: InvoiceMessage, series: SeriesSpec, profile: Profile | None,
+def numbering_problem(message: AnyMessage, series: SeriesSpec, profile: Profile | None,
                       now: datetime, window_days: int) -> str | None:
     """Why the (routed) message cannot be numbered in ``series`` now (None: it can)."""
+    if series.channel.value not in message.channels:
+        return (f"series: {series.code} (channel {series.channel.value}) does not number "
+                f"{_NOUNS[message.document]}; use a series of channel "
+                f"{' or '.join(sorted(message.channels))}")
     today = now.astimezone(ZoneInfo(series.tz)).date()  # ZoneInfo caches by key
     problem = date_window_problem(message.issue_date, today, window_days, series.tz)
-    if problem is not None or profile is None:
+    if problem is not None:
         return problem
+    if profile is None:
+        return NEEDS_PROFILE.format(tenant=message.tenant) if message.ubl_only else None
     return document_problem(message, series, profile)
 
 
@@ -72,7 +84,7 @@ class _Candidate:
     """A series the message may be numbered in, and the message as routing would shape it."""
 
     series: SeriesSpec
-    message: InvoiceMessage
+    message: AnyMessage
 
 
 def _possible_channels(message: InvoiceMessage) -> tuple[Channel, ...]:
@@ -104,9 +116,30 @@ async def _unknown(catalog: Catalog, tenant: str, reason: str) -> str:
     return reason
 
 
-async def _candidates(catalog: Catalog, message: InvoiceMessage,
+async def _despatch_candidates(catalog: Catalog,
+                               message: DespatchMessage) -> list[_Candidate] | str:
+    """The series a dispatch note may be numbered in (channel ``edespatch``), or why there is
+    none (the series' channel itself is checked with the rest, :func:`numbering_problem`)."""
+    tenant = message.tenant
+    code = message.series
+    if code is None:
+        code = (await catalog.defaults(tenant)).get(Channel.EDESPATCH)
+        if code is None:
+            return await _unknown(catalog, tenant, f"series: tenant {tenant!r} has no default "
+                                  "series of channel edespatch (add one with gapless series "
+                                  f"add {tenant} CODE --channel edespatch --default)")
+    spec = await catalog.series(tenant, code)
+    if spec is None:
+        return await _unknown(catalog, tenant, f"series: tenant {tenant!r} has no series "
+                                               f"{code!r}")
+    return [_Candidate(spec, message.model_copy(update={"series": code}))]
+
+
+async def _candidates(catalog: Catalog, message: AnyMessage,
                       profile: Profile | None) -> list[_Candidate] | str:
     """The series the message may be numbered in, or why there is none."""
+    if isinstance(message, DespatchMessage):
+        return await _despatch_candidates(catalog, message)
     tenant = message.tenant
     if message.series is not None:
         spec = await catalog.series(tenant, message.series)
@@ -114,7 +147,7 @@ async def _candidates(catalog: Catalog, message: InvoiceMessage,
             return await _unknown(catalog, tenant, f"series: tenant {tenant!r} has no series "
                                                    f"{message.series!r}")
         if profile is None or spec.channel not in ROUTED:
-            return [_Candidate(spec, message)]
+            return [_Candidate(spec, message)]  # an edespatch series: numbering_problem says
         channels = _possible_channels(message)
         if spec.channel not in channels:
             document = "an e-Fatura" if spec.channel is Channel.EARSIV else "an e-Arşiv"
@@ -147,7 +180,7 @@ async def _candidates(catalog: Catalog, message: InvoiceMessage,
     return found
 
 
-async def admission_problem(catalog: Catalog, message: InvoiceMessage, now: datetime,
+async def admission_problem(catalog: Catalog, message: AnyMessage, now: datetime,
                             window_days: int) -> str | None:
     """Why the API refuses the message at once (None: it is published for the worker).
 

@@ -31,14 +31,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from gapless.constants import Channel, Status
-from gapless.documents import check_ubl_inputs
+from gapless.documents import check_inputs
 from gapless.errors import InvalidTransition, UnknownSeriesError
 from gapless.issuing.routing import EFATURA_PROFILES, RecipientUnavailable, Router, RoutingRefused
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
 from gapless.ledger.invoices import Claim, Draft, intake, stored_payload, void
 from gapless.ledger.queries import invoices as q
-from gapless.message import InvalidMessage, InvoiceMessage, invoice_only, validate_message
+from gapless.message import (
+    AnyMessage,
+    DespatchMessage,
+    InvalidMessage,
+    InvoiceMessage,
+    validate_message,
+)
 from gapless.settings import Settings
 
 #: last_error of an invoice the integrator refused for its channel (the correction's marker).
@@ -62,7 +68,7 @@ class Correction:
     """The successor, claimed for sending (``claim``), with its message."""
 
     claim: Claim
-    message: InvoiceMessage
+    message: AnyMessage
     successor_id: str
     voided_number: str
 
@@ -125,14 +131,17 @@ class ChannelCorrector:
         successor = successor_id(invoice_id)
         if len(successor) > MAX_INVOICE_ID:
             raise NothingToCorrect("the successor's invoice id would be too long")
-        message = _unrouted(stored_payload(row.payload), successor)
+        try:
+            message = _unrouted(stored_payload(row.payload), successor)
+        except InvalidMessage as exc:
+            raise NothingToCorrect(f"the stored message is refused now: {exc.reason}") from exc
         profile = await self._catalog.refresh(row.tenant)
         if profile is None:
             raise NothingToCorrect("the tenant has no issuer profile")
         await self._router.recipient(row.tenant, message.customer.tax_id, refresh=True)
         try:
             route = await self._router.route(message, profiled=True)
-            check_ubl_inputs(route.message, profile.issuer)
+            check_inputs(route.message, profile.issuer)
         except (RoutingRefused, InvalidMessage, UnknownSeriesError) as exc:
             raise NothingToCorrect(f"the routed document is refused: {exc}") from exc
         if old is None or route.channel is old.channel or route.channel is Channel.ANY:
@@ -168,7 +177,11 @@ def _unrouted(payload: dict[str, Any], invoice_id: str) -> InvoiceMessage:
     customer = data.get("customer")
     if isinstance(customer, dict):
         data["customer"] = {k: v for k, v in customer.items() if k != "alias"}
-    return invoice_only(validate_message(data))
+    message = validate_message(data)
+    if isinstance(message, DespatchMessage):
+        raise NothingToCorrect("a dispatch note is not corrected by channel (its alias is pinned "
+                               "with its number): retry or void it")
+    return message
 
 
 def _now_is(channel: Channel) -> str:

@@ -6,8 +6,8 @@ so a process that re-renders an invoice whose first send crashed before its outc
 recorded (recovery, a lease takeover) produces the very bytes the first sender sent. Once an
 outcome is recorded the bytes are stored with it, and every later send sends those.
 
-* a tenant with an issuer profile (pinned ``profile_version``): UBL-TR 2.1 XML
-  (:func:`gapless.documents.render_ubl_tr`);
+* a tenant with an issuer profile (pinned ``profile_version``): UBL-TR 2.1 XML, an Invoice or a
+  DespatchAdvice by the stored message (:func:`gapless.documents.render`);
 * without one: the message's JSON, canonical (sorted keys, compact, UTF-8, numbers exact), so
   the bytes do not depend on where the payload came from (the message or the database's jsonb).
 
@@ -24,16 +24,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gapless.constants import Channel
+from gapless.documents import DESPATCH_FORMAT, Issuer, check_inputs, render
 from gapless.documents import FORMAT as UBL_FORMAT
-from gapless.documents import Issuer, check_ubl_inputs, render_ubl_tr
 from gapless.integrator.base import MEDIA_JSON, MEDIA_XML, Document
 from gapless.issuing.outcome import failure
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.invoices import Sending
 from gapless.message import (
+    AnyMessage,
+    DespatchMessage,
     InvalidMessage,
-    InvoiceMessage,
-    invoice_only,
     jsontext,
     validate_message,
 )
@@ -44,15 +44,16 @@ T = TypeVar("T")
 
 
 def _route(series: SeriesSpec, sending: Sending) -> tuple[str | None, str | None]:
-    """The channel and alias the invoice was routed to (pinned in its payload at the seal):
-    none for a series without routing."""
+    """The channel and alias the document was routed to (pinned in its payload at the seal):
+    none for a series without routing; an e-Arşiv invoice has no alias; a dispatch note's is
+    the receiver's e-İrsaliye alias or GİB's box."""
     if series.channel is Channel.ANY or sending.profile_version is None:
         return None, None
     if series.channel is Channel.EARSIV:
         return Channel.EARSIV.value, None
     customer = sending.payload.get("customer")
     alias = customer.get("alias") if isinstance(customer, dict) else None
-    return Channel.EFATURA.value, alias if isinstance(alias, str) else None
+    return series.channel.value, alias if isinstance(alias, str) else None
 
 
 class RenderError(Exception):
@@ -71,12 +72,12 @@ class Renderer:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
 
-    async def document(self, sending: Sending, message: InvoiceMessage | None = None) -> Document:
+    async def document(self, sending: Sending, message: AnyMessage | None = None) -> Document:
         """The stored bytes if the invoice sent a document before, else a fresh rendering.
 
         ``message``: the validated message when the caller has it and it *is* the stored payload
         (the worker, for a draft it has just created), already checked with
-        :func:`~gapless.documents.check_ubl_inputs` against the pinned profile (the intake seals
+        :func:`~gapless.documents.check_inputs` against the pinned profile (the intake seals
         only under the profile version the caller checked), to save validating and checking it
         again. Raises RenderError when the stored payload cannot make the document.
         """
@@ -92,27 +93,29 @@ class Renderer:
         if sending.profile_version is None:
             body, media_type, fmt = _made(canonical_json, sending.payload), MEDIA_JSON, JSON_FORMAT
         else:
-            body = await self._ubl(sending, series, message)
-            media_type, fmt = MEDIA_XML, UBL_FORMAT
+            checked, body = await self._ubl(sending, series, message)
+            media_type = MEDIA_XML
+            fmt = DESPATCH_FORMAT if isinstance(checked, DespatchMessage) else UBL_FORMAT
         return Document.of(tenant=sending.tenant, number=sending.number,
                            invoice_id=sending.invoice_id, uuid=sending.uuid, body=body,
                            media_type=media_type, format=fmt, channel=channel, alias=alias)
 
     async def _ubl(self, sending: Sending, series: SeriesSpec,
-                   message: InvoiceMessage | None) -> bytes:
+                   message: AnyMessage | None) -> tuple[AnyMessage, bytes]:
+        """The checked message and its UBL-TR document (an Invoice or a DespatchAdvice)."""
         assert sending.profile_version is not None
         profile = await self.catalog.profile(sending.tenant, sending.profile_version)
         checked = message or _made(_checked, sending.payload, profile.issuer)
-        return _made(lambda: render_ubl_tr(
+        return checked, _made(lambda: render(
             checked, number=sending.number, uuid=uuid.UUID(sending.uuid),
             sealed_at=sending.sealed_at, tz=series.tz, issuer=profile.issuer))
 
 
-def _checked(payload: dict[str, Any], issuer: Issuer) -> InvoiceMessage:
+def _checked(payload: dict[str, Any], issuer: Issuer) -> AnyMessage:
     """The stored message, checked again against the pinned issuer profile."""
     try:
-        message = invoice_only(validate_message(payload))
-        check_ubl_inputs(message, issuer)
+        message = validate_message(payload)
+        check_inputs(message, issuer)
     except InvalidMessage as exc:
         raise RenderError(f"the stored message cannot make a UBL-TR document: "
                           f"{exc.reason}") from exc

@@ -11,6 +11,13 @@ channels. A series of channel ``any`` is today's behaviour: the producer's profi
   message's ``customer.alias`` if it is one of theirs, else their first);
 * anyone else gets ``EARSIVFATURA`` in a series of channel ``earsiv``.
 
+A dispatch note (:class:`~gapless.message.DespatchMessage`) is routed the same way by the
+e-İrsaliye half of the answer: in a series of channel ``edespatch`` (the message's, or the
+tenant's default), to the customer's e-İrsaliye alias (the message's ``customer.alias`` if it is
+one of theirs, else their first) or, when the customer is not an e-İrsaliye user, to GİB's box
+``urn:mail:irsaliyepk@gib.gov.tr``. An invoice never takes an ``edespatch`` series, a dispatch
+note never another.
+
 A message whose ``profile``, ``series`` or ``customer.alias`` contradicts the answer is refused
 (:class:`RoutingRefused`, dead-lettered before any number). When the integrator cannot answer,
 :class:`RecipientUnavailable` makes the message wait (requeued): nothing is sealed on a guess.
@@ -33,12 +40,15 @@ from gapless.integrator.base import IntegratorError, Recipient
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
 from gapless.ledger.queries import routing as q
-from gapless.message import InvoiceMessage
+from gapless.message import GIB_DESPATCH_BOX, AnyMessage, DespatchMessage, InvoiceMessage
 from gapless.numbers import SeriesSpec
 
 #: Profiles of an e-Fatura document the message may ask for (the first is the default).
 EFATURA_PROFILES = ("TEMELFATURA", "TICARIFATURA", "KAMU", "IHRACAT")
 ROUTED = frozenset({Channel.EFATURA, Channel.EARSIV})
+#: Series whose documents are routed by the recipient check: the invoices' routed channels, and
+#: dispatch notes.
+ASKS_RECIPIENT = ROUTED | {Channel.EDESPATCH}
 
 
 class RoutingRefused(GaplessError):
@@ -71,7 +81,7 @@ class Route:
     """Where a message's document goes: its series, channel (``any``: not routed) and the
     message with the choice written in."""
 
-    message: InvoiceMessage
+    message: AnyMessage
     series: SeriesSpec
     channel: Channel
 
@@ -88,13 +98,17 @@ class RecipientCache:
         lock)."""
         row = await self._db.one(q.FRESH_RECIPIENT, {"account": account, "tax_id": tax_id,
                                                      "ttl_s": self._ttl_s})
-        return None if row is None else Recipient(tax_id, row.registered, tuple(row.aliases))
+        return None if row is None else Recipient(
+            tax_id, row.registered, tuple(row.aliases), row.despatch_registered,
+            tuple(row.despatch_aliases))
 
     async def store(self, account: str, recipient: Recipient) -> None:
         """Keep an account's answer (the newest wins; one short autocommit statement)."""
         await self._db.one(q.STORE_RECIPIENT, {
             "account": account, "tax_id": recipient.tax_id, "registered": recipient.registered,
-            "aliases": list(recipient.aliases)})
+            "aliases": list(recipient.aliases),
+            "despatch_registered": recipient.despatch_registered,
+            "despatch_aliases": list(recipient.despatch_aliases)})
 
 
 class Router:
@@ -137,16 +151,21 @@ class Router:
             raise UnknownSeriesError(tenant, code)
         return spec
 
-    async def route(self, message: InvoiceMessage, *, profiled: bool) -> Route:
+    async def route(self, message: AnyMessage, *, profiled: bool) -> Route:
         """Choose the message's series (and, when routed, channel, profile and alias).
 
         Raises UnknownSeriesError (the named series does not exist), RoutingRefused (dead-letter)
         or RecipientUnavailable (wait).
         """
+        if isinstance(message, DespatchMessage):
+            return await self._route_despatch(message, profiled=profiled)
         tenant = message.tenant
         defaults: dict[Channel, str] = {}
         if message.series is not None:
             spec = await self._series(tenant, message.series)
+            if spec.channel is Channel.EDESPATCH:
+                raise RoutingRefused(f"series: {spec.code} numbers dispatch notes (channel "
+                                     "edespatch), not invoices")
             if not profiled or spec.channel not in ROUTED:
                 return Route(message, spec, Channel.ANY)
         else:
@@ -181,6 +200,57 @@ class Router:
         routed = message.model_copy(update={"series": spec.code, "profile": profile,
                                             "customer": customer})
         return Route(routed, spec, channel)
+
+    async def _route_despatch(self, message: DespatchMessage, *, profiled: bool) -> Route:
+        """A dispatch note's series (channel ``edespatch``) and alias (the customer's e-İrsaliye
+        alias, or GİB's box)."""
+        tenant = message.tenant
+        if message.series is not None:
+            spec = await self._series(tenant, message.series)
+            if spec.channel is not Channel.EDESPATCH:
+                raise RoutingRefused(
+                    f"series: {spec.code} numbers invoices (channel {spec.channel.value}); a "
+                    "dispatch note needs a series of channel edespatch")
+        else:
+            code = (await self.defaults(tenant)).get(Channel.EDESPATCH)
+            if code is None:
+                raise RoutingRefused(
+                    f"series: tenant {tenant!r} has no default series of channel edespatch (add "
+                    f"one with gapless series add {tenant} CODE --channel edespatch --default)")
+            spec = await self._series(tenant, code)
+        if not profiled:
+            raise RoutingRefused(NEEDS_PROFILE.format(tenant=tenant))
+        recipient = await self.recipient(tenant, message.customer.tax_id)
+        alias = _despatch_alias(message, recipient)
+        customer = message.customer
+        if alias != customer.alias:
+            customer = customer.model_copy(update={"alias": alias})
+        routed = message.model_copy(update={"series": spec.code, "customer": customer})
+        return Route(routed, spec, Channel.EDESPATCH)
+
+
+#: Why a dispatch note of a tenant without an issuer profile is refused before any number.
+NEEDS_PROFILE = ("document: a dispatch note is a UBL-TR DespatchAdvice, and tenant {tenant!r} has "
+                 "no issuer profile (set one with gapless tenant set)")
+
+
+def _despatch_alias(message: DespatchMessage, recipient: Recipient) -> str:
+    """A dispatch note's alias: for an e-İrsaliye user the message's alias if it is one of
+    theirs, else their first; for anyone else GİB's box."""
+    asked = message.customer.alias
+    if not recipient.despatch_registered:
+        if asked not in (None, GIB_DESPATCH_BOX):
+            raise RoutingRefused("customer.alias: the customer is not an e-İrsaliye user (its "
+                                 f"dispatch note goes to GİB's box {GIB_DESPATCH_BOX})")
+        return GIB_DESPATCH_BOX
+    if asked is not None:
+        if asked not in recipient.despatch_aliases:
+            raise RoutingRefused("customer.alias: not one of the customer's e-İrsaliye aliases")
+        return asked
+    if not recipient.despatch_aliases:
+        raise RoutingRefused("customer.alias: the integrator lists no e-İrsaliye alias for the "
+                             "customer")
+    return recipient.despatch_aliases[0]
 
 
 def _who(channel: Channel) -> str:

@@ -221,6 +221,8 @@ class DespatchMessage(Message):
 
     #: Only a series of channel "edespatch" numbers dispatch notes.
     channels: ClassVar[frozenset[str]] = frozenset({"edespatch"})
+    #: A dispatch note is a UBL-TR DespatchAdvice: its tenant needs an issuer profile.
+    ubl_only: ClassVar[bool] = True
 
     document: DespatchDocument
     invoice_id: InvoiceId

@@ -186,6 +186,8 @@ class Message(BaseModel):
 
     #: The series channels that may number this kind of document.
     channels: ClassVar[frozenset[str]] = frozenset()
+    #: Whether the document exists only as UBL-TR (the tenant needs an issuer profile).
+    ubl_only: ClassVar[bool] = False
 
     @model_validator(mode="before")
     @classmethod

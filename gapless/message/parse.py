@@ -90,21 +90,6 @@ def validate_message(data: Any) -> AnyMessage:
         raise InvalidMessage("message nests too deeply") from None
 
 
-#: Why a dispatch note is refused where documents are numbered: the message and its document are
-#: checked and rendered (gapless.message.despatch, gapless.documents.despatch), but the worker's
-#: numbering, routing and sending of dispatch notes are not there yet.
-NOT_ISSUED_YET = ("document: dispatch notes (\"despatch\") are checked but not numbered by this "
-                  "version; send invoices only")
-
-
-def invoice_only(message: AnyMessage) -> InvoiceMessage:
-    """``message`` if it is an invoice; a dispatch note raises InvalidMessage (refused before
-    any number, like any message this version cannot issue)."""
-    if isinstance(message, DespatchMessage):
-        raise InvalidMessage(NOT_ISSUED_YET)
-    return message
-
-
 def check_content_type(content_type: str | None) -> None:
     """Accept ``application/json``, optionally with ``charset=utf-8``; raise InvalidMessage."""
     if not content_type:

@@ -40,12 +40,13 @@ CREATE TABLE series (
     format      text NOT NULL DEFAULT '{prefix}{yyyy}{seq}',
     created_at  timestamptz NOT NULL DEFAULT now(),
     -- Which documents the series numbers (routing chooses the channel before the seal).
-    channel     text NOT NULL DEFAULT 'any'
-                CONSTRAINT series_channel_kind CHECK (channel IN ('any', 'efatura', 'earsiv')),
+    channel     text NOT NULL DEFAULT 'any',
     is_default  boolean NOT NULL DEFAULT false,
     CONSTRAINT series_pkey PRIMARY KEY (tenant, code),
     -- Two series of one tenant with one prefix would print the same numbers.
-    CONSTRAINT series_tenant_prefix_key UNIQUE (tenant, prefix)
+    CONSTRAINT series_tenant_prefix_key UNIQUE (tenant, prefix),
+    -- edespatch: dispatch notes (and only they) are numbered in it.
+    CONSTRAINT series_channel_kind CHECK (channel IN ('any', 'efatura', 'earsiv', 'edespatch'))
 );
 
 -- At most one default series per tenant and channel (used when a message names no series).
@@ -131,6 +132,11 @@ CREATE TABLE invoices (
     gib_checked_at     timestamptz,
     gib_next_check_at  timestamptz,
     message_sha256     text,
+    -- The kind of document: `despatch` for a dispatch note (the message says
+    -- "document": "despatch"), else `invoice`. Generated, so no writer can get it wrong.
+    document           text NOT NULL GENERATED ALWAYS AS (
+                           CASE WHEN payload->>'document' = 'despatch' THEN 'despatch'
+                                ELSE 'invoice' END) STORED,
     CONSTRAINT invoices_series_fkey FOREIGN KEY (tenant, series) REFERENCES series (tenant, code),
     -- The producer's key is unique per tenant: two tenants may use the same invoice_id, and
     -- neither can learn of or take the other's. invoice_id comes first so that the index also
@@ -193,6 +199,9 @@ CREATE TABLE recipients (
     aliases     text[] NOT NULL DEFAULT '{}',
     checked_at  timestamptz NOT NULL DEFAULT now(),
     account     text NOT NULL DEFAULT '',
+    -- The e-İrsaliye answer (dispatch notes): its own registration and aliases.
+    despatch_registered boolean NOT NULL DEFAULT false,
+    despatch_aliases    text[] NOT NULL DEFAULT '{}',
     CONSTRAINT recipients_pkey PRIMARY KEY (account, tax_id)
 );
 

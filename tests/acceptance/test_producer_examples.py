@@ -34,8 +34,8 @@ from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes
 
 PRODUCERS = ROOT / "examples" / "producers"
-#: The invoices among them: dispatch notes are checked but not numbered by this version (the
-#: worker dead-letters them; tests/integration/test_refused_status.py).
+#: The invoices among them (dispatch notes are issued end to end in
+#: tests/integration/test_despatch_flow.py).
 EXAMPLES = sorted(path for path in (ROOT / "examples" / "messages").glob("*.json")
                   if json.loads(path.read_text("utf-8")).get("document") != "despatch")
 #: The tenant of the UBL-TR examples (an issuer profile), and of the plain sales (none).

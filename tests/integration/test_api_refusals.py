@@ -83,6 +83,7 @@ async def client(api_servers: ApiServers, engine: AsyncEngine) -> AsyncIterator[
         await add_series(tx, build_series_spec("ubl", "EFA", channel="efatura", default=True))
         await add_series(tx, build_series_spec("ubl", "EAR", channel="earsiv", default=True))
         await add_series(tx, build_series_spec("ubl", "ANY"))
+        await add_series(tx, build_series_spec("ubl", "IRS", channel="edespatch"))
         await add_series(tx, build_series_spec("half", "EFH", channel="efatura", default=True))
     await set_profile(ledger(engine), "ubl", build_issuer(**ISSUER))
     await set_profile(ledger(engine), "half", build_issuer(**ISSUER))
@@ -128,8 +129,14 @@ REFUSALS = [
                  "customer.", id="ubl-document-check"),
     pytest.param(ubl_message("R-10", issue_date=days_ago(30)), "issue_date: ",
                  id="date-window-routed"),
-    pytest.param(despatch_note("R-11"), "document: dispatch notes (\"despatch\") are checked but "
-                 "not numbered", id="dispatch-note-not-numbered-yet"),
+    pytest.param({**despatch_note("R-11"), "series": "ABC"},
+                 "series: ABC (channel any) does not number dispatch notes; use a series of "
+                 "channel edespatch", id="dispatch-note-in-an-invoice-series"),
+    pytest.param(despatch_note("R-12"), "series: tenant 'acme' has no default series of channel "
+                 "edespatch", id="dispatch-note-without-edespatch-series"),
+    pytest.param(ubl_message("R-13", series="IRS"),
+                 "series: IRS (channel edespatch) does not number invoices; use a series of "
+                 "channel any or earsiv or efatura", id="invoice-in-an-edespatch-series"),
 ]
 
 

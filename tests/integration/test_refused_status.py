@@ -145,16 +145,17 @@ async def test_a_refusal_that_cannot_be_recorded_is_still_dead_lettered(
     assert await counter(engine) == 0
 
 
-async def test_a_dispatch_note_is_dead_lettered_before_any_number_with_the_reason(
+async def test_a_dispatch_note_in_an_invoice_series_is_dead_lettered_before_any_number(
         worker_settings: Settings, engine: AsyncEngine) -> None:
-    """This version checks and renders dispatch notes but does not number them: a worker
-    dead-letters one (published past the API) naming why, and no counter moves."""
+    """A dispatch note (published past the API) that names an invoice series is dead-lettered
+    naming why, and no counter moves."""
     from tests.integration.test_api_refusals import despatch_note
 
     await define_series(engine)
     async with running_worker(worker_settings):
-        await publish(worker_settings, despatch_note("NOTE-1"))
+        await publish(worker_settings, {**despatch_note("NOTE-1"), "series": "ABC"})
         dead = await drain_dead(worker_settings, 1)
     reason = str(dead[0].headers[HEADER_DEAD_REASON])
-    assert reason.startswith('document: dispatch notes ("despatch") are checked but not numbered')
+    assert reason.startswith("series: ABC numbers invoices (channel any); a dispatch note needs "
+                             "a series of channel edespatch")
     assert await counter(engine) == 0

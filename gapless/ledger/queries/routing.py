@@ -8,18 +8,21 @@ autocommit: none is ever part of the transaction that seals a number.
 #: A cached recipient answer of one integrator account (:account, '' for the global one) younger
 #: than :ttl_s seconds (no lock).
 FRESH_RECIPIENT = """
-    SELECT registered, aliases FROM recipients
+    SELECT registered, aliases, despatch_registered, despatch_aliases FROM recipients
      WHERE account = %(account)s AND tax_id = %(tax_id)s
        AND checked_at > now() - make_interval(secs => %(ttl_s)s)
 """
 
 #: Keep an account's newest answer for a tax id (one row lock, released by its own commit).
 STORE_RECIPIENT = """
-    INSERT INTO recipients (account, tax_id, registered, aliases, checked_at)
-    VALUES (%(account)s, %(tax_id)s, %(registered)s, %(aliases)s, now())
+    INSERT INTO recipients (account, tax_id, registered, aliases, despatch_registered,
+                            despatch_aliases, checked_at)
+    VALUES (%(account)s, %(tax_id)s, %(registered)s, %(aliases)s, %(despatch_registered)s,
+            %(despatch_aliases)s, now())
     ON CONFLICT (account, tax_id) DO UPDATE
        SET registered = EXCLUDED.registered, aliases = EXCLUDED.aliases,
-           checked_at = EXCLUDED.checked_at
+           despatch_registered = EXCLUDED.despatch_registered,
+           despatch_aliases = EXCLUDED.despatch_aliases, checked_at = EXCLUDED.checked_at
     RETURNING tax_id
 """
 
