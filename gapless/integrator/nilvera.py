@@ -302,8 +302,9 @@ class NilveraIntegrator:
     async def _receipt_advice(self, uuid: str
                               ) -> tuple[datetime | None, tuple[AnswerLine, ...]] | None:
         """The receiver's answer to the dispatch note ``uuid`` read from its ReceiptAdvice XML
-        (when it was given, and its lines); None when Nilvera has no answer XML (404) or it is
-        not a readable ReceiptAdvice."""
+        (when it was given, and its lines); None when Nilvera has no answer XML (404); no date
+        and no lines when it is not a readable ReceiptAdvice (the code still tells the answer,
+        and asking again would read the same)."""
         path = _ANSWER_XML.format(uuid=quote(uuid, safe=""))
         status, body = await self._http.request("GET", path, f"answer of UUID {uuid}",
                                                 headers={"accept": MEDIA_XML})
@@ -313,7 +314,7 @@ class NilveraIntegrator:
             raise _auth(status)
         if status != 200:
             raise TransientIntegratorError(f"Nilvera answer of UUID {uuid}: HTTP {status}")
-        return receipt_advice(body)
+        return receipt_advice(body) or (None, ())
 
     async def _find(self, uuid: str, channels: tuple[str, ...]) -> tuple[str, Any] | None:
         """(channel, status answer) of the first channel that knows ``uuid``; None if none."""
