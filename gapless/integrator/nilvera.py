@@ -277,9 +277,10 @@ class NilveraIntegrator:
         Nilvera does not know the UUID. Asked in e-Fatura, then e-Arşiv, then e-İrsaliye; in
         ``channel`` only when it is given. A dispatch note's answer is read with its lines from
         the answer's XML (one more call, once answered). Raises TransientIntegratorError when
-        Nilvera cannot answer."""
+        Nilvera cannot answer; ValueError for a channel that is none of Nilvera's (a caller's
+        mistake, not Nilvera's answer)."""
         if channel is not None and channel not in CHANNELS:
-            raise PermanentRejection(f"unknown channel {channel!r}")
+            raise ValueError(f"unknown channel {channel!r}")
         found = await self._find(uuid, (channel,) if channel else CHANNELS)
         if found is None:
             return None

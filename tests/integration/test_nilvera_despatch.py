@@ -261,7 +261,7 @@ async def test_the_notes_gib_status_is_read_at_edespatch(
     assert (refused.state, refused.detail) == (GibState.REFUSED, "Alıcı … hatalı")
 
     assert await adapter.status("acme", str(uuid_module.uuid4()), channel="edespatch") is None
-    with pytest.raises(PermanentRejection, match="unknown channel"):
+    with pytest.raises(ValueError, match="unknown channel 'eirsaliye'"):
         await adapter.status("acme", sent.uuid, channel="eirsaliye")
 
 
