@@ -16,19 +16,31 @@ modules use, not from Nilvera's code:
   DetailDescription}``, ``EnvelopeInfo``) and ``GET /earchive/invoices/{uuid}/Status`` (flat
   ``StatusCode``, ``StatusDetail``); 404 for a UUID the channel does not hold.
 * ``GET /general/GlobalCompany/Check/TaxNumber/{vkn}``: a list of ``{Name, DocumentType,
-  TaxNumber, Title, Type, …}`` (aliases of every document type), ``[]`` for a non-user.
+  TaxNumber, Title, Type, …}`` (aliases of every document type: ``Invoice``,
+  ``DespatchAdvice``), ``[]`` for a non-user.
+* Dispatch notes: ``POST /edespatch/Send/Xml?Alias=…`` (a ``DespatchAdvice``; the receiver is
+  ``DeliveryCustomerParty``): an e-İrsaliye user at one of its ``DespatchAdvice`` aliases, anyone
+  else at GİB's box ``urn:mail:irsaliyepk@gib.gov.tr`` — else 422 2052 (alias not the
+  receiver's, GİB's box for a user) or 2054 (not an e-İrsaliye user); 200 ``{"UUID",
+  "DespatchNumber"}``; the same 409, 3009 and faults as invoices. ``POST /edespatch/Series``.
+  ``GET /edespatch/Sale/{uuid}/Status``: ``DespatchStatus: {Code, Description,
+  DetailDescription}`` and ``Answer: {AnswerCode, Description}`` (``waitingForApproval`` until
+  :meth:`NilveraFake.answer`); ``GET /edespatch/Sale/Answer/{uuid}/xml``: the answer's UBL-TR
+  ``ReceiptAdvice`` (404 until there is one). e-Fatura's status carries ``Answer`` likewise
+  (``approved`` / ``rejected`` / ``documentAnsweredAutomatically``).
 
-Fault switches (one-shot, consumed by the next sends in order): ``faults`` —
-``"500"``, ``"timeout"`` (no answer until the fake stops; nothing recorded), ``"lost-drop"``,
-``"lost-500"``, ``"lost-timeout"`` (the document IS accepted and recorded, then the connection is
-dropped, a 500 comes, or no answer); ``errors`` — a Nilvera error answered instead of processing.
+Fault switches (one-shot, consumed by the next sends in order): ``faults`` — ``"none"`` (this
+send goes as usual), ``"500"``, ``"timeout"`` (no answer until the fake stops; nothing
+recorded), ``"lost-drop"``, ``"lost-500"``, ``"lost-timeout"`` (the document IS accepted and
+recorded, then the connection is dropped, a 500 comes, or no answer); ``errors`` — a Nilvera
+error answered instead of processing.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,8 +51,28 @@ from lxml import etree
 NS = {"cbc": "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2",
       "cac": "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"}
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True)
-CHANNELS = {"einvoice": "efatura", "earchive": "earsiv"}
-FAULTS = ("500", "timeout", "lost-drop", "lost-500", "lost-timeout")
+CHANNELS = {"einvoice": "efatura", "earchive": "earsiv", "edespatch": "edespatch"}
+FAULTS = ("none", "500", "timeout", "lost-drop", "lost-500", "lost-timeout")
+GIB_BOX = "urn:mail:irsaliyepk@gib.gov.tr"
+UBL = "urn:oasis:names:specification:ubl:schema:xsd:"
+ROOTS = {"efatura": f"{{{UBL}Invoice-2}}Invoice", "earsiv": f"{{{UBL}Invoice-2}}Invoice",
+         "edespatch": f"{{{UBL}DespatchAdvice-2}}DespatchAdvice"}
+#: Where each document names its receiver.
+RECEIVERS = {"efatura": "cac:AccountingCustomerParty", "earsiv": "cac:AccountingCustomerParty",
+             "edespatch": "cac:DeliveryCustomerParty"}
+#: Nilvera's "not answered" word.
+NOT_ANSWERED = {"efatura": "unknown", "edespatch": "waitingForApproval"}
+
+
+@dataclass(frozen=True)
+class ReceiptLine:
+    """One line of a dispatch note's answer: of the note's line ``line``, the quantities."""
+
+    line: int
+    received: str
+    short: str = "0"
+    rejected: str = "0"
+    reason: str | None = None
 
 
 @dataclass
@@ -55,6 +87,9 @@ class Entry:
     body: bytes
     gib_code: str = "waiting"
     gib_description: str = "Belge GİB'e iletildi"
+    #: Nilvera's ``Answer`` object (None: not answered) and the answer's XML (ReceiptAdvice).
+    answer: dict[str, Any] | None = None
+    answer_xml: bytes | None = None
 
 
 @dataclass
@@ -89,7 +124,7 @@ class NilveraFake:
     #: tax id -> the Check/TaxNumber entries (aliases of every document type).
     recipients: dict[str, list[Any]] = field(default_factory=dict)
     series: dict[str, set[str]] = field(
-        default_factory=lambda: {"efatura": set(), "earsiv": set()})
+        default_factory=lambda: {"efatura": set(), "earsiv": set(), "edespatch": set()})
     ledger: list[Entry] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     faults: deque[str] = field(default_factory=deque)
@@ -106,6 +141,8 @@ class NilveraFake:
     status_failure: int | None = None
     #: The recipient check answers this HTTP status instead of looking.
     recipient_failure: int | None = None
+    #: The answer's XML endpoint answers this HTTP status instead of looking.
+    answer_failure: int | None = None
     _release: asyncio.Event = field(default_factory=asyncio.Event)
 
     # ------------------------------------------------------------------------ test helpers
@@ -121,6 +158,27 @@ class NilveraFake:
     def invoice_aliases(self, tax_id: str) -> list[str]:
         return [entry["Name"] for entry in self.recipients.get(tax_id, ())
                 if entry["DocumentType"] == "Invoice"]
+
+    def despatch_aliases(self, tax_id: str) -> list[str]:
+        return [entry["Name"] for entry in self.recipients.get(tax_id, ())
+                if entry["DocumentType"] == "DespatchAdvice"]
+
+    def answer(self, uuid: str, code: str, *, lines: Sequence[ReceiptLine] | None = None,
+               issued: str = "2026-01-03T11:15:00", description: str | None = None,
+               answer_date: str | None = None, xml: bytes | None = None) -> None:
+        """The receiver answers the document ``uuid`` with Nilvera's ``AnswerCode`` ``code``;
+        a dispatch note's answer XML (a ReceiptAdvice issued ``issued``) holds ``lines`` when
+        given, or is ``xml`` as is. ``answer_date`` goes into the status's ``Answer`` object
+        (Nilvera's schema does not document one)."""
+        entry = self.by_uuid(uuid)
+        assert entry is not None
+        entry.answer = {"AnswerCode": code, "AnswerNote": None, "Description": description}
+        if answer_date is not None:
+            entry.answer["AnswerDate"] = answer_date
+        if xml is not None:
+            entry.answer_xml = xml
+        elif lines is not None:
+            entry.answer_xml = receipt_advice(entry, lines, issued)
 
     def by_uuid(self, uuid: str) -> Entry | None:
         return next((entry for entry in self.ledger if entry.uuid == uuid), None)
@@ -143,10 +201,12 @@ class NilveraFake:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._authorised])
-        app.router.add_post("/{api:einvoice|earchive}/Send/Xml", self._send)
-        app.router.add_post("/{api:einvoice|earchive}/Series", self._series)
+        app.router.add_post("/{api:einvoice|earchive|edespatch}/Send/Xml", self._send)
+        app.router.add_post("/{api:einvoice|earchive|edespatch}/Series", self._series)
         app.router.add_get("/einvoice/sale/{uuid}/Status", self._efatura_status)
         app.router.add_get("/earchive/invoices/{uuid}/Status", self._earsiv_status)
+        app.router.add_get("/edespatch/Sale/{uuid}/Status", self._edespatch_status)
+        app.router.add_get("/edespatch/Sale/Answer/{uuid}/xml", self._answer_xml)
         app.router.add_get("/general/GlobalCompany/Check/TaxNumber/{tax_id}", self._recipient)
         app.router.add_route("*", "/{tail:.*}", self._no_such_api)
         return app
@@ -191,14 +251,23 @@ class NilveraFake:
             root = etree.fromstring(call.file, _PARSER)
         except etree.XMLSyntaxError:
             return nilvera_error(422, 2015, "Şema/Şematron hatası")
+        if root.tag != ROOTS[channel]:
+            return nilvera_error(422, 2015, "Şema/Şematron hatası: belge türü bu servise "
+                                 "gönderilemez")
         number = root.findtext("cbc:ID", namespaces=NS) or ""
         uuid = root.findtext("cbc:UUID", namespaces=NS) or ""
         profile = root.findtext("cbc:ProfileID", namespaces=NS) or ""
         customer = root.findtext(
-            "cac:AccountingCustomerParty/cac:Party/cac:PartyIdentification/cbc:ID",
+            f"{RECEIVERS[channel]}/cac:Party/cac:PartyIdentification/cbc:ID",
             namespaces=NS) or ""
         alias = call.query.get("Alias")
-        if channel == "earsiv":
+        if channel == "edespatch":
+            registered = self.despatch_aliases(customer)
+            if not registered and alias != GIB_BOX:
+                return nilvera_error(422, 2054, "Alıcı e-İrsaliye mükellefi değildir")
+            if registered and alias not in registered:
+                return nilvera_error(422, 2052, "Alıcının etiketi kullanımda değildir")
+        elif channel == "earsiv":
             if profile != "EARSIVFATURA":
                 return nilvera_error(422, 2024, "Belge senaryosu e-Arşiv olmalıdır")
             if self.invoice_aliases(customer):
@@ -220,6 +289,7 @@ class NilveraFake:
             return nilvera_error(409, 1005, "Fatura numarası daha önce kullanılmıştır")
         self.ledger.append(Entry(uuid, number, channel, profile, alias, call.file))
         answered_number, self.renumber = self.renumber or number, None
+        number_field = "DespatchNumber" if channel == "edespatch" else "InvoiceNumber"
         if fault == "lost-drop":
             assert request.transport is not None
             request.transport.close()
@@ -228,7 +298,7 @@ class NilveraFake:
             return web.Response(status=500, text="Internal Server Error")
         if fault == "lost-timeout":
             await self._hold()
-        return web.json_response({"UUID": uuid, "InvoiceNumber": answered_number})
+        return web.json_response({"UUID": uuid, number_field: answered_number})
 
     async def _series(self, request: web.Request) -> web.StreamResponse:
         call = request[CALL]
@@ -255,7 +325,8 @@ class NilveraFake:
             return nilvera_error(404, 3004, "Kayıt bulunamadı")
         answer: dict[str, Any] = {
             "InvoiceProfile": entry.profile, "IssueDate": "2026-01-02T00:00:00",
-            "Answer": {"AnswerCode": "unknown", "AnswerNote": None, "Description": None},
+            "Answer": entry.answer or {"AnswerCode": NOT_ANSWERED["efatura"],
+                                       "AnswerNote": None, "Description": None},
             "InvoiceStatus": {"Code": entry.gib_code, "Description": entry.gib_description,
                               "DetailDescription": None},
             "EnvelopeInfo": {"UUID": "e5b7c1de-0000-4000-8000-000000000001",
@@ -279,6 +350,30 @@ class NilveraFake:
             answer["InvoiceNumber"] = entry.number
         return web.json_response(answer)
 
+    async def _edespatch_status(self, request: web.Request) -> web.StreamResponse:
+        if self.status_failure is not None:
+            return web.Response(status=self.status_failure, text="Internal Server Error")
+        entry = self._found(request, "edespatch")
+        if entry is None:
+            return nilvera_error(404, 3004, "Kayıt bulunamadı")
+        answer: dict[str, Any] = {
+            "DespatchProfile": entry.profile, "IssueDate": "2026-01-02T00:00:00",
+            "Answer": entry.answer or {"AnswerCode": NOT_ANSWERED["edespatch"],
+                                       "AnswerNote": None, "Description": None},
+            "DespatchStatus": {"Code": entry.gib_code, "Description": entry.gib_description,
+                               "DetailDescription": None}}
+        if self.status_numbers:
+            answer["DespatchNumber"] = entry.number
+        return web.json_response(answer)
+
+    async def _answer_xml(self, request: web.Request) -> web.StreamResponse:
+        if self.answer_failure is not None:
+            return web.Response(status=self.answer_failure, text="Internal Server Error")
+        entry = self._found(request, "edespatch")
+        if entry is None or entry.answer_xml is None:
+            return nilvera_error(404, 3004, "Kayıt bulunamadı")
+        return web.Response(body=entry.answer_xml, content_type="application/xml")
+
     async def _recipient(self, request: web.Request) -> web.StreamResponse:
         if self.recipient_failure is not None:
             return web.Response(status=self.recipient_failure, text="Service Unavailable")
@@ -292,6 +387,42 @@ class NilveraFake:
 
     def release(self) -> None:
         self._release.set()
+
+
+def receipt_advice(entry: Entry, lines: Sequence[ReceiptLine], issued: str) -> bytes:
+    """A receiver's UBL-TR ``ReceiptAdvice`` to the dispatch note ``entry``, one
+    ``ReceiptLine`` per line (numbered in order, each referring to the note's line)."""
+    cbc, cac = (f"{{{NS[prefix]}}}" for prefix in ("cbc", "cac"))
+    nsmap: Any = {None: f"{UBL}ReceiptAdvice-2", **NS}
+    root = etree.Element(f"{{{UBL}ReceiptAdvice-2}}ReceiptAdvice", nsmap=nsmap)
+
+    def add(parent: Any, tag: str, text: str | None = None, **attributes: str) -> Any:
+        element = etree.SubElement(parent, tag, attributes)
+        element.text = text
+        return element
+
+    day, clock = issued.split("T")
+    for name, value in (("UBLVersionID", "2.1"), ("CustomizationID", "TR1.2"),
+                        ("ProfileID", entry.profile), ("ID", "YNT2026000000001"),
+                        ("CopyIndicator", "false"),
+                        ("UUID", "0b6f0c7e-0000-4000-8000-00000000a115"),
+                        ("IssueDate", day), ("IssueTime", clock),
+                        ("ReceiptAdviceTypeCode", "SEVK")):
+        add(root, cbc + name, value)
+    reference = add(root, cac + "DespatchDocumentReference")
+    add(reference, cbc + "ID", entry.number)
+    add(reference, cbc + "IssueDate", "2026-01-02")
+    for index, line in enumerate(lines, 1):
+        element = add(root, cac + "ReceiptLine")
+        add(element, cbc + "ID", str(index))
+        add(element, cbc + "ReceivedQuantity", line.received, unitCode="C62")
+        add(element, cbc + "ShortQuantity", line.short, unitCode="C62")
+        add(element, cbc + "RejectedQuantity", line.rejected, unitCode="C62")
+        if line.reason is not None:
+            add(element, cbc + "RejectReason", line.reason)
+        add(add(element, cac + "DespatchLineReference"), cbc + "LineID", str(line.line))
+        add(add(element, cac + "Item"), cbc + "Name", "Widget")
+    return bytes(etree.tostring(root, xml_declaration=True, encoding="UTF-8"))
 
 
 @asynccontextmanager

@@ -236,9 +236,9 @@ async def test_a_409_for_a_uuid_nilvera_does_not_hold_is_an_alarm(
     with pytest.raises(DuplicateOfAnother) as alarm:
         await adapter.send(document("ABC2026000000001", "inv-1"))
     assert alarm.value.holder_invoice_id == UNKNOWN
-    # Both channels were asked before concluding.
+    # Every channel was asked before concluding.
     assert [call.path.split("/")[1] for call in fake.calls_to("/Status")] == [
-        "einvoice", "earchive"]
+        "einvoice", "earchive", "edespatch"]
 
 
 @pytest.mark.parametrize("channel", ["efatura", "earsiv"])
@@ -434,13 +434,16 @@ async def test_lost_responses_resend_settles_by_uuid_and_each_number_is_accepted
 # ------------------------------------------------------------------------ recipient check
 
 
-async def test_the_recipient_check_keeps_only_invoice_aliases(
+async def test_the_recipient_check_tells_invoice_and_despatch_aliases_apart(
         adapter: NilveraIntegrator, fake: NilveraFake) -> None:
-    assert await adapter.recipient(USER) == Recipient(USER, True, (ALIAS, SECOND_ALIAS))
+    assert await adapter.recipient(USER) == Recipient(
+        USER, True, (ALIAS, SECOND_ALIAS), despatch_registered=True,
+        despatch_aliases=(DESPATCH_ALIAS,))
     [call] = fake.calls
     assert call.path == f"/general/GlobalCompany/Check/TaxNumber/{USER}"
     assert call.authorization == f"Bearer {KEY}"
-    assert await adapter.recipient(DESPATCH_ONLY) == Recipient(DESPATCH_ONLY, False, ())
+    assert await adapter.recipient(DESPATCH_ONLY) == Recipient(
+        DESPATCH_ONLY, False, (), despatch_registered=True, despatch_aliases=(DESPATCH_ALIAS,))
     assert await adapter.recipient(NON_USER) == Recipient(NON_USER, False, ())
     fake.recipient_404 = True
     assert await adapter.recipient(NON_USER) == Recipient(NON_USER, False, ())
