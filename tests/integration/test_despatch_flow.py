@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,7 +72,7 @@ async def stored(engine: AsyncEngine) -> dict[str, Any]:
 @pytest.mark.usefixtures("tenant")
 async def test_notes_and_invoices_interleaved_each_in_its_series_and_at_its_alias(
         engine: AsyncEngine, worker_settings: Settings, mock_integrator: MockIntegratorClient,
-        integrated_env: dict[str, str]) -> None:
+        integrated_env: dict[str, str], tmp_path: Path) -> None:
     rng = random.Random(30)
     customers = [vkn(rng) for _ in range(9)]
     # three e-İrsaliye users (one with two aliases), three e-Fatura users only, three neither
@@ -122,6 +123,13 @@ async def test_notes_and_invoices_interleaved_each_in_its_series_and_at_its_alia
         "despatch", "edespatch", "urn:mail:depo@c1.example")
     audit = run_gapless(["audit", "--integrator"], integrated_env)
     assert audit.returncode == 0, audit.stdout + audit.stderr
+    # the chain holds the notes like the invoices, in the database and in an offline export
+    for args in (["chain", "verify"], ["chain", "export", "--out", str(tmp_path / "x")],
+                 ["chain", "verify", str(tmp_path / "x")]):
+        done = run_gapless(args, integrated_env)
+        assert done.returncode == 0, done.stdout + done.stderr
+    listed = run_gapless(["invoice", "list", "--tenant", "acme"], integrated_env).stdout
+    assert "n-second" in listed
 
 
 @pytest.mark.usefixtures("tenant")
