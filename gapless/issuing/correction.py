@@ -179,8 +179,8 @@ def _unrouted(payload: dict[str, Any], invoice_id: str) -> InvoiceMessage:
         data["customer"] = {k: v for k, v in customer.items() if k != "alias"}
     message = validate_message(data)
     if isinstance(message, DespatchMessage):
-        raise NothingToCorrect("a dispatch note is not corrected by channel (its alias is pinned "
-                               "with its number): retry or void it")
+        raise NothingToCorrect("a dispatch note keeps its number and alias: give it the right "
+                               "customer.alias with gapless invoice retry --payload, or void it")
     return message
 
 
