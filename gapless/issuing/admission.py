@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from gapless.constants import EARSIV_PROFILE, Channel
 from gapless.documents import check_ubl_inputs
+from gapless.documents.checks import references_date_problem
 from gapless.issuing.routing import EFATURA_PROFILES, ROUTED
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.tenants import Profile
@@ -61,7 +62,8 @@ def numbering_problem(message: InvoiceMessage, series: SeriesSpec, profile: Prof
                       now: datetime, window_days: int) -> str | None:
     """Why the (routed) message cannot be numbered in ``series`` now (None: it can)."""
     today = now.astimezone(ZoneInfo(series.tz)).date()  # ZoneInfo caches by key
-    problem = date_window_problem(message.issue_date, today, window_days, series.tz)
+    problem = (date_window_problem(message.issue_date, today, window_days, series.tz)
+               or references_date_problem(message, today, series.tz))
     if problem is not None or profile is None:
         return problem
     return document_problem(message, series, profile)
