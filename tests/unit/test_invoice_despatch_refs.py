@@ -75,14 +75,16 @@ def test_the_references_and_the_flag_are_read_and_kept_as_sent() -> None:
                                        earsiv={"is_despatch": True}))
     assert [(r.number, r.issue_date) for r in message.despatch_references or ()] == [
         ("IRS2026000000004", date(2026, 11, 24)), ("IRS2026000000007", date(2026, 11, 26))]
-    assert message.earsiv is not None and message.earsiv.is_despatch is True
+    assert message.earsiv is not None
+    assert message.earsiv.is_despatch is True
     assert message.payload()["despatch_references"] == REFS
     assert message.payload()["earsiv"] == {"is_despatch": True}
 
 
 def test_the_flag_is_false_when_absent_and_stays_out_of_the_payload() -> None:
     message = validate_message(invoice(profile="EARSIVFATURA", earsiv={"send_type": "KAGIT"}))
-    assert message.earsiv is not None and message.earsiv.is_despatch is False
+    assert message.earsiv is not None
+    assert message.earsiv.is_despatch is False
     assert message.payload()["earsiv"] == {"send_type": "KAGIT"}
     assert validate_message(invoice()).despatch_references is None
 
