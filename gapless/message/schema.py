@@ -239,7 +239,8 @@ FIELD_NOTES: dict[tuple[str, str], str] = {
                                              "returns; only on a return.",
     ("InvoiceMessage", "despatch_references"): "The dispatch notes (e-İrsaliye) the invoice "
                                                "bills, no two alike; each issue_date not after "
-                                               "the day of the seal.",
+                                               "today in the series' time zone (checked before "
+                                               "the seal).",
     ("EArsiv", "is_despatch"): "true: the e-Arşiv invoice travels with the goods instead of a "
                                "dispatch note (the IS_DESPATCH reference); absent: false. Only "
                                "on an invoice that goes e-Arşiv.",
