@@ -177,6 +177,10 @@ def summarize(body: bytes) -> dict[str, Any]:
                 f"{ref.findtext('cbc:IssueDate', namespaces=NS)}"
                 for ref in root.iterfind("cac:BillingReference/cac:InvoiceDocumentReference",
                                          NS)) or None,
+            "bills": ", ".join(
+                f"{ref.findtext('cbc:ID', namespaces=NS)} of "
+                f"{ref.findtext('cbc:IssueDate', namespaces=NS)}"
+                for ref in root.iterfind("cac:DespatchDocumentReference", NS)) or None,
             "lines": text("cbc:LineCountNumeric"),
             "discounts": money("cac:LegalMonetaryTotal/cbc:AllowanceTotalAmount"),
             "tax": money("cac:TaxTotal/cbc:TaxAmount"),

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from lxml import etree
 
-from gapless.documents import build_issuer, check_ubl_inputs, render_ubl_tr
+from gapless.documents import build_issuer, check_ubl_inputs, render_ubl_tr, summarize
 from gapless.documents.checks import references_date_problem
 from gapless.issuing.admission import numbering_problem
 from gapless.ledger.tenants import Profile
@@ -241,4 +241,11 @@ def test_is_despatch_sits_beside_an_internet_sale_and_false_renders_nothing() ->
 
 
 def test_without_references_there_is_no_despatch_document_reference() -> None:
-    assert "DespatchDocumentReference" not in top_level(render(invoice()))
+    body = render(invoice())
+    assert "DespatchDocumentReference" not in top_level(body)
+    assert summarize(body)["bills"] is None
+
+
+def test_the_summary_names_the_dispatch_notes_billed() -> None:
+    assert summarize(render(invoice(despatch_references=REFS)))["bills"] == (
+        "IRS2026000000004 of 2026-11-24, IRS2026000000007 of 2026-11-26")
