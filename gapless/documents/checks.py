@@ -8,7 +8,7 @@ What a type or profile allows is looked up in GİB's code lists and ``kinds.toml
 
 from __future__ import annotations
 
-import re
+from datetime import date
 from decimal import Decimal
 
 from gapless.documents.amounts import Totals, amount_text, line_amounts, number_text, totals
@@ -25,13 +25,20 @@ from gapless.documents.codes import (
     TypeRule,
 )
 from gapless.documents.parties import VKN_RE, Issuer, valid_tckn
-from gapless.message import PROFILES, Address, Customer, InvalidMessage, InvoiceMessage, Line
+from gapless.message import (
+    PROFILES,
+    Address,
+    Customer,
+    InvalidMessage,
+    InvoiceMessage,
+    Line,
+    Message,
+)
+from gapless.message.fields import GIB_NUMBER_RE
 
 #: VAT (KDV) rates a document may carry: the current ones, and 0 with an exemption reason
 #: (8 and 18 are gone since July 2023).
 VAT_RATES = frozenset({Decimal(0), Decimal(1), Decimal(10), Decimal(20)})
-#: GİB's invoice number: 3 characters, the year (20yy), 9 digits (schematron InvoiceIDCheck).
-GIB_NUMBER_RE = re.compile(r"[A-Z0-9]{3}20[0-9]{2}[0-9]{9}")
 #: Amounts have at most 15 digits before the point in a GİB document.
 MAX_AMOUNT = Decimal(10) ** 15
 #: The exemption code whose lines need a GTİP and the buyer's DİB line code on every line.
@@ -97,6 +104,11 @@ def _check_kind(message: InvoiceMessage) -> tuple[TypeRule, ProfileRule]:
     if message.export is not None and "export" not in profile.needs:
         raise _refuse("export", "only for an IHRACAT (export) document")
     if message.earsiv is not None and not profile.earsiv:
+        if message.earsiv.is_despatch:
+            # Only an e-Arşiv invoice may stand in for the dispatch note; an e-Fatura's goods
+            # travel with an e-İrsaliye, which the invoice names in despatch_references.
+            raise _refuse("earsiv.is_despatch", f"only for an invoice that goes e-Arşiv "
+                                                f"(EARSIVFATURA), not a {profile_name} one")
         raise _refuse("earsiv", "only for an EARSIVFATURA (e-Arşiv) document")
     return kind, profile
 
@@ -202,6 +214,25 @@ def _check_returns(message: InvoiceMessage, kind: TypeRule) -> None:
         if reference.issue_date > message.issue_date:
             raise _refuse(f"{where}.issue_date", f"{reference.issue_date} is after the return's "
                                                  f"issue_date {message.issue_date}")
+
+
+def references_date_problem(message: Message, today: date, tz: str) -> str | None:
+    """Why a dispatch note the invoice bills cannot be billed today (None: every one can): one
+    dated after ``today``, the day of the check in the series' time zone ``tz``. The invoice is
+    dated the day of its seal, and a dispatch note is issued before the invoice that bills it.
+
+    Depends on the day, so it is a check before the seal (the worker's and the API's:
+    :func:`gapless.issuing.admission.numbering_problem`), not a rule of the stored message that
+    a later rendering would check again.
+    """
+    if not isinstance(message, InvoiceMessage):
+        return None
+    for index, reference in enumerate(message.despatch_references or ()):
+        if reference.issue_date > today:
+            return (f"despatch_references.{index}.issue_date: {reference.issue_date} is after "
+                    f"today ({today} in {tz}); a dispatch note is issued before the invoice "
+                    "that bills it")
+    return None
 
 
 def _check_parts(message: InvoiceMessage) -> None:

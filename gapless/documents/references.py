@@ -1,6 +1,7 @@
-"""References and payment of a UBL-TR document: the invoices a return returns, the e-Arşiv
-facts (how the document is delivered; an internet sale's web site, payment and shipment), and
-where the buyer pays."""
+"""References and payment of a UBL-TR document: the invoices a return returns, the dispatch
+notes an invoice bills, the e-Arşiv facts (how the document is delivered; whether it travels
+with the goods instead of a dispatch note; an internet sale's web site, payment and shipment),
+and where the buyer pays."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from gapless.message import EArsiv, InvoiceMessage, Payment
 #: The document type code of a returned invoice's reference (schematron IADEInvioceCheck-1).
 RETURNED = "IADE"
 DEFAULT_SEND_TYPE = "ELEKTRONIK"
+#: The ID of the IS_DESPATCH reference, which says an e-Arşiv invoice travels with the goods
+#: instead of a dispatch note: the reference's presence is the fact, its ID a placeholder (as
+#: integrators take it; GİB's schematron has no rule on it).
+IS_DESPATCH_ID = "."
 #: UN/ECE 4461 "42": payment to a bank account.
 BANK_TRANSFER = "42"
 
@@ -26,6 +31,15 @@ def billing_references(root: Element, message: InvoiceMessage) -> None:
         cbc(document, "DocumentTypeCode", RETURNED)
 
 
+def despatch_references(root: Element, message: InvoiceMessage) -> None:
+    """One DespatchDocumentReference per dispatch note the invoice bills, in the message's
+    order: its number and date exactly as given."""
+    for reference in message.despatch_references or ():
+        document = cac(root, "DespatchDocumentReference")
+        cbc(document, "ID", reference.number)
+        cbc(document, "IssueDate", reference.issue_date.isoformat())
+
+
 def _additional(root: Element, value: str, kind: str, issued: date) -> None:
     reference = cac(root, "AdditionalDocumentReference")
     cbc(reference, "ID", value)
@@ -34,10 +48,13 @@ def _additional(root: Element, value: str, kind: str, issued: date) -> None:
 
 
 def earsiv_references(root: Element, earsiv: EArsiv | None, issued: date) -> None:
-    """The e-Arşiv references: SEND_TYPE (ELEKTRONIK unless the message says KAGIT) and, for an
+    """The e-Arşiv references: SEND_TYPE (ELEKTRONIK unless the message says KAGIT),
+    IS_DESPATCH when the invoice travels with the goods instead of a dispatch note and, for an
     internet sale, the web site, payment method and payment date."""
     send_type = (earsiv.send_type if earsiv is not None else None) or DEFAULT_SEND_TYPE
     _additional(root, send_type, "SEND_TYPE", issued)
+    if earsiv is not None and earsiv.is_despatch:
+        _additional(root, IS_DESPATCH_ID, "IS_DESPATCH", issued)
     sale = earsiv.internet_sale if earsiv is not None else None
     if sale is None:
         return

@@ -38,8 +38,10 @@ from gapless.documents.xml import CAC, CBC, INV, NS, NSMAP, Element, cac, cbc
 from gapless.message import PROFILES, InvoiceMessage
 
 #: The rendering's version: bumped whenever the bytes for the same inputs change (2: the
-#: document kinds, discounts, withholding, exemption reasons and the amount in words).
-FORMAT = "ubl-tr-2.1/2"
+#: document kinds, discounts, withholding, exemption reasons and the amount in words; 3: the
+#: dispatch notes an invoice bills and IS_DESPATCH, top-level fields a stored payload may hold
+#: from before, when they were unknown ones).
+FORMAT = "ubl-tr-2.1/3"
 #: The namespace of the unsigned placeholder (see the module docstring).
 PLACEHOLDER_NS = "urn:gapless:ubl-tr:unsigned"
 
@@ -103,6 +105,7 @@ def render_ubl_tr(message: InvoiceMessage, *, number: str, uuid: uuid_module.UUI
     root = xml.root("Invoice", NSMAP)
     _header(root, message, amounts, number=number, uuid=uuid, local=local)
     references.billing_references(root, message)
+    references.despatch_references(root, message)
     if profile.earsiv:
         references.earsiv_references(root, message.earsiv, local.date())
     for part in parties.issuer_parts(issuer):
@@ -174,6 +177,10 @@ def summarize(body: bytes) -> dict[str, Any]:
                 f"{ref.findtext('cbc:IssueDate', namespaces=NS)}"
                 for ref in root.iterfind("cac:BillingReference/cac:InvoiceDocumentReference",
                                          NS)) or None,
+            "bills": ", ".join(
+                f"{ref.findtext('cbc:ID', namespaces=NS)} of "
+                f"{ref.findtext('cbc:IssueDate', namespaces=NS)}"
+                for ref in root.iterfind("cac:DespatchDocumentReference", NS)) or None,
             "lines": text("cbc:LineCountNumeric"),
             "discounts": money("cac:LegalMonetaryTotal/cbc:AllowanceTotalAmount"),
             "tax": money("cac:TaxTotal/cbc:TaxAmount"),

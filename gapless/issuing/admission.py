@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 
 from gapless.constants import EARSIV_PROFILE, Channel
 from gapless.documents import check_inputs
+from gapless.documents.checks import references_date_problem
 from gapless.issuing.routing import EFATURA_PROFILES, NEEDS_PROFILE, ROUTED
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.tenants import Profile
@@ -71,7 +72,8 @@ def numbering_problem(message: AnyMessage, series: SeriesSpec, profile: Profile 
                 f"{_NOUNS[message.document]}; use a series of channel "
                 f"{' or '.join(sorted(message.channels))}")
     today = now.astimezone(ZoneInfo(series.tz)).date()  # ZoneInfo caches by key
-    problem = date_window_problem(message.issue_date, today, window_days, series.tz)
+    problem = (date_window_problem(message.issue_date, today, window_days, series.tz)
+               or references_date_problem(message, today, series.tz))
     if problem is not None:
         return problem
     if profile is None:

@@ -57,6 +57,9 @@ _DIB_RE = re.compile(r"[A-Z0-9]{11}")
 _INCOTERMS_RE = re.compile(r"[A-Z]{3}")
 _TRANSPORT_MODE_RE = re.compile(r"[0-9]")
 _DOCUMENT_NUMBER_RE = re.compile(r"[A-Za-z0-9_/.-]{1,64}")
+#: GİB's number of an e-document (an invoice, a dispatch note): 3 characters, the year (20yy),
+#: 9 digits, 16 in all (schematron InvoiceIDCheck, DespatchAdviceIDCheck).
+GIB_NUMBER_RE = re.compile(r"[A-Z0-9]{3}20[0-9]{2}[0-9]{9}")
 _IBAN_RE = re.compile(r"[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}")
 #: Field names shown in a reason; anything else (digits that might be a tax id, odd text) is masked.
 _SAFE_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,39}")
@@ -139,6 +142,13 @@ def _check_issue_date(value: Any) -> date:
         return date.fromisoformat(text)
     except ValueError:
         raise rule_error("is not a real calendar date") from None
+
+
+def _check_flag(value: Any) -> bool:
+    """A JSON boolean: ``"true"``, ``1`` and the like are refused (a flag is never guessed)."""
+    if not isinstance(value, bool):
+        raise rule_error(f"must be true or false, not {json_type(value)}")
+    return value
 
 
 def _matching(pattern: re.Pattern[str], rule: str) -> Callable[[Any], str]:
@@ -294,7 +304,13 @@ TransportMode = Annotated[str, BeforeValidator(_matching(
     _TRANSPORT_MODE_RE, "must be a 1-digit transport mode code (UN/ECE Rec. 19), e.g. \"1\""))]
 DocumentNumber = Annotated[str, BeforeValidator(_matching(
     _DOCUMENT_NUMBER_RE, "must be 1-64 letters, digits, '_', '/', '.' or '-'"))]
+#: A GİB e-document's number, e.g. ``IRS2026000000004`` (a dispatch note an invoice bills).
+GibNumber = Annotated[str, BeforeValidator(_matching(
+    GIB_NUMBER_RE, "must be a GİB number: 3 upper-case letters or digits, the year and 9 "
+                   "digits (e.g. IRS2026000000004)"))]
 Iban = Annotated[str, BeforeValidator(_check_iban)]
+#: A yes-or-no fact, a JSON boolean.
+Flag = Annotated[bool, BeforeValidator(_check_flag)]
 #: Free text for the document (cbc:Note); as long as the body allows, blank allowed (not shown).
 Note = Annotated[str, BeforeValidator(_string)]
 

@@ -25,6 +25,8 @@ from gapless.message.fields import (
     Discount,
     DocumentNumber,
     ExchangeRate,
+    Flag,
+    GibNumber,
     Gtip,
     Iban,
     Incoterms,
@@ -135,6 +137,17 @@ class BillingReference(_Part):
     issue_date: IssueDate
 
 
+class DespatchReference(_Part):
+    """A dispatch note (e-İrsaliye) the invoice bills: its GİB number and date, as it was
+    issued."""
+
+    # The date is checked against the day of the seal, before it:
+    # gapless.documents.checks.references_date_problem.
+
+    number: GibNumber
+    issue_date: IssueDate
+
+
 class Export(_Part):
     """Delivery terms of an export (``IHRACAT``) invoice."""
 
@@ -169,10 +182,12 @@ class InternetSale(_Part):
 
 
 class EArsiv(_Part):
-    """e-Arşiv facts: how the document reaches the buyer (default ``ELEKTRONIK``)."""
+    """e-Arşiv facts: how the document reaches the buyer (default ``ELEKTRONIK``), an internet
+    sale, and whether the invoice travels with the goods instead of a dispatch note."""
 
     send_type: SendType | None = None
     internet_sale: InternetSale | None = None
+    is_despatch: Flag = False
 
 
 class Message(BaseModel):
@@ -272,9 +287,22 @@ class InvoiceMessage(Message):
     exchange_rate: ExchangeRate | None = None
     billing_reference: list[BillingReference] | None = Field(
         default=None, min_length=1, max_length=MAX_REFERENCES)
+    #: The dispatch notes the invoice bills.
+    despatch_references: list[DespatchReference] | None = Field(
+        default=None, min_length=1, max_length=MAX_REFERENCES)
     export: Export | None = None
     payment: Payment | None = None
     earsiv: EArsiv | None = None
+
+    @model_validator(mode="after")
+    def _distinct_despatches(self) -> Self:
+        seen: set[str] = set()
+        for index, reference in enumerate(self.despatch_references or ()):
+            if reference.number in seen:
+                raise located(("despatch_references", index, "number"),
+                              "names the same dispatch note twice")
+            seen.add(reference.number)
+        return self
 
     @property
     def document(self) -> str:

@@ -178,6 +178,10 @@ RULES: dict[Any, dict[str, Any]] = {
                                     "A document number: 1-64 letters, digits, '_', '/', '.' "
                                     "or '-' (a return's reference must be a GİB number, e.g. "
                                     "ABC2026000000012)."),
+    fields.GibNumber: _pattern(rf"^{fields.GIB_NUMBER_RE.pattern}$",
+                               "A GİB e-document number: 3 upper-case letters or digits, the "
+                               "year and 9 digits, e.g. IRS2026000000004."),
+    fields.Flag: {"type": "boolean", "description": "true or false (a JSON boolean)."},
     fields.Iban: _pattern(r"^[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}$",
                           "An IBAN, upper case, no spaces, its check digits right (a UBL-TR "
                           "document needs a Turkish one, TR…)."),
@@ -233,6 +237,13 @@ FIELD_NOTES: dict[tuple[str, str], str] = {
                                "exemption code 702.",
     ("InvoiceMessage", "billing_reference"): "The invoices a return (IADE, TEVKIFATIADE) "
                                              "returns; only on a return.",
+    ("InvoiceMessage", "despatch_references"): "The dispatch notes (e-İrsaliye) the invoice "
+                                               "bills, no two alike; each issue_date not after "
+                                               "today in the series' time zone (checked before "
+                                               "the seal).",
+    ("EArsiv", "is_despatch"): "true: the e-Arşiv invoice travels with the goods instead of a "
+                               "dispatch note (the IS_DESPATCH reference); absent: false. Only "
+                               "on an invoice that goes e-Arşiv.",
     ("InvoiceMessage", "export"): "Delivery terms of an IHRACAT (export) document; only there.",
     ("InvoiceMessage", "payment"): "Required for a KAMU document.",
     ("InvoiceMessage", "earsiv"): "Only for an EARSIVFATURA document.",

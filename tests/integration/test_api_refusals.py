@@ -137,6 +137,16 @@ REFUSALS = [
     pytest.param(ubl_message("R-13", series="IRS"),
                  "series: IRS (channel edespatch) does not number invoices; use a series of "
                  "channel any or earsiv or efatura", id="invoice-in-an-edespatch-series"),
+    pytest.param(invoice_message("DR-1", despatch_references=[
+        {"number": "IRS2026000000004", "issue_date": days_ago(-2)}]),
+                 "despatch_references.0.issue_date: ", id="despatch-reference-in-future"),
+    pytest.param(ubl_message("DR-2", despatch_references=[
+        {"number": "IRS2026000000004", "issue_date": days_ago(1)},
+        {"number": "IRS2026000000005", "issue_date": days_ago(-2)}]),
+                 "despatch_references.1.issue_date: ", id="despatch-reference-in-future-routed"),
+    pytest.param(ubl_message("DR-3", profile="TEMELFATURA", earsiv={"is_despatch": True}),
+                 "earsiv.is_despatch: only for an invoice that goes e-Arşiv",
+                 id="is-despatch-on-an-efatura"),
 ]
 
 
@@ -161,6 +171,19 @@ async def test_what_the_worker_may_take_is_published(client: Client,
         assert answer.status_code == 202, answer.text
         assert answer.json()["published"] is True
     assert await queue_depth(settings) == 4
+
+
+async def test_dispatch_notes_billed_and_is_despatch_pass_where_the_worker_may_take_them(
+        client: Client, settings: Settings) -> None:
+    """A reference dated today, and is_despatch on a message routing may still make e-Arşiv,
+    are published (the worker decides the channel)."""
+    for message in (invoice_message("DR-OK-1", despatch_references=[
+                        {"number": "IRS2026000000004", "issue_date": today()}]),
+                    ubl_message("DR-OK-2", earsiv={"is_despatch": True}, despatch_references=[
+                        {"number": "IRS2026000000004", "issue_date": days_ago(2)}])):
+        answer = await client.post(message)
+        assert answer.status_code == 202, answer.text
+    assert await queue_depth(settings) == 2
 
 
 async def test_an_invoice_the_database_holds_is_answered_as_it_stands(

@@ -1,6 +1,7 @@
 """Every document kind of the contract ("Document kinds"): hypothesis-generated invoices of every
 type and profile (1–30 lines, mixed VAT rates including 0, discounts, withholding codes across
-GİB's list, VKN and TCKN buyers, TRY and foreign currencies) pass GİB's XSD and schematron, and
+GİB's list, VKN and TCKN buyers, TRY and foreign currencies, dispatch notes billed, e-Arşiv
+invoices that travel with the goods) pass GİB's XSD and schematron, and
 their amounts equal a computation written here from the message alone (no gapless code); each
 refusal of a kind's rules names the field before any number is used."""
 
@@ -151,6 +152,14 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
                                                "carrier": {"tax_id": "3880024731",
                                                            "name": "Hızlı Kargo A.Ş."},
                                                "shipment_date": TODAY}}
+    if profile == "EARSIVFATURA" and draw(st.booleans()):
+        message.setdefault("earsiv", {})["is_despatch"] = True
+    if draw(st.integers(0, 2)) == 0:
+        prefix = draw(st.sampled_from(["IRS", "DSP", "A1B"]))
+        numbers = draw(st.lists(st.integers(1, 10**9 - 1), min_size=1, max_size=4, unique=True))
+        message["despatch_references"] = [
+            {"number": f"{prefix}2025{number:09d}",
+             "issue_date": f"2025-12-{draw(st.integers(1, 31)):02d}"} for number in numbers]
     return message
 
 
@@ -255,6 +264,15 @@ def test_every_kind_passes_gib_rules_and_adds_up_to_an_independent_computation(
                                           NS)]
     assert references == [(ref["number"], ref["issue_date"], "IADE")
                           for ref in message.get("billing_reference", [])]
+    # dispatch notes billed: each as given, in order; IS_DESPATCH exactly when the message says
+    despatches = [(ref.findtext("cbc:ID", namespaces=NS),
+                   ref.findtext("cbc:IssueDate", namespaces=NS))
+                  for ref in root.findall("cac:DespatchDocumentReference", NS)]
+    assert despatches == [(ref["number"], ref["issue_date"])
+                          for ref in message.get("despatch_references", [])]
+    codes = [ref.findtext("cbc:DocumentTypeCode", namespaces=NS)
+             for ref in root.findall("cac:AdditionalDocumentReference", NS)]
+    assert ("IS_DESPATCH" in codes) == message.get("earsiv", {}).get("is_despatch", False)
 
 
 # ------------------------------------------------------------------------------- examples

@@ -50,11 +50,12 @@ FULL: dict[str, Any] = {
                "withholding_rate": "40", "discount": "1.00", "gtip": "123456789012",
                "dib_line_code": "ABCDEFGHIJK"}],
     "billing_reference": [{"number": "ABC2026000000001", "issue_date": "2026-11-01"}],
+    "despatch_references": [{"number": "IRS2026000000004", "issue_date": "2026-11-18"}],
     "export": {"incoterms": "FOB", "transport_mode": "1",
                "delivery_address": {"street": "Main St 1", "district": "Mitte", "city": "Berlin",
                                     "postal_zone": "10115", "country": "Germany"}},
     "payment": {"iban": "TR330006100519786457841326"},
-    "earsiv": {"send_type": "ELEKTRONIK", "internet_sale": {
+    "earsiv": {"send_type": "ELEKTRONIK", "is_despatch": True, "internet_sale": {
         "website": "shop.example", "payment_method": "EFT/HAVALE", "payment_date": "2026-11-19",
         "shipment_date": "2026-11-20",
         "carrier": {"tax_id": "9876543210", "name": "Kargo A.Ş.",
@@ -76,8 +77,9 @@ def _parts(annotation: Any) -> list[Any]:
 
 def field_paths(model: type[BaseModel], prefix: tuple[str | int, ...] = ()
                 ) -> list[tuple[str | int, ...]]:
-    """Every leaf field of ``model`` as a path (a list's first item stands for all), found from
-    the model itself: a field added later is a path here without anyone listing it."""
+    """Every leaf field of ``model`` that JSON writes as text, as a path (a list's first item
+    stands for all; a flag, a JSON boolean, is no text), found from the model itself: a field
+    added later is a path here without anyone listing it."""
     paths: list[tuple[str | int, ...]] = []
     for name, info in model.model_fields.items():
         path: tuple[str | int, ...] = (*prefix, name)
@@ -90,7 +92,8 @@ def field_paths(model: type[BaseModel], prefix: tuple[str | int, ...] = ()
                 paths += field_paths(item, path)
                 break
         else:
-            paths.append(path)
+            if _parts(info.annotation) != [bool]:
+                paths.append(path)
     return paths
 
 
