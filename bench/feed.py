@@ -23,7 +23,7 @@ slices so that background load hits every variant alike:
 With ``--chain``: only the chain's cost (schema 0009, docs/chain.md), the same claim in two
 databases, interleaved the same way: **chain** (as migrated: the seal appends its chain record,
 hashing the stored message, under the counter row lock) and **nochain** (the same schema
-downgraded to 0008: no chain). The drafts carry a realistic message (two lines, a customer with
+at 0008: no chain). The drafts carry a realistic message (two lines, a customer with
 an address), so the message hash costs what it would.
 
 Feed read throughput: events per second through ``GET /v1/events?limit=L`` following ``next``
@@ -71,12 +71,9 @@ from bench.harness import (
     queue_prefix,
     settings_of,
 )
-from gapless.ledger.database import Database, make_engine, short_lived
+from gapless.ledger.database import Database, make_engine
 from gapless.ledger.feed import events_after
 from gapless.ledger.invoices import claim_for_sending
-from gapless.ledger.migrations import downgrade
-from gapless.ledger.series import add_series
-from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 
 VARIANTS = ("on", "events", "lock", "off")
@@ -84,7 +81,7 @@ VARIANTS = ("on", "events", "lock", "off")
 VARIANT_DDL = {
     "on": [],
     "events": [],  # as migrated, but no feed client: events are written, never positioned
-    "lock": [],    # downgraded to schema version 0004 instead (see prepare)
+    "lock": [],    # the schema at version 0004 instead (LOCK_REVISION)
     "off": ["ALTER TABLE invoices DISABLE TRIGGER invoices_history",
             "ALTER TABLE invoices DISABLE TRIGGER invoices_history_update"],
 }
@@ -96,9 +93,11 @@ SERIES = [f"SR{chr(ord('A') + i)}" for i in range(8)]  # SRA … SRH
 FEED_SERIES = "FED"
 
 
+#: The older schema a variant runs on (None: the migrated one).
+VARIANT_REVISION = {"lock": LOCK_REVISION, "nochain": "0008"}
+
+
 def prepare(url: str, variant: str) -> None:
-    if variant == "lock":
-        downgrade(url, LOCK_REVISION)
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         for statement in VARIANT_DDL[variant]:
             conn.execute(statement)
@@ -119,7 +118,7 @@ CHAIN_PAYLOAD = json.dumps({
                "vat_rate": "10"}]})
 #: The chain variants (--chain): the schema as migrated, and the schema before the chain.
 CHAIN_VARIANTS = ("chain", "nochain")
-NOCHAIN_REVISION = "0008"
+NOCHAIN_REVISION = VARIANT_REVISION["nochain"]
 
 
 def make_drafts(url: str, series: str, start: int, count: int) -> None:
@@ -203,9 +202,16 @@ def feed_clients(urls: dict[str, str]) -> Iterator[None]:
             client.join(timeout=30)
 
 
+#: The claim of a schema before 0010 (ids per tenant): the one its worker made, by invoice_id.
+LEGACY_CLAIM = "SELECT kind FROM claim_invoice(%(invoice_id)s, 300, 30000)"
+
+
 async def claims(engine: AsyncEngine, url: str, drafts: Drafts, connections: int,
-                 series_count: int, seconds: float) -> tuple[float, list[float]]:
+                 series_count: int, seconds: float, *, legacy: bool = False
+                 ) -> tuple[float, list[float]]:
     """claim_for_sending on `connections` connections for `seconds`; (elapsed s, latencies ms).
+    ``legacy``: the database holds a schema before 0010, claimed the way its worker did
+    (:data:`LEGACY_CLAIM`).
 
     Every latency is one committed claim; the elapsed time runs until the last one is done."""
     latencies: list[float] = []
@@ -217,8 +223,11 @@ async def claims(engine: AsyncEngine, url: str, drafts: Drafts, connections: int
         source = id_sources[SERIES[index % series_count]]
         while time.perf_counter() < stop_at:
             began = time.perf_counter()
-            await claim_for_sending(db, next(source), tenant="bench", lease_s=300,
-                                    lock_timeout_ms=30_000)
+            if legacy:
+                await db.one(LEGACY_CLAIM, {"invoice_id": next(source)})
+            else:
+                await claim_for_sending(db, next(source), tenant="bench", lease_s=300,
+                                        lock_timeout_ms=30_000)
             latencies.append((time.perf_counter() - began) * 1000)
 
     began = time.perf_counter()
@@ -244,7 +253,8 @@ async def interleaved(engines: dict[str, AsyncEngine], urls: dict[str, str], dra
     while min(spent[v] for v in variants) < seconds:
         for v in order(turn):
             elapsed, latency = await claims(engines[v], urls[v], drafts, connections,
-                                            series_count, slice_s)
+                                            series_count, slice_s,
+                                            legacy=v in VARIANT_REVISION)
             done[v] += len(latency)
             spent[v] += elapsed
             lats[v].extend(latency)
@@ -261,7 +271,8 @@ async def warm(engines: dict[str, AsyncEngine], urls: dict[str, str], drafts: Dr
     for v, engine in engines.items():
         for code in SERIES[:in_use]:
             drafts.ensure(urls[v], code, int(estimate / in_use) + 100)
-        await claims(engine, urls[v], drafts, connections, in_use, 1.0)
+        await claims(engine, urls[v], drafts, connections, in_use, 1.0,
+                     legacy=v in VARIANT_REVISION)
 
 
 def rotating(variants: Sequence[str]) -> Callable[[int], Sequence[str]]:
@@ -342,24 +353,23 @@ def variant_databases(variants: Sequence[str] = VARIANTS) -> Iterator[dict[str, 
     """The variants' databases (by default all four: on, events, lock, off), their series
     defined; dropped afterwards."""
     with ExitStack() as stack:
-        urls = {v: stack.enter_context(bench_database(f"feed_{v}")) for v in variants}
+        urls = {v: stack.enter_context(bench_database(f"feed_{v}", VARIANT_REVISION.get(v)))
+                for v in variants}
         for variant, url in urls.items():
-            # Series first: add_series writes today's columns, which the downgraded schema of
-            # the "lock" variant lacks (its downgrade keeps the rows).
-            asyncio.run(_define_series(url))
+            _define_series(url)
             prepare(url, variant)
         yield urls
 
 
 @contextmanager
 def chain_databases() -> Iterator[dict[str, str]]:
-    """The chain variants' databases (chain: as migrated; nochain: downgraded to 0008), their
+    """The chain variants' databases (chain: as migrated; nochain: the schema at 0008), their
     series defined, drafts carrying a realistic message meanwhile; dropped afterwards."""
     with ExitStack() as stack:
-        urls = {v: stack.enter_context(bench_database(f"chain_{v}")) for v in CHAIN_VARIANTS}
-        downgrade(urls["nochain"], NOCHAIN_REVISION)
+        urls = {v: stack.enter_context(bench_database(f"chain_{v}", VARIANT_REVISION.get(v)))
+                for v in CHAIN_VARIANTS}
         for url in urls.values():
-            asyncio.run(_define_series(url))
+            _define_series(url)
         previous = DRAFT_PAYLOAD["value"]
         DRAFT_PAYLOAD["value"] = CHAIN_PAYLOAD
         try:
@@ -603,10 +613,13 @@ def main() -> None:
                  "HTTP ÷ SQL", "ms per HTTP page"], read_rows)
 
 
-async def _define_series(url: str) -> None:
-    async with short_lived(url, actor="bench") as db:
+def _define_series(url: str) -> None:
+    """The bench's series, by the columns every schema version has (their defaults are today's
+    series add defaults: yearly, Europe/Istanbul, 9 digits, GİB's layout)."""
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
         for code in [*SERIES, *PG_SERIES, FEED_SERIES]:
-            await add_series(db, build_series_spec("bench", code, prefix=code))
+            conn.execute("INSERT INTO series (tenant, code, prefix) VALUES ('bench', %s, %s)",
+                         (code, code))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from typing import Any, TypeVar
 
 import httpx
 import psycopg
+from alembic import command
 from psycopg import sql
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -65,7 +66,7 @@ from gapless.integrator.base import MEDIA_JSON, Document
 from gapless.issuing.render import JSON_FORMAT, canonical_json
 from gapless.ledger.conninfo import driver_conninfo, with_database
 from gapless.ledger.database import make_engine
-from gapless.ledger.migrations import migrate
+from gapless.ledger.migrations import alembic_config, migrate
 from gapless.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,13 +160,23 @@ def _template() -> str:
 
 
 @contextmanager
-def bench_database(label: str) -> Iterator[str]:
+def bench_database(label: str, revision: str | None = None) -> Iterator[str]:
     """A freshly migrated database for one benchmark run (a copy of the process's template),
-    dropped afterwards; its URL."""
+    dropped afterwards; its URL. With ``revision``, an empty database brought up to that older
+    schema version instead (a benchmark's "previous design": migrations from 0010 on are
+    forward-only, so an older schema is made by stopping the upgrade there, not by stepping a
+    migrated one down)."""
     name = f"gapless_bench_{label}_{uuid.uuid4().hex[:8]}"
-    _admin(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-        sql.Identifier(name), sql.Identifier(_template())))
+    if revision is None:
+        _admin(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(_template())))
+    else:
+        _admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
+        if revision is not None:
+            command.upgrade(alembic_config(database_url(name)), revision)
+            with psycopg.connect(conninfo(database_url(name)), autocommit=True) as conn:
+                conn.execute("INSERT INTO gapless_config (cluster_id) VALUES (0)")
         yield database_url(name)
     finally:
         _drop(name)
