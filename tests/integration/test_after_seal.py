@@ -192,7 +192,7 @@ async def test_any_exception_while_rendering_parks_the_invoice_with_its_reason(
     def broken(*args: Any, **kwargs: Any) -> bytes:
         raise ValueError("All strings must be XML compatible")
 
-    monkeypatch.setattr(render, "render_ubl_tr", broken)
+    monkeypatch.setattr(render, "render", broken)
     async with running_worker(worker_settings) as worker:
         await publish(worker_settings, ubl_message("inv-1"))
         await await_until(lambda: settled_with_reason(engine, "inv-1"), 30,
