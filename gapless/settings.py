@@ -69,6 +69,15 @@ class Settings(BaseSettings):
     gib_poll_give_up_s: float = Field(604800.0, gt=0, description="A document still pending "
                                       "this long after acceptance is given up (stays pending)")
     gib_poll_batch: int = Field(100, ge=1, description="Questions claimed per recovery round")
+    # The receiver's answer, learnt by the same questions (gapless.ledger.verdicts.GibPolicy).
+    answer_window_despatch_s: float = Field(604800.0, gt=0, description="A dispatch note not "
+                                            "answered this long after acceptance is recorded "
+                                            "unanswered (GİB's 7 days)")
+    answer_window_invoice_s: float = Field(691200.0, gt=0, description="A TICARIFATURA invoice "
+                                           "not answered this long after acceptance is "
+                                           "recorded unanswered (GİB's 8 days)")
+    answer_poll_max_s: float = Field(3600.0, gt=0, description="Longest wait between questions "
+                                     "while a document awaits its receiver's answer")
     nilvera_url: str = "https://apitest.nilvera.com"
     nilvera_api_key: str = Field("", repr=False)
     integrators_file: str = Field("", description="A TOML file of per-tenant integrator "

@@ -16,6 +16,11 @@ asked,
    pending with that said. A call the breaker refused (or a stop) puts the question back
    untouched; a failed call leaves it to its lease (asked again after ``lease_s``).
 
+The same answer carries the **receiver's answer** to a dispatch note or a ``TICARIFATURA``
+invoice: it is recorded the first time it comes (``answered``), and such a document is asked
+about after GİB's final verdict too, until its answer comes or its legal window closes
+(``unanswered``; :meth:`gapless.ledger.verdicts.GibPolicy.next_answer_in`).
+
 The invoice stays ISSUED: a refusal is an operator's matter (gapless status and audit list it).
 """
 
@@ -45,6 +50,12 @@ log = get_logger("gapless.recovery")
 
 #: What became of each claimed question.
 RESULTS = ("accepted", "refused", "pending", "unresolved", "released", "failed", "superseded")
+#: What the receiver's answer became, when one was awaited.
+ANSWER_RESULTS = ("answered", "unanswered", "awaited")
+ANSWERS = Metric("gapless_answer_checks_total",
+                 "Receivers' answers learnt by recovery's questions, by result", ["result"])
+for _result in ANSWER_RESULTS:
+    ANSWERS.labels(result=_result)
 CHECKS = Metric("gapless_gib_checks_total",
                 "Questions about GİB's verdict on an ISSUED document, by result", ["result"])
 for _result in RESULTS:
@@ -89,14 +100,31 @@ async def _answer(db: Database, guard: Guard, policy: GibPolicy, check: GibCheck
         return "failed"  # asked again once the claim's lease runs out
     state, detail = ((GibState.PENDING, UNKNOWN_UUID) if status is None
                      else (status.state, status.detail))
-    next_in_s: float | None = None
+    answer = None if status is None or check.answer_status is not None else status.answer
+    if answer is not None and policy.answer_window_s(check) is None:
+        answer = None  # a document nobody answers (an integrator's stray answer is not kept)
+    verdict_next: float | None = None
     result = state.value
     if state is GibState.PENDING:
-        next_in_s = policy.next_in(check.channel, check.age_s)
-        if next_in_s is None:
+        verdict_next = policy.next_in(check.channel, check.age_s)
+        if verdict_next is None:
             result, detail = "unresolved", _gave_up_detail(policy, detail)
-    if not await record_gib_status(db, check, state, detail, next_in_s):
+    awaited = answer is None and policy.next_answer_in(check) is not None
+    unanswered = (answer is None and check.answer_status is None
+                  and policy.answer_window_s(check) is not None and not awaited)
+    next_in_s = _sooner(verdict_next, policy.next_answer_in(check) if awaited else None)
+    if result == "unresolved" and next_in_s is not None:
+        result = "pending"  # GİB's verdict is given up once the answer's questions end too
+    if not await record_gib_status(db, check, state, detail, next_in_s, answer=answer,
+                                   unanswered=unanswered):
         return "superseded"
+    if answer is not None or unanswered or awaited:
+        answered = "answered" if answer is not None else "unanswered" if unanswered else "awaited"
+        ANSWERS.labels(result=answered).inc()
+        if answered != "awaited":
+            log.info("receiver_answer", invoice_id=check.invoice_id, tenant=check.tenant,
+                     number=check.number, answer=answered,
+                     code=None if answer is None else answer.code.value)
     fields = {"invoice_id": check.invoice_id, "tenant": check.tenant, "number": check.number,
               "channel": check.channel, "gib_state": result}
     if result == "refused":
@@ -107,6 +135,13 @@ async def _answer(db: Database, guard: Guard, policy: GibPolicy, check: GibCheck
         log.info("gib_verdict", next_in_s=None if next_in_s is None else round(next_in_s, 1),
                  **fields)
     return result
+
+
+def _sooner(first: float | None, second: float | None) -> float | None:
+    """The sooner of two due delays (None: that one is not due at all)."""
+    if first is None or second is None:
+        return first if second is None else second
+    return min(first, second)
 
 
 async def follow_verdicts(db: Database, guard: Guard, policy: GibPolicy, *,

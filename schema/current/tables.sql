@@ -137,6 +137,11 @@ CREATE TABLE invoices (
     document           text NOT NULL GENERATED ALWAYS AS (
                            CASE WHEN payload->>'document' = 'despatch' THEN 'despatch'
                                 ELSE 'invoice' END) STORED,
+    -- The receiver's answer (gib.sql): {"code", "at", "lines"} as the API shows it, and
+    -- answered / unanswered (the legal window passed); NULL: not (yet) answered.
+    answer             jsonb,
+    answer_status      text CONSTRAINT invoices_answer_status_kind
+                       CHECK (answer_status IN ('answered', 'unanswered')),
     CONSTRAINT invoices_series_fkey FOREIGN KEY (tenant, series) REFERENCES series (tenant, code),
     -- The producer's key is unique per tenant: two tenants may use the same invoice_id, and
     -- neither can learn of or take the other's. invoice_id comes first so that the index also

@@ -39,26 +39,33 @@ CLAIM_GIB_CHECKS = """
          WHERE i.id = picked.id
         RETURNING i.id, i.invoice_id, i.tenant, i.series, i.number, i.uuid, i.gib_status,
                   i.gib_next_check_at AS claimed_until, picked.prev_due, i.issued_at,
-                  i.payload->>'profile' AS profile
+                  i.payload->>'profile' AS profile, i.document, i.answer_status
     )
     SELECT c.id, c.invoice_id, c.tenant, c.series, c.number, c.uuid, c.gib_status,
            c.claimed_until, c.prev_due, extract(epoch FROM now() - c.issued_at)::float8 AS age_s,
-           CASE WHEN s.channel = 'earsiv' OR c.profile = 'EARSIVFATURA' THEN 'earsiv'
-                ELSE 'efatura' END AS channel
+           CASE WHEN c.document = 'despatch' THEN 'edespatch'
+                WHEN s.channel = 'earsiv' OR c.profile = 'EARSIVFATURA' THEN 'earsiv'
+                ELSE 'efatura' END AS channel,
+           c.document, c.profile, c.answer_status
       FROM claimed c
       JOIN series s ON s.tenant = c.tenant AND s.code = c.series
 """
 
-#: Record one answer: the state, the integrator's detail, when it was asked, and the next
-#: question in %(next_s)s seconds (NULL: none — a final verdict, or recovery gives up). Fenced by
-#: the claim (``claimed_until``), so an answer whose lease was taken over by another claimer is
-#: not written twice; no row: superseded. A final verdict, or giving up, writes its history
-#: event (trigger ``invoices_history_verdict``) in this statement. One row lock, this statement
-#: only.
+#: Record one answer: the state, the integrator's detail, when it was asked, the next question
+#: in %(next_s)s seconds (NULL: none — a final verdict and no receiver's answer awaited, or
+#: recovery gives up), and the receiver's %(answer)s with %(answer_status)s (``answered``;
+#: ``unanswered`` when its window closed; NULL: unchanged — a recorded answer is never replaced).
+#: Fenced by the claim (``claimed_until``), so an answer whose lease was taken over by another
+#: claimer is not written twice; no row: superseded. A final verdict, giving up, an answer or its
+#: absence writes its history event (triggers ``invoices_history_verdict`` and
+#: ``invoices_history_verdict_answer``) in this statement. One row lock, this statement only.
 RECORD_GIB_STATUS = """
     UPDATE invoices
        SET gib_status = %(state)s, gib_detail = %(detail)s, gib_checked_at = now(),
-           gib_next_check_at = now() + make_interval(secs => %(next_s)s::float8)
+           gib_next_check_at = now() + make_interval(secs => %(next_s)s::float8),
+           answer = CASE WHEN answer_status IS NULL THEN coalesce(%(answer)s::jsonb, answer)
+                         ELSE answer END,
+           answer_status = coalesce(answer_status, %(answer_status)s::text)
      WHERE id = %(pk)s AND status = 'ISSUED' AND gib_next_check_at = %(claimed_until)s
     RETURNING id
 """
