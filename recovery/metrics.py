@@ -81,6 +81,12 @@ GIB_REFUSED = Gauge("gapless_gib_refused",
 GIB_UNRESOLVED = Gauge("gapless_gib_unresolved",
                        "ISSUED documents GİB never answered within the verdict window "
                        "(recovery stopped asking)", SERIES_LABELS)
+ANSWERS_REJECTED = Gauge("gapless_answers_rejected",
+                         "ISSUED documents their receiver rejected (RED, or KISMIKABUL rejecting "
+                         "a quantity): an operator settles them", SERIES_LABELS)
+UNANSWERED = Gauge("gapless_unanswered_past_window",
+                   "Dispatch notes and TICARIFATURA invoices not answered within their legal "
+                   "window", SERIES_LABELS)
 OLDEST_SENDING_AGE = Gauge("gapless_oldest_sending_age_seconds",
                            "Age of the oldest SENDING lease (0: none)", SERIES_LABELS)
 DEAD_LETTERS = Gauge("gapless_dead_letters", "Messages in the dead-letter queue <prefix>.dead",
@@ -95,7 +101,8 @@ for _source in ("database", "broker"):
     STATE_REFRESH_FAILURES.labels(source=_source)
 
 _SERIES_GAUGES = (ERRORS_AWAITING_RETRY, ERRORS_AWAITING_OPERATOR, ALARMS_OPEN,
-                  REJECTED_INVOICES, GIB_REFUSED, GIB_UNRESOLVED, OLDEST_SENDING_AGE)
+                  REJECTED_INVOICES, GIB_REFUSED, GIB_UNRESOLVED, ANSWERS_REJECTED, UNANSWERED,
+                  OLDEST_SENDING_AGE)
 
 
 class StateGauges:
@@ -164,6 +171,8 @@ class StateGauges:
                 REJECTED_INVOICES.labels(*key).set(row.rejected)
                 GIB_REFUSED.labels(*key).set(row.gib_refused)
                 GIB_UNRESOLVED.labels(*key).set(row.gib_unresolved)
+                ANSWERS_REJECTED.labels(*key).set(row.answers_rejected)
+                UNANSWERED.labels(*key).set(row.unanswered)
                 OLDEST_SENDING_AGE.labels(*key).set(row.oldest_sending_age_s or 0.0)
             STATE_REFRESHED.set(time.time())
         await self._refresh_dead_letters()

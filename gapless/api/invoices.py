@@ -8,6 +8,7 @@ tenant (``?tenant=``) when several hold the id.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,14 @@ from fastapi.responses import JSONResponse
 from gapless.amqp.publisher import Publisher, PublishRefused, PublishUnconfirmed
 from gapless.api import deps
 from gapless.api.auth import Principal, principal
-from gapless.api.models import Accepted, BatchAccepted, EventOut, InvoiceOut, RefusedOut
+from gapless.api.models import (
+    Accepted,
+    AnswerOut,
+    BatchAccepted,
+    EventOut,
+    InvoiceOut,
+    RefusedOut,
+)
 from gapless.api.observe import ApiMetrics
 from gapless.constants import Status
 from gapless.errors import InvoiceNotFound
@@ -401,12 +409,15 @@ async def invoice_status(invoice_id: str, who: Principal = Security(principal),
             raise HTTPException(404, "no such invoice")
         events = await invoice_events(snap, row.id)
     return InvoiceOut(
-        invoice_id=row.invoice_id, tenant=row.tenant, series=row.series, status=row.status,
+        invoice_id=row.invoice_id, tenant=row.tenant, series=row.series,
+        document=row.document, status=row.status,
         number=row.number, reserved_no=row.reserved_no, uuid=str(row.uuid),
         document_sha256=row.document_sha256, attempts=row.attempts,
         last_error=row.last_error, integrator_ref=row.integrator_ref,
         created_at=feed.iso_utc(row.created_at), updated_at=feed.iso_utc(row.updated_at),
         reserved_at=deps.iso(row.reserved_at), issued_at=deps.iso(row.issued_at),
         next_attempt_at=deps.iso(row.next_attempt_at),
+        answer=None if row.answer is None else AnswerOut.model_validate(
+            json.loads(row.answer) if isinstance(row.answer, str | bytes) else row.answer),
         events=[EventOut(**{**e._asdict(), "created_at": feed.iso_utc(e.created_at)})
                 for e in events])

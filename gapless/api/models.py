@@ -70,10 +70,33 @@ else:
     EventOut = _history_event_model()
 
 
+class AnswerLineOut(BaseModel):
+    """One line of a dispatch note's answer: of line ``line``, the quantities received, short
+    and rejected (decimal strings), and the receiver's reason."""
+
+    line: int
+    received: str
+    short: str
+    rejected: str
+    reason: str | None
+
+
+class AnswerOut(BaseModel):
+    """The receiver's answer (docs/api.md): a dispatch note's e-İrsaliye Yanıtı or a
+    TICARIFATURA invoice's KABUL/RED. It never changes the number or the status."""
+
+    code: Literal["KABUL", "RED", "KISMIKABUL"]
+    at: str = Field(description="When the receiver answered (ISO 8601)")
+    lines: list[AnswerLineOut] | None = Field(
+        None, description="Per line, for a dispatch note only")
+
+
 class InvoiceOut(BaseModel):
     invoice_id: str
     tenant: str
     series: str
+    document: Literal["invoice", "despatch"] = Field(
+        description="The kind of document: an invoice or a dispatch note (e-İrsaliye)")
     status: str
     number: str | None
     reserved_no: int | None
@@ -89,6 +112,8 @@ class InvoiceOut(BaseModel):
     reserved_at: str | None
     issued_at: str | None
     next_attempt_at: str | None
+    answer: AnswerOut | None = Field(description="The receiver's answer; null until answered "
+                                                 "(and for a document nobody answers)")
     events: list[EventOut]
 
 

@@ -220,6 +220,24 @@ def document_kind(payload: dict[str, Any], document: bytes | None) -> DocumentKi
                         withheld=withheld, alias=alias)
 
 
+def _json_of(value: Any) -> Any:
+    """A jsonb value as read (the driver may hand over its text)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def answer_text(answer: dict[str, Any] | None, status: str | None) -> str:
+    """The receiver's answer for people: ``KISMIKABUL at …; line 1: received 10, short 2,
+    rejected 0``, ``none within the legal window``, or ``-`` (none yet, or nobody answers)."""
+    if answer is None:
+        return "none within the legal window" if status == "unanswered" else "-"
+    parts = [f"{answer.get('code')} at {answer.get('at')}"]
+    for line in answer.get("lines") or ():
+        reason = f" ({line.get('reason')})" if line.get("reason") else ""
+        parts.append(f"line {line.get('line')}: received {line.get('received')}, short "
+                     f"{line.get('short')}, rejected {line.get('rejected')}{reason}")
+    return "; ".join(parts)
+
+
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -235,7 +253,8 @@ def _as_dict(row: Any, events: list[Any], kind: DocumentKind, *,
         "reserved_no": row.reserved_no, "number": row.number, "uuid": str(row.uuid),
         "profile_version": row.profile_version, "document_sha256": row.document_sha256,
         "attempts": row.attempts, "last_error": row.last_error,
-        "integrator_ref": row.integrator_ref,
+        "integrator_ref": row.integrator_ref, "answer": _json_of(row.answer),
+        "answer_status": row.answer_status,
         "reserved_at": _iso(row.reserved_at), "sending_since": _iso(row.sending_since),
         "next_attempt_at": _iso(row.next_attempt_at), "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at), "issued_at": _iso(row.issued_at),
@@ -278,6 +297,7 @@ def _print_invoice(row: Any, events: list[Any], kind: DocumentKind, *,
     facts.add_row("document", "-" if row.document_sha256 is None else (
         f"sha256 {row.document_sha256}"
         + ("" if row.profile_version is None else f", issuer profile v{row.profile_version}")))
+    facts.add_row("answer", answer_text(_json_of(row.answer), row.answer_status))
     facts.add_row("attempts", str(row.attempts))
     facts.add_row("last error", row.last_error or "-")
     facts.add_row("integrator ref", row.integrator_ref or "-")
@@ -359,6 +379,10 @@ def list_(
         None, "--since", metavar="DATE",
         help="Only documents received at or after DATE (YYYY-MM-DD, midnight in "
              "Europe/Istanbul) or an ISO 8601 time."),
+    answer: str | None = typer.Option(
+        None, "--answer", metavar="ANSWER",
+        help="Only documents whose receiver answered KABUL, RED or KISMIKABUL; none (not "
+             "answered, or nobody answers them); unanswered (the legal window closed)."),
     limit: int = typer.Option(100, "--limit", min=1, max=10_000,
                               help="At most this many, the newest; a line says when more match."),
     as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout."),
@@ -368,8 +392,9 @@ def list_(
     date, last change, and the reason of an ERROR, REJECTED, CANCELLED or VOIDED one."""
     statuses = _statuses(status)
     moment = _since(since)
+    answered = _answer(answer)
     settings = settings_from(database_url=database_url)
-    listing = run(_list(settings, tenant, statuses, moment, limit))
+    listing = run(_list(settings, tenant, statuses, moment, limit, answered))
     more = (f"showing the newest {limit}; more documents match (narrow with --tenant, --status "
             "or --since, or raise --limit)")
     if as_json:
@@ -385,13 +410,28 @@ def list_(
         echo(more)
 
 
+#: ``--answer`` values: the receiver's codes, and two states without one.
+ANSWER_FILTERS = ("KABUL", "RED", "KISMIKABUL", "none", "unanswered")
+
+
+def _answer(value: str | None) -> str | None:
+    """``--answer`` as the list's filter (codes in any case); a usage error names a wrong one."""
+    if value is None:
+        return None
+    for known in ANSWER_FILTERS:
+        if value.strip().lower() == known.lower():
+            return known
+    raise typer.BadParameter(f"--answer: unknown answer {value!r}; choose "
+                             f"{', '.join(ANSWER_FILTERS)}")
+
+
 async def _list(settings: Settings, tenant: str | None, statuses: list[Status],
-                since: datetime | None, limit: int) -> Any:
+                since: datetime | None, limit: int, answer: str | None = None) -> Any:
     from gapless.ledger.invoices import list_invoices
 
     async with _database(settings) as db:
         return await list_invoices(db, tenant=tenant, statuses=statuses, since=since,
-                                   limit=limit)
+                                   limit=limit, answer=answer)
 
 
 def _list_item(row: Any) -> dict[str, Any]:
@@ -400,20 +440,23 @@ def _list_item(row: Any) -> dict[str, Any]:
             "series": row.series, "number": row.number, "status": row.status,
             "issue_date": row.issue_date, "attempts": row.attempts,
             "last_error": row.last_error, "created_at": _iso(row.created_at),
-            "updated_at": _iso(row.updated_at)}
+            "updated_at": _iso(row.updated_at), "document": row.document,
+            "answer": row.answer or row.answer_status}
 
 
 def _print_list(rows: list[Any]) -> None:
     """The list as a table; every value from the ledger is shown as text."""
     table = Table(title="documents, newest first", title_justify="left")
-    for column in ("invoice_id", "tenant", "series", "number", "status", "issue date",
-                   "updated"):
+    for column in ("invoice_id", "tenant", "series", "document", "number", "status",
+                   "issue date", "updated", "answer"):
         table.add_column(column, overflow="fold")
     table.add_column("reason", overflow="fold")
     for row in rows:
         reason = row.last_error if row.status in REASON_STATUSES and row.last_error else ""
-        table.add_row(row.invoice_id, row.tenant, row.series, row.number or "-", row.status,
-                      row.issue_date or "-", f"{row.updated_at:%Y-%m-%d %H:%M:%S %Z}", reason)
+        table.add_row(row.invoice_id, row.tenant, row.series, row.document, row.number or "-",
+                      row.status, row.issue_date or "-",
+                      f"{row.updated_at:%Y-%m-%d %H:%M:%S %Z}",
+                      row.answer or row.answer_status or "-", reason)
     console().print(table)
 
 

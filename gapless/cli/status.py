@@ -65,6 +65,7 @@ def render(status: Status) -> Any:
     if status.feed is not None:
         _feed_lines(lines, status.feed)
     _gib_lines(lines, status)
+    _answer_lines(lines, status)
     return Group(_series_table(status), lines)
 
 
@@ -173,6 +174,26 @@ def _gib_lines(lines: Any, status: Status) -> None:
     if unresolved:
         lines.append(f"\n  given up while pending: {UNRESOLVED_TODO} (gapless audit lists them)",
                      style="dim")
+
+
+def _answer_lines(lines: Any, status: Status) -> None:
+    """Receivers' answers awaiting action: the rejections (each with what to do), and how many
+    documents went unanswered within their legal window. Nothing when there is neither."""
+    rejected = sum(row.answers_rejected for row in status.series)
+    unanswered = sum(row.unanswered for row in status.series)
+    if not rejected and not unanswered:
+        return
+    lines.append("\nreceivers' answers: ", style="bold")
+    lines.append(f"{rejected:,} rejected", style="bold red" if rejected else "")
+    lines.append(f", {unanswered:,} unanswered within the legal window")
+    if status.answers_rejected:
+        lines.append(f"\n  {status.answers_rejected[0].todo}", style="dim")
+    for rejection in status.answers_rejected[:GIB_REFUSED_LINES]:
+        lines.append("\n  " + printable(f"{rejection.number}  {rejection.invoice_id}: "
+                                         f"{rejection.code}, {rejection.detail}"))
+    if rejected > min(len(status.answers_rejected), GIB_REFUSED_LINES):
+        lines.append(f"\n  … {rejected - min(len(status.answers_rejected), GIB_REFUSED_LINES):,}"
+                     " more (gapless invoice list --answer RED)", style="dim")
 
 
 # ---------------------------------------------------------------------------------- command

@@ -403,17 +403,19 @@ class InvoiceList:
 
 async def list_invoices(db: Database, *, tenant: str | None = None,
                         statuses: Collection[Status] = (), since: datetime | None = None,
-                        limit: int = 100) -> InvoiceList:
+                        limit: int = 100, answer: str | None = None) -> InvoiceList:
     """The invoices of ``tenant`` (every tenant: None) in one of ``statuses`` (any: empty),
     created at or after ``since`` (None: ever), newest first (created_at, then id), at most
     ``limit`` of them; ``more`` says whether others match. One statement, no lock; each row has
     id, invoice_id, tenant, series, number, status, issue_date (the producer's), attempts,
-    last_error, created_at and updated_at."""
+    last_error, created_at, updated_at, document, answer (the receiver's code) and
+    answer_status. ``answer``: only those answered with this code (``KABUL``, ``RED``,
+    ``KISMIKABUL``), not answered (``none``) or recorded ``unanswered``."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     rows = await db.all(q.LIST_INVOICES, {
         "tenant": tenant, "statuses": [status.value for status in statuses] or None,
-        "since": since, "limit": limit + 1})
+        "since": since, "limit": limit + 1, "answer": answer})
     return InvoiceList(rows[:limit], len(rows) > limit)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -66,6 +67,10 @@ class SeriesStatus:
     gib_refused: int = 0
     gib_pending: int = 0
     gib_unresolved: int = 0
+    #: Receivers' answers: rejections (RED, or KISMIKABUL rejecting a quantity); documents
+    #: unanswered within their legal window.
+    answers_rejected: int = 0
+    unanswered: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,29 @@ class GibRefusal:
     detail: str | None
     checked_at: str | None
     todo: str
+
+
+@dataclass(frozen=True)
+class AnswerRejection:
+    """A document its receiver rejected (RED), or rejected quantities of (KISMIKABUL): still
+    ISSUED, its number accounted for; ``todo`` says what an operator does."""
+
+    tenant: str
+    series: str
+    number: str
+    invoice_id: str
+    document: str
+    code: str
+    at: str | None
+    #: The rejected lines of a dispatch note (``line 2: rejected 3 (damaged)``), or the reason.
+    detail: str
+    todo: str
+
+
+#: What an operator does about a rejection by the receiver.
+ANSWER_REJECTED_TODO = ("settle it with the customer: a return or a corrected document (the "
+                        "number stays accounted for; gapless never resends an answered "
+                        "document)")
 
 
 @dataclass(frozen=True)
@@ -144,6 +172,8 @@ class Status:
     feed: FeedStatus | None = None
     #: Documents GIB refused after acceptance, newest first (at most GIB_REFUSED_SHOWN).
     gib_refused: list[GibRefusal] = field(default_factory=list)
+    #: Documents their receivers rejected, newest answer first (at most GIB_REFUSED_SHOWN).
+    answers_rejected: list[AnswerRejection] = field(default_factory=list)
     #: Why the queue could not be read (RabbitMQ unreachable); not part of the document.
     broker_error: Exception | None = field(default=None, repr=False, compare=False)
 
@@ -153,7 +183,8 @@ class Status:
                 "breakers": [asdict(breaker) for breaker in self.breakers],
                 "profiles": [asdict(profile) for profile in self.profiles],
                 "feed": None if self.feed is None else asdict(self.feed),
-                "gib_refused": [asdict(refusal) for refusal in self.gib_refused]}
+                "gib_refused": [asdict(refusal) for refusal in self.gib_refused],
+                "answers_rejected": [asdict(rejection) for rejection in self.answers_rejected]}
 
     def gib_totals(self) -> GibTotals:
         return GibTotals(refused=sum(row.gib_refused for row in self.series),
@@ -170,6 +201,7 @@ class DatabaseSide:
     profiles: list[ProfileStatus]
     feed: FeedStatus
     gib_refused: list[GibRefusal]
+    answers_rejected: list[AnswerRejection] = field(default_factory=list)
 
 
 async def read_database(db: Database, *, tenant: str | None, series: str | None
@@ -187,6 +219,8 @@ async def read_database(db: Database, *, tenant: str | None, series: str | None
     backlog = await db.one(qf.BACKLOG)
     refused = await db.all(q.GIB_REFUSED, {
         "tenant": tenant, "series": series, "limit": GIB_REFUSED_SHOWN})
+    rejected = await db.all(q.ANSWERS_REJECTED, {
+        "tenant": tenant, "series": series, "limit": GIB_REFUSED_SHOWN})
     profiles = await profiles_in_force(db, tenant)
     return DatabaseSide(
         series_rows(rows),
@@ -194,7 +228,7 @@ async def read_database(db: Database, *, tenant: str | None, series: str | None
                        tax_office=p.issuer.tax_office, city=p.issuer.city) for p in profiles],
         FeedStatus(waiting=backlog.waiting, top=backlog.top, holder_pid=backlog.holder_pid,
                    holder_s=backlog.holder_s, holder_state=backlog.holder_state),
-        gib_refusals(refused, REFUSED_TODO))
+        gib_refusals(refused, REFUSED_TODO), answer_rejections(rejected))
 
 
 def series_rows(rows: Sequence[Any]) -> list[SeriesStatus]:
@@ -205,7 +239,8 @@ def series_rows(rows: Sequence[Any]) -> list[SeriesStatus]:
         issued=row.issued, error=row.error, rejected=row.rejected, cancelled=row.cancelled,
         voided=row.voided, alarms=row.alarms, oldest_sending_age_s=row.oldest_sending_age_s,
         gib_refused=row.gib_refused, gib_pending=row.gib_pending,
-        gib_unresolved=row.gib_unresolved)
+        gib_unresolved=row.gib_unresolved, answers_rejected=row.answers_rejected,
+        unanswered=row.unanswered)
         for row in rows]
 
 
@@ -216,6 +251,21 @@ def gib_refusals(rows: Sequence[Any], todo: str) -> list[GibRefusal]:
                        None if row.gib_checked_at is None
                        else row.gib_checked_at.isoformat(timespec="seconds"), todo)
             for row in rows]
+
+
+def answer_rejections(rows: Sequence[Any]) -> list[AnswerRejection]:
+    """The rows of ``queries.status.ANSWERS_REJECTED`` as AnswerRejection."""
+    found = []
+    for row in rows:
+        answer = json.loads(row.answer)
+        lines = [f"line {line.get('line')}: rejected {line.get('rejected')}"
+                 + (f" ({line['reason']})" if line.get("reason") else "")
+                 for line in answer.get("lines") or () if line.get("rejected") not in ("0", 0)]
+        found.append(AnswerRejection(row.tenant, row.series, row.number, row.invoice_id,
+                                     row.document, answer.get("code", "?"), answer.get("at"),
+                                     "; ".join(lines) or "the whole document",
+                                     ANSWER_REJECTED_TODO))
+    return found
 
 
 # ---------------------------------------------------------------------------------- queue
@@ -344,7 +394,8 @@ async def collect(db: Database, settings: Settings, *, tenant: str | None, serie
                                                            read_breakers(metrics_urls))
     return Status(at=datetime.now(UTC).isoformat(timespec="seconds"), series=side.series,
                   queue=queue, breakers=breakers, profiles=side.profiles, feed=side.feed,
-                  gib_refused=side.gib_refused, broker_error=broker_error)
+                  gib_refused=side.gib_refused, answers_rejected=side.answers_rejected,
+                  broker_error=broker_error)
 
 
 class StatusReader:

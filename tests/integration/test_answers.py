@@ -163,4 +163,5 @@ async def test_answers_are_recorded_once_shown_and_never_change_a_number(
                                 headers={"Authorization": f"Bearer {token}"})).json()
         assert (plain["document"], plain["answer"]) == ("invoice", None)
     status = run_gapless(["status"], integrated_env)
-    assert "a-ticari" in status.stdout and "RED" in status.stdout
+    assert "a-ticari" in status.stdout
+    assert "RED" in status.stdout

@@ -21,7 +21,7 @@ from tests.helpers import ledger, run_gapless, today
 from tests.recovery_support import define_series, make_sending, message
 
 KEYS = ["id", "invoice_id", "tenant", "series", "number", "status", "issue_date", "attempts",
-        "last_error", "created_at", "updated_at"]
+        "last_error", "created_at", "updated_at", "document", "answer"]
 
 
 async def populate(engine: AsyncEngine) -> dict[str, Any]:
@@ -166,7 +166,8 @@ async def test_the_listing_reads_the_newest_rows_by_index_without_sorting_the_ta
         await conn.execute(text("ANALYZE invoices"))
 
     async def plan(**params: Any) -> str:
-        values = {"tenant": None, "statuses": None, "since": None, "limit": 101, **params}
+        values = {"tenant": None, "statuses": None, "since": None, "limit": 101,
+                  "answer": None, **params}
         async with engine.connect() as conn:
             raw = await conn.get_raw_connection()
             cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]

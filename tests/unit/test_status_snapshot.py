@@ -74,7 +74,7 @@ def test_the_json_document_has_the_contract_keys_and_never_the_broker_error() ->
                     broker_error=RuntimeError("down"))
     document = status.as_dict()
     assert list(document) == ["at", "series", "queue", "breakers", "profiles", "feed",
-                              "gib_refused"]
+                              "gib_refused", "answers_rejected"]
     assert document["queue"] == {"name": "q", "ready": None, "unacked": None,
                                  "by_priority": None, "dead_queue": "q.dead",
                                  "dead_letters": None, "note": "broker unreachable: down"}

@@ -259,7 +259,7 @@ GET_INVOICE = """
     SELECT id, invoice_id, tenant, series, status, priority, period_key, reserved_no, number,
            reserved_at, payload, attempts, sending_since, next_attempt_at, last_error,
            integrator_ref, created_at, updated_at, issued_at, uuid, profile_version,
-           document_sha256
+           document_sha256, document, answer, answer_status
       FROM invoices WHERE invoice_id = %(invoice_id)s AND tenant = %(tenant)s
 """
 
@@ -302,10 +302,15 @@ KNOWN_INVOICES = """
 #: whether more match.
 LIST_INVOICES = """
     SELECT id, invoice_id, tenant, series, number, status, payload->>'issue_date' AS issue_date,
-           attempts, last_error, created_at, updated_at
+           attempts, last_error, created_at, updated_at, document, answer->>'code' AS answer,
+           answer_status
       FROM invoices
      WHERE (CAST(%(tenant)s AS text) IS NULL OR tenant = %(tenant)s)
        AND (CAST(%(statuses)s AS text[]) IS NULL OR status = ANY(%(statuses)s))
+       AND (CAST(%(answer)s AS text) IS NULL
+            OR (%(answer)s = 'none' AND answer_status IS NULL)
+            OR (%(answer)s = 'unanswered' AND answer_status = 'unanswered')
+            OR answer->>'code' = %(answer)s)
        AND (CAST(%(since)s AS timestamptz) IS NULL OR created_at >= %(since)s)
      ORDER BY created_at DESC, id DESC
      LIMIT %(limit)s

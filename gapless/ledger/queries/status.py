@@ -25,6 +25,12 @@ SERIES_STATUS = """
                                                             AS gib_pending,
                count(*) FILTER (WHERE gib_status = 'pending' AND gib_next_check_at IS NULL)
                                                             AS gib_unresolved,
+               count(*) FILTER (WHERE answer->>'code' = 'RED'
+                                   OR (answer->>'code' = 'KISMIKABUL' AND EXISTS (
+                   SELECT FROM jsonb_array_elements(answer->'lines') AS l
+                    WHERE (l->>'rejected')::numeric > 0)))
+                                                            AS answers_rejected,
+               count(*) FILTER (WHERE answer_status = 'unanswered') AS unanswered,
                min(sending_since) FILTER (WHERE status = 'SENDING') AS oldest_sending_since
           FROM invoices
          WHERE (CAST(%(tenant)s AS text) IS NULL OR tenant = %(tenant)s)
@@ -42,6 +48,8 @@ SERIES_STATUS = """
            coalesce(c.voided, 0) AS voided, coalesce(c.alarms, 0) AS alarms,
            coalesce(c.gib_refused, 0) AS gib_refused, coalesce(c.gib_pending, 0) AS gib_pending,
            coalesce(c.gib_unresolved, 0) AS gib_unresolved,
+           coalesce(c.answers_rejected, 0) AS answers_rejected,
+           coalesce(c.unanswered, 0) AS unanswered,
            extract(epoch FROM now() - c.oldest_sending_since)::float8 AS oldest_sending_age_s
       FROM series s
       LEFT JOIN counts c ON c.tenant = s.tenant AND c.series = s.code
@@ -65,6 +73,22 @@ GIB_REFUSED = """
        AND (CAST(%(tenant)s AS text) IS NULL OR tenant = %(tenant)s)
        AND (CAST(%(series)s AS text) IS NULL OR series = %(series)s)
      ORDER BY gib_checked_at DESC, id DESC
+     LIMIT %(limit)s
+"""
+
+#: Documents whose receiver rejected them (RED), or rejected some quantity of a line
+#: (KISMIKABUL), newest answer first, at most %(limit)s: still ISSUED, numbers accounted for; an
+#: operator settles them with the customer (a return, a new document). One snapshot, no locks.
+ANSWERS_REJECTED = """
+    SELECT tenant, series, number, invoice_id, document, answer::text AS answer
+      FROM invoices
+     WHERE answer_status = 'answered'
+       AND (answer->>'code' = 'RED' OR (answer->>'code' = 'KISMIKABUL' AND EXISTS (
+               SELECT FROM jsonb_array_elements(answer->'lines') AS l
+                WHERE (l->>'rejected')::numeric > 0)))
+       AND (CAST(%(tenant)s AS text) IS NULL OR tenant = %(tenant)s)
+       AND (CAST(%(series)s AS text) IS NULL OR series = %(series)s)
+     ORDER BY answer->>'at' DESC, id DESC
      LIMIT %(limit)s
 """
 
