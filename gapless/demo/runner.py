@@ -5,14 +5,17 @@ One run, in order:
 1. a fresh demo database (dropped and re-created — only one the demo created itself, which it
    marks with a comment, :data:`DEMO_MARK`, unless ``force``), migrated, with one series for
    each of two tenants — ``acme`` with an issuer profile (its invoices are UBL-TR 2.1
-   documents), ``globex`` without (its documents are the message's JSON); a queue prefix of its
-   own (``gapless_demo_<run>``);
+   documents), ``globex`` without (its documents are the message's JSON) — and acme's series of
+   dispatch notes (``IRS``, channel ``edespatch``); a queue prefix of its own
+   (``gapless_demo_<run>``);
 2. ``gapless mock-integrator`` on a free port: 20–150 ms latency, a few per cent transient
    errors, some lost responses (accepted, then the connection is dropped);
 3. W ``gapless worker`` processes and one ``gapless recovery`` (short ``--stuck-after``, so the
    orphans of a killed worker are repaired within the demo);
 4. a mixed user/batch load over the two tenants, published with confirms; about 1 % carry the
-   tax id the integrator always rejects;
+   tax id the integrator always rejects; about :data:`DESPATCH_SHARE` of acme's documents are
+   dispatch notes, to e-İrsaliye users the demo registers at the mock (one or two aliases) and
+   to others (GİB's box);
 5. live progress on stderr; midway, one worker is killed with SIGKILL and started again;
 6. once everything has settled (or the deadline passed): a graceful stop of workers and
    recovery, ``gapless audit --integrator`` on stdout, the issued documents counted by kind (type
@@ -62,6 +65,9 @@ DEMO_DATABASE = "gapless_demo"
 DEMO_MARK = "created by gapless demo, which drops and re-creates it on every run"
 #: (tenant, series code, share of the load)
 TENANTS = (("acme", "ABC", 0.6), ("globex", "GLX", 0.4))
+#: The first tenant's series of dispatch notes, and the share of its documents that are notes.
+DESPATCH_SERIES = "IRS"
+DESPATCH_SHARE = 0.15
 #: The demo's issuer profile, for the first tenant: its documents are UBL-TR 2.1.
 DEMO_ISSUER = {"tax_id": "1234567808", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
                "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
@@ -248,6 +254,8 @@ async def prepare_database(settings: Settings, config: DemoConfig) -> str:
     async with short_lived(url, actor="operator") as db:
         for tenant, code, _ in TENANTS:
             await add_series(db, build_series_spec(tenant, code))
+        await add_series(db, build_series_spec(TENANTS[0][0], DESPATCH_SERIES,
+                                               channel="edespatch", default=True))
         await set_profile(db, TENANTS[0][0], build_issuer(**DEMO_ISSUER))
     return url
 
@@ -269,6 +277,20 @@ async def delete_queues(settings: Settings) -> None:
         channel = await connection.channel()
         with contextlib.suppress(Exception):
             await channel.exchange_delete(dead_exchange_name(settings.queue))
+
+
+async def register_despatch_users(integrator_url: str) -> None:
+    """Register the demo's e-İrsaliye users at the mock (``PUT /admin/recipients``, object form;
+    :data:`gapless.demo.samples.DESPATCH_USERS`): their notes go to their aliases, every other
+    customer's to GİB's box."""
+    import httpx
+
+    from gapless.demo.samples import DESPATCH_USERS
+
+    async with httpx.AsyncClient(timeout=10) as client:
+        answer = await client.put(f"{integrator_url}/admin/recipients", json={
+            tax_id: {"despatch": list(aliases)} for tax_id, aliases in DESPATCH_USERS.items()})
+        answer.raise_for_status()
 
 
 async def wait_for_http(url: str, within_s: float, child: Child) -> None:
@@ -307,7 +329,7 @@ def load_streams(total: int) -> list[tuple[str, str, str, int]]:
 
 def demo_load(total: int, seed: int, run_id: str) -> Iterator[dict[str, Any]]:
     """``total`` contract messages over the demo tenants, user/batch mixed in a seeded order."""
-    from gapless.demo.samples import sample_messages, with_rejected_customer
+    from gapless.demo.samples import sample_messages, sample_note, with_rejected_customer
 
     rng = random.Random(seed)
     specs = load_streams(total)
@@ -320,6 +342,10 @@ def demo_load(total: int, seed: int, run_id: str) -> Iterator[dict[str, Any]]:
     rng.shuffle(order)
     for position, index in enumerate(order, start=1):
         message = next(streams[index])
+        if message["tenant"] == TENANTS[0][0] and rng.random() < DESPATCH_SHARE:
+            # a dispatch note in the invoice's place (same key, priority and date)
+            yield sample_note(rng, message)
+            continue
         if position % REJECT_EVERY == 0:  # counted over the whole load, so small runs get some
             message = with_rejected_customer(message)
         yield message
@@ -563,6 +589,7 @@ async def _start(settings: Settings, config: DemoConfig, players: Cast, progress
     publisher, in the background."""
     await players.mock.start()
     await wait_for_http(f"{settings.integrator_url}/admin/stats", 30, players.mock)
+    await register_despatch_users(settings.integrator_url)
     for child in (*players.workers, players.recovery):
         await child.start()
     progress.started = time.monotonic()
@@ -639,9 +666,11 @@ async def issued_by_kind(db: Database) -> list[tuple[str, str, int]]:
     types, then of profiles."""
     from gapless.ledger.queries import status as q
     from gapless.message import INVOICE_TYPES, PROFILES
+    from gapless.message.despatch import DEFAULT_PROFILE, DEFAULT_TYPE
 
     rows = await db.all(q.ISSUED_BY_KIND, {
-        "default_type": INVOICE_TYPES[0], "default_profile": PROFILES[0]})
+        "default_type": INVOICE_TYPES[0], "default_profile": PROFILES[0],
+        "despatch_type": DEFAULT_TYPE, "despatch_profile": DEFAULT_PROFILE})
 
     def rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
         return (order.index(value) if value in order else len(order), value)

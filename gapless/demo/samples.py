@@ -206,3 +206,67 @@ def with_rejected_customer(message: dict[str, Any]) -> dict[str, Any]:
     customer.update(tax_id=REJECTED_TAX_ID, tax_office=customer.get("tax_office")
                     or customer["address"]["district"])
     return {**message, "customer": customer}
+
+
+#: The demo's e-İrsaliye users (registered at the mock by ``gapless demo``) with their
+#: dispatch-note aliases: one alias, or two (a note may name the second).
+DESPATCH_USERS: dict[str, tuple[str, ...]] = {
+    "4840847211": ("urn:mail:irsaliyepk@anadolu.example",),
+    "5950193314": ("urn:mail:irsaliyepk@bosphorus.example", "urn:mail:depo@bosphorus.example"),
+    "6061204425": ("urn:mail:irsaliyepk@kuzey.example",),
+}
+_PLATES = ("34ABC123", "06DEF45", "35GH678", "16JK901")
+_TRAILERS = ("34TR001", "06TR002")
+
+
+def sample_note(rng: random.Random, invoice: dict[str, Any]) -> dict[str, Any]:
+    """A realistic dispatch note in ``invoice``'s place (its key, tenant, priority and date):
+    to one of :data:`DESPATCH_USERS` (now and then naming the second alias) or to anyone else
+    (GİB's box); SEVK or, now and then, MATBUDAN; drivers with a plate (and a trailer) or a
+    carrier; lines with or without prices; sometimes the buyer's order."""
+    today = invoice["issue_date"]
+    customer = _customer(rng, None)
+    customer.pop("person", None)
+    if customer["tax_id"] and len(customer["tax_id"]) != 10:
+        customer["tax_id"] = vkn(rng)
+    customer.setdefault("tax_office", customer["address"]["district"])
+    if rng.random() < 0.6:
+        customer["tax_id"] = rng.choice(list(DESPATCH_USERS))
+        aliases = DESPATCH_USERS[customer["tax_id"]]
+        if len(aliases) > 1 and rng.random() < 0.5:
+            customer["alias"] = aliases[1]
+    district, city, postal_zone = rng.choice(_PLACES)
+    despatch: dict[str, Any] = {
+        "type": "SEVK", "despatch_date": today,
+        "despatch_time": f"{rng.randint(7, 18):02d}:{rng.choice(('00', '15', '30', '45'))}:00",
+        "delivery_address": {"street": f"Depo Sk. No:{rng.randint(1, 99)}",
+                             "district": district, "city": city, "postal_zone": postal_zone,
+                             "country": "Türkiye"}}
+    if rng.random() < 0.15:
+        despatch["type"] = "MATBUDAN"
+        despatch["printed"] = {"number": f"MTB{today[:4]}{rng.randint(1, 999999):09d}",
+                               "issue_date": today}
+    if rng.random() < 0.7:
+        first, family = rng.choice(_PEOPLE)
+        despatch["drivers"] = [{"first_name": first, "family_name": family,
+                                "tckn": tckn(rng)}]
+        despatch["license_plate"] = rng.choice(_PLATES)
+        if rng.random() < 0.3:
+            despatch["trailer_plates"] = [rng.choice(_TRAILERS)]
+    else:
+        despatch["carrier"] = {"tax_id": vkn(rng), "name": "Bosphorus Logistics"}
+    if rng.random() < 0.3:
+        despatch["order"] = {"number": f"PO-{rng.randint(1000, 9999)}", "issue_date": today}
+    priced = rng.random() < 0.5
+    lines = []
+    for _ in range(rng.randint(1, 5)):
+        description, unit_price, unit_code = rng.choice(_PRODUCTS)
+        quantity = (str(rng.randint(1, 20)) if unit_code == "C62"
+                    else f"{rng.randint(1, 40)}.{rng.randint(0, 9)}")
+        line = {"description": description, "quantity": quantity, "unit_code": unit_code}
+        if priced:
+            line["unit_price"] = unit_price
+        lines.append(line)
+    return {"document": "despatch", "invoice_id": invoice["invoice_id"],
+            "tenant": invoice["tenant"], "priority": invoice["priority"], "issue_date": today,
+            "customer": customer, "despatch": despatch, "lines": lines}

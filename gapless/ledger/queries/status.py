@@ -125,8 +125,15 @@ FIRST_ISSUED_DOCUMENT = """
 #: one is a %(default_type)s) and profile (without one, %(default_profile)s), for the demo's closing
 #: summary. One snapshot, no lock; scans the invoices.
 ISSUED_BY_KIND = """
-    SELECT coalesce(payload->>'type', CAST(%(default_type)s AS text)) AS type,
-           coalesce(payload->>'profile', CAST(%(default_profile)s AS text)) AS profile,
+    SELECT CASE WHEN document = 'despatch'
+                THEN coalesce(payload->'despatch'->>'type',
+                              CAST(%(despatch_type)s AS text))
+                ELSE coalesce(payload->>'type', CAST(%(default_type)s AS text)) END AS type,
+           CASE WHEN document = 'despatch'
+                THEN coalesce(payload->'despatch'->>'profile',
+                              CAST(%(despatch_profile)s AS text))
+                ELSE coalesce(payload->>'profile', CAST(%(default_profile)s AS text)) END
+               AS profile,
            count(*) AS issued
       FROM invoices
      WHERE status = 'ISSUED'
