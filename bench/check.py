@@ -55,7 +55,7 @@ Values = dict[str, float | str]
 
 #: bench/issue.py's designs in the check, and the keys they report under.
 ISSUE_DESIGNS = {"gapless": "json", "ubl": "ubl", "mixed": "mixed", "routed": "routed",
-                 "bare": "bare"}
+                 "despatch": "despatch", "bare": "bare"}
 PROCESSES, CONCURRENCY, LATENCY_MS = 2, 32, 200.0
 
 

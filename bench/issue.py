@@ -3,7 +3,7 @@ database and HTTP work, and against the naive design.
 
     .venv/bin/python bench/issue.py [--latency-ms 200] [--concurrency 8,32,64] [--processes 1,2]
                                     [--warmup 3] [--window 8] [--repeat 3] [--backlog 2000]
-                                    [--no-naive] [--no-mixed]
+                                    [--no-naive] [--no-mixed] [--no-routed] [--no-despatch]
 
 Everything real: PostgreSQL, RabbitMQ, ``gapless mock-integrator`` at a fixed latency, and the
 workers as separate processes. Each run gets a fresh database and queue, a backlog published
@@ -29,6 +29,12 @@ before the workers start, and is measured over a window after a warm-up.
   routes each before its seal (e-Fatura series EFA at the customer's alias, or e-Arşiv series
   EAR), the recipient cache warm (filled before the run). ``--no-routed`` skips it. Goal at 2
   processes × 32 in flight: ≥ 0.85 of the ideal.
+* **gapless dispatch notes** — e-İrsaliye notes (``gapless.demo.samples.sample_note``: SEVK and
+  MATBUDAN, drivers or a carrier, priced or not) naming no series, to the same pool of 40
+  companies, every other one a registered e-İrsaliye user at the mock: each is routed before its
+  seal (series IRS of channel edespatch, at the customer's e-İrsaliye alias or GİB's box), its
+  DespatchAdvice rendered, stored and sent; recipient cache warm. ``--no-despatch`` skips it.
+  Goal at 2 processes × 32 in flight: ≥ 0.9 of the ideal.
 * **bare**    — a minimal consumer in this script (``--baseline-worker bare``): the same intake
   statement, the same POST, the same ISSUED statement storing the same JSON document (canonical
   JSON and its SHA-256), and the ack — and nothing else: no validation, guard, retries, logs or
@@ -51,6 +57,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -84,8 +91,8 @@ from bench.harness import (
     wait_issued,
 )
 from gapless.amqp.publisher import Publisher
-from gapless.demo.samples import KIND_WEIGHTS, sample_messages
-from gapless.documents import build_issuer, check_ubl_inputs
+from gapless.demo.samples import KIND_WEIGHTS, sample_messages, sample_note
+from gapless.documents import build_issuer, check_inputs
 from gapless.ledger.database import make_engine
 from gapless.logging import configure_logging
 from gapless.message import validate_message
@@ -98,22 +105,39 @@ PROFILE_ARGS = ["tenant", "set", "bench", "--tax-id", "1234567808", "--name",
 
 
 #: Designs whose tenant has the issuer profile (UBL-TR documents), and the gapless worker's.
-UBL_DESIGNS = ("ubl", "mixed", "routed")
+UBL_DESIGNS = ("ubl", "mixed", "routed", "despatch")
 GAPLESS_DESIGNS = ("gapless", *UBL_DESIGNS)
 #: The share at 2 processes × 32 in flight of the ideal that the mixed kinds (and the routed
 #: plain sales) should reach.
 MIXED_GOAL = 0.85
+#: The share of the ideal dispatch notes should reach at 2 processes × 32 in flight.
+DESPATCH_GOAL = 0.9
 #: The routed design's customers: a pool of companies, every other one a registered e-Fatura
 #: user (the mock's recipient list), their answers already in the recipient cache (warm).
 ROUTED_CUSTOMERS = [f"{4000000000 + 7919 * n}" for n in range(40)]
 ROUTED_SERIES = (["series", "add", "bench", "EFA", "--channel", "efatura", "--default"],
                  ["series", "add", "bench", "EAR", "--channel", "earsiv", "--default"])
+#: The dispatch notes' series (the tenant's default of channel edespatch).
+DESPATCH_SERIES = ["series", "add", "bench", "IRS", "--channel", "edespatch", "--default"]
 
 
 def backlog_of(design: str, count: int) -> list[dict[str, Any]]:
     """The messages a run starts with: minimal ones, realistic plain sales for UBL-TR documents
     (``ubl``), realistic messages of every kind (``mixed``), or plain sales that name no series
     and no profile, to the routed pool of customers (``routed``)."""
+    if design == "despatch":
+        rng = random.Random(count)
+        notes = []
+        for n, message in enumerate(sample_messages(count, tenant="bench", series="ABC",
+                                                    priority="batch", seed=count,
+                                                    kinds=False)):
+            note = sample_note(rng, message)
+            customer = {k: v for k, v in note["customer"].items() if k != "alias"}
+            customer["tax_id"] = ROUTED_CUSTOMERS[n % len(ROUTED_CUSTOMERS)]
+            note["customer"] = customer
+            notes.append(note)
+        check_backlog(notes)
+        return notes
     if design in UBL_DESIGNS:
         messages = list(sample_messages(count, tenant="bench", series="ABC", priority="batch",
                                         seed=count, kinds=design == "mixed"))
@@ -140,15 +164,34 @@ def route_recipients(env: dict[str, str], mock_url: str) -> None:
     asyncio.run(_warm_recipients(env, registered))
 
 
-async def _warm_recipients(env: dict[str, str], registered: dict[str, list[str]]) -> None:
+def despatch_recipients(env: dict[str, str], mock_url: str) -> None:
+    """The dispatch notes' series, the routed pool's every other customer registered at the mock
+    as an e-İrsaliye user (the others get GİB's box), and their answers in the recipient cache
+    (warm)."""
+    subprocess.run([*GAPLESS, *DESPATCH_SERIES], env=env, check=True, capture_output=True,
+                   cwd=ROOT)
+    registered = {tax_id: [f"urn:mail:irsaliye{n}@bench.example"] if n % 2 == 0 else []
+                  for n, tax_id in enumerate(ROUTED_CUSTOMERS)}
+    httpx.put(f"{mock_url}/admin/recipients", json={
+        tax_id: {"despatch": aliases} for tax_id, aliases in registered.items()},
+        timeout=10).raise_for_status()
+    asyncio.run(_warm_recipients(env, registered, despatch=True))
+
+
+async def _warm_recipients(env: dict[str, str], registered: dict[str, list[str]], *,
+                           despatch: bool = False) -> None:
     engine = make_engine(env["GAPLESS_DATABASE_URL"], actor="bench", pool_size=1)
     try:
         async with engine.begin() as conn:
             for tax_id, aliases in registered.items():
                 await conn.execute(text(
-                    "INSERT INTO recipients (tax_id, registered, aliases) "
-                    "VALUES (:tax_id, :registered, :aliases)"),
-                    {"tax_id": tax_id, "registered": bool(aliases), "aliases": aliases})
+                    "INSERT INTO recipients (tax_id, registered, aliases, despatch_registered, "
+                    "despatch_aliases) VALUES (:tax_id, :registered, :aliases, "
+                    ":despatch_registered, :despatch_aliases)"),
+                    {"tax_id": tax_id, "registered": bool(aliases) and not despatch,
+                     "aliases": [] if despatch else aliases,
+                     "despatch_registered": bool(aliases) and despatch,
+                     "despatch_aliases": aliases if despatch else []})
     finally:
         await engine.dispose()
 
@@ -159,7 +202,7 @@ def check_backlog(messages: list[dict[str, Any]]) -> None:
     flags = dict(zip(PROFILE_ARGS[3::2], PROFILE_ARGS[4::2], strict=True))
     issuer = build_issuer(**{flag[2:].replace("-", "_"): value for flag, value in flags.items()})
     for message in messages:
-        check_ubl_inputs(validate_message(message), issuer)
+        check_inputs(validate_message(message), issuer)
 
 
 def invoice(invoice_id: str, priority: str = "batch") -> dict[str, Any]:
@@ -276,6 +319,8 @@ def prepare(design: str, mock_url: str) -> Callable[[dict[str, str]], None]:
                            cwd=ROOT)
         if design == "routed":
             route_recipients(env, mock_url)
+        if design == "despatch":
+            despatch_recipients(env, mock_url)
 
     return setup
 
@@ -379,6 +424,9 @@ def main() -> None:
     parser.add_argument("--no-routed", action="store_true",
                         help="Skip the UBL-TR run with routing (e-Fatura / e-Arşiv chosen per "
                              "customer before the seal, recipient cache warm).")
+    parser.add_argument("--no-despatch", action="store_true",
+                        help="Skip the dispatch-note run (notes routed to e-İrsaliye aliases or "
+                             "GİB's box, recipient cache warm).")
     parser.add_argument("--baseline-worker", choices=("bare", "naive"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -392,6 +440,8 @@ def main() -> None:
     mixed_goal: str | None = None
     routed_rows = []
     routed_goal: str | None = None
+    despatch_rows = []
+    despatch_goal: str | None = None
     rss_64: float | None = None
     with mock_integrator(args.latency_ms) as mock_url:
         for processes in (int(p) for p in args.processes.split(",")):
@@ -406,6 +456,8 @@ def main() -> None:
                     runs["mixed"] = []
                 if not args.no_routed:
                     runs["routed"] = []
+                if not args.no_despatch:
+                    runs["despatch"] = []
                 for _ in range(args.repeat):
                     for design, results in runs.items():
                         results.append(throughput_run(design, mock_url, *run))
@@ -455,6 +507,21 @@ def main() -> None:
                                        f"{verdict} ({routed:.1f}/s = {routed / ideal:.2f}; "
                                        f"UBL-TR plain sales without routing {ubl:.1f}/s, bare "
                                        f"loop {bare:.1f}/s in the same run)")
+                if not args.no_despatch:
+                    notes, notes_cpu_ms = (median([r[i] for r in runs["despatch"]])
+                                           for i in (0, 3))
+                    despatch_rows.append((
+                        processes, concurrency, f"{ideal:.0f}", f"{bare:.1f}", f"{ubl:.1f}",
+                        f"{ubl_cpu_ms:.2f}", f"{notes:.1f}", f"{notes / ideal:.2f}",
+                        f"{notes_cpu_ms:.2f}", spread([r[3] for r in runs["despatch"]]),
+                        " ".join(f"{r[0]:.1f}" for r in runs["despatch"])))
+                    if (processes, concurrency) == (2, 32):
+                        verdict = "met" if notes / ideal >= DESPATCH_GOAL else "NOT met"
+                        despatch_goal = (f"goal: dispatch notes at 2 processes × 32 in flight "
+                                         f"≥ {DESPATCH_GOAL:g} of the ideal {ideal:.0f}/s: "
+                                         f"{verdict} ({notes:.1f}/s = {notes / ideal:.2f}; "
+                                         f"UBL-TR plain sales {ubl:.1f}/s, bare loop "
+                                         f"{bare:.1f}/s in the same run)")
                 print(f"  {processes}x{concurrency}: gapless {gapless:.1f}/s, UBL-TR {ubl:.1f}/s, "
                       f"mixed kinds {mixed:.1f}/s, bare {bare:.1f}/s, naive {naive:.1f}/s",
                       file=sys.stderr, flush=True)
@@ -498,7 +565,17 @@ def main() -> None:
                      "routed CPU ms/invoice", "routed CPU range", "routed runs/s"], routed_rows)
         if routed_goal:
             print(routed_goal)
+    if despatch_rows:
+        print_table("Dispatch notes (e-İrsaliye DespatchAdvice, routed to the customer's "
+                    "e-İrsaliye alias or GİB's box; recipient cache warm) against UBL-TR plain "
+                    "sales",
+                    ["processes", "in flight", "ideal/s", "bare/s", "UBL-TR plain/s",
+                     "plain CPU ms/invoice", "notes/s", "notes÷ideal", "notes CPU ms/note",
+                     "notes CPU range", "notes runs/s"], despatch_rows)
+        if despatch_goal:
+            print(despatch_goal)
     print(json.dumps({"rows": rows, "mixed_rows": mixed_rows, "routed_rows": routed_rows,
+                      "despatch_rows": despatch_rows,
                       "rss_64": rss_64, "user_s": user, "batch_s": batch}))
 
 
