@@ -2,14 +2,16 @@
 recovery`` processes, real RabbitMQ and PostgreSQL, the mock integrator over HTTP with transient
 errors and lost responses, and a worker killed with ``kill -9`` mid-run. Notes go to registered
 e-İrsaliye users (one alias; two, the note naming the second) and to GİB's box; invoices then
-bill notes issued earlier in the run. The oracles: the database, the mock's ledger, the stored
-documents and ``gapless audit --integrator``."""
+bill notes issued earlier in the run, and receivers answer notes at the mock. The oracles: the
+database, the mock's ledger, the stored documents, ``gapless audit --integrator`` and the API
+(the answers arrive there within recovery's polling)."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,7 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.demo.samples import vkn
 from gapless.message import GIB_DESPATCH_BOX
 from gapless.settings import Settings
+from tests.conftest import ApiServers
 from tests.helpers import await_until, run_gapless
+from tests.integration.test_api import new_token
 from tests.integration.test_despatch_flow import note, tenant  # noqa: F401 (a fixture)
 from tests.integration.test_routing import message
 from tests.mock_client import MockIntegratorClient
@@ -29,6 +33,9 @@ from tests.worker_support import all_in, publish_many
 #: chance run, and a short lease so that recovery takes over what the killed worker held.
 KNOBS = {"GAPLESS_RETRY_ATTEMPTS": "10", "GAPLESS_RETRY_WAIT_S": "0.05",
          "GAPLESS_BREAKER_FAIL_MAX": "100", "GAPLESS_LEASE_S": "3"}
+#: Recovery asks about GİB's verdict and the receiver's answer within a second or two.
+POLLING = {"GAPLESS_GIB_POLL_FIRST_S": "0.5", "GAPLESS_GIB_POLL_MAX_EFATURA_S": "1",
+           "GAPLESS_ANSWER_POLL_MAX_S": "1"}
 CAC = "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"
 CBC = "urn:oasis:names:specification:ubl:schema:xsd:CommonBasicComponents-2"
 
@@ -53,7 +60,8 @@ async def issued_count(engine: AsyncEngine) -> int:
 @pytest.mark.usefixtures("tenant")
 async def test_notes_and_invoices_under_faults_and_a_kill_are_each_accepted_once(
         engine: AsyncEngine, settings: Settings, procs: Processes,
-        mock_integrator: MockIntegratorClient, integrated_env: dict[str, str]) -> None:
+        mock_integrator: MockIntegratorClient, integrated_env: dict[str, str],
+        api_servers: ApiServers) -> None:
     rng = random.Random(31)
     one, two, efatura = vkn(rng), vkn(rng), vkn(rng)
     unregistered = [vkn(rng) for _ in range(2)]
@@ -74,7 +82,8 @@ async def test_notes_and_invoices_under_faults_and_a_kill_are_each_accepted_once
     rng.shuffle(first)
 
     doomed = procs.worker("doomed", "--concurrency", "8", env=KNOBS)
-    procs.recovery("recovery", "--interval", "1", "--stuck-after", "3", env=KNOBS)
+    procs.recovery("recovery", "--interval", "1", "--stuck-after", "3",
+                   env={**KNOBS, **POLLING})
     await publish_many(settings, first)
     await await_until(lambda: _at_least(engine, 15), 90, interval=0.2,
                       message="some documents ISSUED before the kill")
@@ -117,6 +126,28 @@ async def test_notes_and_invoices_under_faults_and_a_kill_are_each_accepted_once
     assert mock_integrator.stats()["transient"] > 0  # the faults did happen
     audit = run_gapless(["audit", "--integrator"], integrated_env, timeout=120)
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+    # receivers answer two notes at the mock: the API shows each within recovery's polling
+    answers = {billed[0].invoice_id: {"code": "KISMIKABUL", "lines": [
+                   {"line": 1, "received": "1", "short": "0", "rejected": "1",
+                    "reason": "damaged"}]},
+               billed[1].invoice_id: {"code": "KABUL", "lines": []}}
+    async with engine.connect() as conn:
+        uuids = {row.invoice_id: str(row.uuid) for row in await conn.execute(text(
+            "SELECT invoice_id, uuid FROM invoices WHERE invoice_id = ANY(:ids)"),
+            {"ids": list(answers)})}
+    mock_integrator.set_answers({uuids[k]: v for k, v in answers.items()})
+    token = new_token()
+    url, _ = api_servers.start(token)
+    async with httpx.AsyncClient(timeout=15) as http:
+        async def shown() -> bool:
+            got = [(await http.get(f"{url}/v1/invoices/{invoice_id}",
+                                   headers={"Authorization": f"Bearer {token}"})).json()
+                   for invoice_id in answers]
+            return all(item["answer"] is not None and item["answer"]["code"] == want["code"]
+                       for item, want in zip(got, answers.values(), strict=True))
+
+        await await_until(shown, 30, interval=0.5, message="the answers in the API")
 
 
 async def _at_least(engine: AsyncEngine, count: int) -> bool:
