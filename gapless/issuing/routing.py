@@ -243,14 +243,7 @@ def _despatch_alias(message: DespatchMessage, recipient: Recipient) -> str:
             raise RoutingRefused("customer.alias: the customer is not an e-İrsaliye user (its "
                                  f"dispatch note goes to GİB's box {GIB_DESPATCH_BOX})")
         return GIB_DESPATCH_BOX
-    if asked is not None:
-        if asked not in recipient.despatch_aliases:
-            raise RoutingRefused("customer.alias: not one of the customer's e-İrsaliye aliases")
-        return asked
-    if not recipient.despatch_aliases:
-        raise RoutingRefused("customer.alias: the integrator lists no e-İrsaliye alias for the "
-                             "customer")
-    return recipient.despatch_aliases[0]
+    return _registered_alias(asked, recipient.despatch_aliases, "e-İrsaliye")
 
 
 def _who(channel: Channel) -> str:
@@ -286,11 +279,17 @@ def _alias(message: InvoiceMessage, recipient: Recipient, channel: Channel) -> s
             raise RoutingRefused("customer.alias: the customer is not an e-Fatura user (an "
                                  "e-Arşiv document has no alias)")
         return None
+    return _registered_alias(asked, recipient.aliases, "e-Fatura")
+
+
+def _registered_alias(asked: str | None, aliases: tuple[str, ...], kind: str) -> str:
+    """A registered user's alias of one kind: the one the message asks for if it is theirs,
+    else their first; RoutingRefused when it is not theirs or they list none."""
     if asked is not None:
-        if asked not in recipient.aliases:
-            raise RoutingRefused("customer.alias: not one of the customer's e-Fatura aliases")
+        if asked not in aliases:
+            raise RoutingRefused(f"customer.alias: not one of the customer's {kind} aliases")
         return asked
-    if not recipient.aliases:
-        raise RoutingRefused("customer.alias: the integrator lists no invoice alias for the "
+    if not aliases:
+        raise RoutingRefused(f"customer.alias: the integrator lists no {kind} alias for the "
                              "customer")
-    return recipient.aliases[0]
+    return aliases[0]
