@@ -64,6 +64,9 @@ ALLOWED_TRANSITIONS: frozenset[tuple[Status, Status]] = frozenset(
 #: History events of GİB's verdict on an ISSUED document (ISSUED -> ISSUED: the status does not
 #: change; schema/current/gib.sql): final verdicts, and giving up while still pending.
 GIB_EVENT_KINDS = frozenset({"gib_accepted", "gib_refused", "gib_unresolved"})
+#: History events of the receiver's answer to an ISSUED document (ISSUED -> ISSUED as well:
+#: schema/current/gib.sql): answered, or the legal window closed without an answer.
+ANSWER_EVENT_KINDS = frozenset({"answered", "unanswered"})
 
 
 class Channel(StrEnum):

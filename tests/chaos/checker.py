@@ -34,7 +34,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.rows import dict_row
 
-from gapless.constants import ALLOWED_TRANSITIONS, GIB_EVENT_KINDS, Status
+from gapless.constants import ALLOWED_TRANSITIONS, ANSWER_EVENT_KINDS, GIB_EVENT_KINDS, Status
 from gapless.ledger.conninfo import driver_conninfo
 
 #: How many violating rows a failure message shows per violation (the Report keeps them all).
@@ -494,6 +494,7 @@ def _allowed(event: Mapping[str, Any]) -> bool:
         # The reservation pins a number before the lease is taken (same transaction).
         return bool(event["kind"] == "reserved")
     if pair == (Status.ISSUED, Status.ISSUED):
-        # GİB's verdict after acceptance: recorded in the history, the status unchanged.
-        return event["kind"] in GIB_EVENT_KINDS
+        # GİB's verdict and the receiver's answer after acceptance: recorded in the history,
+        # the status unchanged.
+        return event["kind"] in GIB_EVENT_KINDS | ANSWER_EVENT_KINDS
     return pair in ALLOWED_TRANSITIONS
