@@ -447,16 +447,16 @@ def _list_item(row: Any) -> dict[str, Any]:
 def _print_list(rows: list[Any]) -> None:
     """The list as a table; every value from the ledger is shown as text."""
     table = Table(title="documents, newest first", title_justify="left")
-    for column in ("invoice_id", "tenant", "series", "document", "number", "status",
-                   "issue date", "updated", "answer"):
+    for column in ("invoice_id", "tenant", "series", "number", "status", "issue date",
+                   "updated"):
         table.add_column(column, overflow="fold")
-    table.add_column("reason", overflow="fold")
+    table.add_column("reason or answer", overflow="fold")
     for row in rows:
         reason = row.last_error if row.status in REASON_STATUSES and row.last_error else ""
-        table.add_row(row.invoice_id, row.tenant, row.series, row.document, row.number or "-",
-                      row.status, row.issue_date or "-",
-                      f"{row.updated_at:%Y-%m-%d %H:%M:%S %Z}",
-                      row.answer or row.answer_status or "-", reason)
+        # An ISSUED document has no reason: the column shows its receiver's answer, if any.
+        table.add_row(row.invoice_id, row.tenant, row.series, row.number or "-", row.status,
+                      row.issue_date or "-", f"{row.updated_at:%Y-%m-%d %H:%M:%S %Z}",
+                      reason or row.answer or row.answer_status or "")
     console().print(table)
 
 

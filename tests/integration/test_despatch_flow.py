@@ -128,8 +128,10 @@ async def test_notes_and_invoices_interleaved_each_in_its_series_and_at_its_alia
                  ["chain", "verify", str(tmp_path / "x")]):
         done = run_gapless(args, integrated_env)
         assert done.returncode == 0, done.stdout + done.stderr
-    listed = run_gapless(["invoice", "list", "--tenant", "acme"], integrated_env).stdout
-    assert "n-second" in listed
+    listed = json.loads(run_gapless(["invoice", "list", "--tenant", "acme", "--json"],
+                                    integrated_env).stdout)
+    kinds = {item["invoice_id"]: item["document"] for item in listed}
+    assert (kinds["n-second"], kinds["i-0"]) == ("despatch", "invoice")
 
 
 @pytest.mark.usefixtures("tenant")
