@@ -109,10 +109,11 @@ async def _answer(db: Database, guard: Guard, policy: GibPolicy, check: GibCheck
         verdict_next = policy.next_in(check.channel, check.age_s)
         if verdict_next is None:
             result, detail = "unresolved", _gave_up_detail(policy, detail)
-    awaited = answer is None and policy.next_answer_in(check) is not None
+    answer_next = None if answer is not None else policy.next_answer_in(check)
+    awaited = answer_next is not None
     unanswered = (answer is None and check.answer_status is None
                   and policy.answer_window_s(check) is not None and not awaited)
-    next_in_s = _sooner(verdict_next, policy.next_answer_in(check) if awaited else None)
+    next_in_s = _sooner(verdict_next, answer_next)
     if result == "unresolved" and next_in_s is not None:
         result = "pending"  # GİB's verdict is given up once the answer's questions end too
     if not await record_gib_status(db, check, state, detail, next_in_s, answer=answer,
