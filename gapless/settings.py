@@ -209,6 +209,7 @@ OTHER_VARIABLES = frozenset({
     "GAPLESS_REQUIRE_PRIVATE_SERVICES",  # tests/ha, bench: private servers must start
     "GAPLESS_TEST_PG_BIN",               # where initdb and pg_ctl are
     "GAPLESS_TEST_RABBITMQ_SBIN",        # where rabbitmq-server is
+    "GAPLESS_TEST_EXEC",                 # tests/forked.py: run commands with exec, not forked
 })
 
 #: How alike a misspelt name must be to a known one (difflib's ratio, prefix left out) to be

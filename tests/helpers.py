@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from bench import harness
 from gapless.integrator.base import Document
 from gapless.issuing.render import JSON_FORMAT, canonical_json
 from gapless.ledger.database import Database
+from tests import forked
 
 GAPLESS = [sys.executable, "-m", "gapless"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,9 +136,12 @@ class GaplessProcess:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log: IO[bytes] = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [*GAPLESS, *args], env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-        )
+        self.proc: subprocess.Popen[bytes] | forked.ForkedProcess
+        if forked.enabled():
+            self.proc = forked.ForkedProcess(args, env, ROOT, stdout_path=self.log_path)
+        else:
+            self.proc = subprocess.Popen(
+                [*GAPLESS, *args], env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
 
     @property
     def pid(self) -> int:
@@ -172,10 +177,21 @@ class GaplessProcess:
 
 
 def run_gapless(args: list[str], env: dict[str, str], *, timeout: float = 120.0,
-                input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a ``gapless`` command to completion and capture its output."""
+                input_text: str | None = None,
+                address_space: int | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a ``gapless`` command to completion and capture its output (forked from a warm
+    interpreter, :mod:`tests.forked`)."""
+    if forked.enabled():
+        return forked.run(GAPLESS, args, env, ROOT, timeout=timeout, input_text=input_text,
+                          address_space=address_space)
+
+    def limit() -> None:
+        if address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
     return subprocess.run([*GAPLESS, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, input=input_text, check=False)
+                          timeout=timeout, cwd=ROOT, input=input_text, check=False,
+                          preexec_fn=limit)
 
 
 def run_ok(argv: list[str], *, cwd: Path, env: dict[str, str],

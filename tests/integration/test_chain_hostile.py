@@ -18,11 +18,11 @@ import hashlib
 import json
 import os
 import re
-import resource
 import shutil
 import stat
 import struct
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import GAPLESS, ROOT, run_gapless
+from gapless.settings import Settings, process_environment
+from tests.conftest import RUN_ID, create_database, database_url, drop_database
+from tests.helpers import ROOT, run_gapless
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -95,10 +97,23 @@ def chain_db(db_url: str) -> str:
     return build_chain(db_url, SEPARATORS)
 
 
-@pytest.fixture
-def plain_chain_db(db_url: str) -> str:
-    """The chain, its text plain (a base for hostile exports that any version can read)."""
-    return build_chain(db_url, "plain text")
+@pytest.fixture(scope="module")
+def plain_export(template_db: str, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The export of the chain with its text plain, made and verified once for the module: the
+    base every hostile export is a copy of (each test changes its own copy), and the
+    environment to verify it with."""
+    name = f"gapless_t_{RUN_ID}_{uuid.uuid4().hex[:8]}"
+    create_database(name, template=template_db)
+    try:
+        url = build_chain(database_url(name), "plain text")
+        env = process_environment(Settings(database_url=url))
+        out = export(env, url, tmp_path_factory.mktemp("plain") / "export")
+        genuine = verify(env, str(out))
+        assert genuine.returncode == 0, genuine.stdout + genuine.stderr
+        yield out, env
+    finally:
+        drop_database(name)
 
 
 def tamper(url: str, *statements: str) -> None:
@@ -139,12 +154,8 @@ def export(gapless_env: dict[str, str], url: str, out: Path) -> Path:
 def verify(gapless_env: dict[str, str], *args: str,
            url: str = OFFLINE) -> subprocess.CompletedProcess[str]:
     """``gapless chain verify`` in a process whose address space is limited to 1 GiB."""
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-    return subprocess.run([*GAPLESS, "chain", "verify", *args], env=env_for(gapless_env, url),
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
-                          preexec_fn=limit)
+    return run_gapless(["chain", "verify", *args], env_for(gapless_env, url), timeout=120,
+                       address_space=MEMORY)
 
 
 def refused(result: subprocess.CompletedProcess[str], why: str) -> str:
@@ -542,17 +553,17 @@ HOSTILE: dict[str, Callable[[Path, Path], str]] = {
 
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_hostile_exports_are_refused_in_bounded_memory_reading_nothing_outside(
-        case: str, plain_chain_db: str, gapless_env: dict[str, str], tmp_path: Path,
+        case: str, plain_export: tuple[Path, dict[str, str]], tmp_path: Path,
         sentinel: tuple[Path, Watch]) -> None:
     """A hostile export: exit 1 with "malformed export: …" (or the chain's failure, naming the
     number), one line, no traceback, under a 1 GiB address-space limit; the sentinel outside
     the directory is never opened."""
     path, watch = sentinel
-    out = export(gapless_env, plain_chain_db, tmp_path / "export")
-    assert verify(gapless_env, str(out)).returncode == 0
+    genuine, env = plain_export
+    out = Path(shutil.copytree(genuine, tmp_path / "export", symlinks=True))
     expected = HOSTILE[case](out, path)
     watch.drain()  # the test's own edits (a copy into the sentinel) are not the verifier's
-    result = verify(gapless_env, str(out))
+    result = verify(env, str(out))
     if expected.startswith("BROKEN:"):
         broken(result, int(expected.removeprefix("BROKEN:")))
     elif expected.startswith("UNPRINTED:"):

@@ -53,7 +53,7 @@ def lxml_tree(tree: tuple, parent: etree._Element) -> None:  # type: ignore[type
         lxml_tree(item, element)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(Tree, max_size=4), st.none() | XML_TEXT)
 def test_the_writer_writes_what_lxml_writes(trees: list, root_text: str | None) -> None:  # type: ignore[type-arg]
     mine = writer.root("Invoice", NSMAP)
