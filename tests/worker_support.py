@@ -137,3 +137,45 @@ async def publish_many(settings: Settings, messages: list[dict[str, Any]], *,
             await asyncio.gather(*(publisher.publish(m)
                                    for m in messages[start:start + parallel]))
 
+
+# ------------------------------------------------------------ a routed tenant and its messages
+
+#: The issuer profile of the routed tenant ``acme`` (:func:`routed_tenant`).
+ROUTED_ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
+                 "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
+                 "postal_zone": "34716"}
+
+
+async def routed_tenant(engine: AsyncEngine, *, despatch: bool = False) -> None:
+    """Tenant acme with the issuer profile :data:`ROUTED_ISSUER`, an e-Fatura series EFA and an
+    e-Arşiv series EAR, both defaults; with ``despatch`` the default dispatch-note series IRS,
+    else a series ANY without routing."""
+    from gapless.documents import build_issuer
+    from gapless.ledger.database import Database
+    from gapless.ledger.series import add_series
+    from gapless.ledger.tenants import set_profile
+    from gapless.numbers import build_series_spec
+
+    db = Database.borrowing(engine)
+    async with db.transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "EFA", channel="efatura", default=True))
+        await add_series(tx, build_series_spec("acme", "EAR", channel="earsiv", default=True))
+        if despatch:
+            await add_series(tx, build_series_spec("acme", "IRS", channel="edespatch",
+                                                   default=True))
+        else:
+            await add_series(tx, build_series_spec("acme", "ANY"))
+    await set_profile(db, "acme", build_issuer(**ROUTED_ISSUER))
+
+
+def routed_message(invoice_id: str, tax_id: str, *, quantity: str = "2",
+                   **changes: Any) -> dict[str, Any]:
+    """A message of tenant acme with no series and no profile: routing chooses both."""
+    data: dict[str, Any] = {
+        "invoice_id": invoice_id, "tenant": "acme", "issue_date": today(), "currency": "TRY",
+        "customer": {"tax_id": tax_id, "name": "Example Ltd", "tax_office": "Çankaya",
+                     "address": {"district": "Çankaya", "city": "Ankara"}},
+        "lines": [{"description": "Widget", "quantity": quantity, "unit_price": "10.00",
+                   "vat_rate": "20"}]}
+    data.update(changes)
+    return data

@@ -18,18 +18,26 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import HEADER_DEAD_REASON
 from gapless.demo.samples import vkn
-from gapless.documents import build_issuer
 from gapless.ledger.series import add_series
-from gapless.ledger.tenants import set_profile
 from gapless.message import GIB_DESPATCH_BOX
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.helpers import await_until, ledger, run_gapless
 from tests.integration.test_api_refusals import despatch_note
-from tests.integration.test_routing import ISSUER, message
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, assert_valid_despatch, field
-from tests.worker_support import all_in, counter, drain_dead, publish, rows, running_worker
+from tests.worker_support import (
+    all_in,
+    counter,
+    drain_dead,
+    publish,
+    routed_tenant,
+    rows,
+    running_worker,
+)
+from tests.worker_support import (
+    routed_message as message,
+)
 
 
 def note(invoice_id: str, tax_id: str, **customer: Any) -> dict[str, Any]:
@@ -44,12 +52,7 @@ def note(invoice_id: str, tax_id: str, **customer: Any) -> dict[str, Any]:
 async def tenant(engine: AsyncEngine) -> None:
     """Tenant acme with an issuer profile; defaults EFA (e-Fatura), EAR (e-Arşiv) and IRS
     (dispatch notes)."""
-    async with ledger(engine).transaction() as tx:
-        await add_series(tx, build_series_spec("acme", "EFA", channel="efatura", default=True))
-        await add_series(tx, build_series_spec("acme", "EAR", channel="earsiv", default=True))
-        await add_series(tx, build_series_spec("acme", "IRS", channel="edespatch",
-                                               default=True))
-    await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
+    await routed_tenant(engine, despatch=True)
 
 
 @pytest.fixture

@@ -16,19 +16,21 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import HEADER_DEAD_REASON
-from gapless.documents import build_issuer
-from gapless.ledger.series import add_series
-from gapless.ledger.tenants import set_profile
-from gapless.numbers import build_series_spec
 from gapless.settings import Settings
-from tests.helpers import await_until, ledger, run_gapless, today
+from tests.helpers import await_until, run_gapless, today
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import NS, assert_valid, field, parse_ubl
-from tests.worker_support import all_in, counter, drain_dead, publish, rows, running_worker
+from tests.worker_support import (
+    all_in,
+    counter,
+    drain_dead,
+    publish,
+    routed_message,
+    routed_tenant,
+    rows,
+    running_worker,
+)
 
-ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
-          "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
-          "postal_zone": "34716"}
 #: An e-Fatura user (registered at the mock) and a customer who is not.
 USER, OTHER = "4840847211", "5950193314"
 
@@ -40,26 +42,15 @@ def day(offset: int) -> str:
 
 
 def message(invoice_id: str, tax_id: str, **changes: Any) -> dict[str, Any]:
-    """A message with no series and no profile: routing chooses both."""
-    data: dict[str, Any] = {
-        "invoice_id": invoice_id, "tenant": "acme", "issue_date": today(), "currency": "TRY",
-        "customer": {"tax_id": tax_id, "name": "Example Ltd", "tax_office": "Çankaya",
-                     "address": {"district": "Çankaya", "city": "Ankara"}},
-        "lines": [{"description": "Widget", "quantity": "12", "unit_price": "10.00",
-                   "vat_rate": "20"}]}
-    data.update(changes)
-    return data
+    """A message with no series and no profile (routing chooses both), of 12 widgets."""
+    return routed_message(invoice_id, tax_id, quantity="12", **changes)
 
 
 @pytest.fixture
 async def routed(engine: AsyncEngine) -> None:
     """Tenant acme with an issuer profile, an e-Fatura series EFA and an e-Arşiv series EAR,
     both defaults, and a series ANY without routing."""
-    async with ledger(engine).transaction() as tx:
-        await add_series(tx, build_series_spec("acme", "EFA", channel="efatura", default=True))
-        await add_series(tx, build_series_spec("acme", "EAR", channel="earsiv", default=True))
-        await add_series(tx, build_series_spec("acme", "ANY"))
-    await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
+    await routed_tenant(engine)
 
 
 @pytest.fixture

@@ -16,42 +16,29 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import HEADER_DEAD_REASON
 from gapless.demo.samples import vkn
-from gapless.documents import build_issuer
-from gapless.ledger.series import add_series
-from gapless.ledger.tenants import set_profile
-from gapless.numbers import build_series_spec
 from gapless.settings import Settings
-from tests.helpers import await_until, ledger, run_gapless, today
+from tests.helpers import await_until, ledger, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, field
-from tests.worker_support import all_in, counter, drain_dead, publish, rows, running_worker
-
-ISSUER = {"tax_id": "1234567803", "name": "Acme Bilişim A.Ş.", "tax_office": "Kadıköy",
-          "street": "Rıhtım Cad. No:1", "district": "Kadıköy", "city": "İstanbul",
-          "postal_zone": "34716"}
-
-
-def message(invoice_id: str, tax_id: str, **changes: Any) -> dict[str, Any]:
-    """A message with no series and no profile: routing chooses both."""
-    data: dict[str, Any] = {
-        "invoice_id": invoice_id, "tenant": "acme", "issue_date": today(), "currency": "TRY",
-        "customer": {"tax_id": tax_id, "name": "Example Ltd", "tax_office": "Çankaya",
-                     "address": {"district": "Çankaya", "city": "Ankara"}},
-        "lines": [{"description": "Widget", "quantity": "2", "unit_price": "10.00",
-                   "vat_rate": "20"}]}
-    data.update(changes)
-    return data
+from tests.worker_support import (
+    all_in,
+    counter,
+    drain_dead,
+    publish,
+    routed_tenant,
+    rows,
+    running_worker,
+)
+from tests.worker_support import (
+    routed_message as message,
+)
 
 
 @pytest.fixture
 async def routed(engine: AsyncEngine) -> None:
     """Tenant acme with an issuer profile, an e-Fatura series EFA and an e-Arşiv series EAR,
     both defaults, and a series ANY without routing."""
-    async with ledger(engine).transaction() as tx:
-        await add_series(tx, build_series_spec("acme", "EFA", channel="efatura", default=True))
-        await add_series(tx, build_series_spec("acme", "EAR", channel="earsiv", default=True))
-        await add_series(tx, build_series_spec("acme", "ANY"))
-    await set_profile(ledger(engine), "acme", build_issuer(**ISSUER))
+    await routed_tenant(engine)
 
 
 @pytest.fixture
