@@ -6,6 +6,7 @@ cannot fail its neighbours."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -13,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.constants import Status
 from gapless.integrator.base import Document, Receipt
 from gapless.issuing.issued import IssuedWriter
-from gapless.ledger.invoices import Sending, mark_issued
+from gapless.ledger.invoices import Sending, mark_issued, mark_issued_many
 from tests.helpers import json_document, ledger
 from tests.recovery_support import define_series, invoice_rows, make_sending
 
@@ -92,3 +93,32 @@ async def test_a_lone_outcome_is_written_at_once(engine: AsyncEngine) -> None:
     assert await asyncio.wait_for(writer.issued(sending, receipt(sending), document(sending)),
                                   10) is True
     assert (await invoice_rows(engine))["alone"].status == Status.ISSUED
+
+
+async def test_writers_settling_two_series_in_opposite_orders_never_deadlock(
+        engines: Callable[..., AsyncEngine]) -> None:
+    """Each ISSUED record extends its counter's chain, and the chain's head is the counter's
+    row. Two writers whose batches reach the series in opposite orders (by id: one holds A's
+    invoices before B's, the other B's before A's) took the heads in opposite orders and
+    deadlocked; the counters are now locked in one order before the rows are settled."""
+    engine = engines("setup")
+    await define_series(engine, code="ABC")
+    await define_series(engine, code="XYZ")
+    first = [*await make_sending(engine, [f"a1-{i:02d}" for i in range(30)], series="ABC"),
+             *await make_sending(engine, [f"b1-{i:02d}" for i in range(30)], series="XYZ")]
+    second = [*await make_sending(engine, [f"b2-{i:02d}" for i in range(30)], series="XYZ"),
+              *await make_sending(engine, [f"a2-{i:02d}" for i in range(30)], series="ABC")]
+
+    async def settle(batch: list[Sending], actor: str) -> set[int]:
+        return await mark_issued_many(
+            ledger(engines(actor, pool_size=1)),
+            {s.pk: (receipt(s).ref, document(s)) for s in batch})
+
+    settled = await asyncio.gather(settle(first, "writer-1"), settle(second, "writer-2"))
+
+    assert settled == [{s.pk for s in first}, {s.pk for s in second}]
+    async with engine.connect() as conn:
+        records = dict((await conn.execute(text(
+            "SELECT series, count(*) FROM chain_records WHERE kind = 'issued' "
+            "GROUP BY series"))).all())
+    assert records == {"ABC": 60, "XYZ": 60}

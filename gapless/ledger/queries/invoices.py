@@ -77,6 +77,25 @@ MARK_ISSUED = f"""
 #: Outcome: accepted, for many invoices in one statement (group commit: one transaction, one WAL
 #: flush for all), storing each one's document unless it is stored already (sha256 NULL). Rows
 #: are locked in id order. Unfenced like MARK_ISSUED.
+#: Before MARK_ISSUED_MANY, in its transaction: the rows it settles, in id order, then the
+#: counters whose chains their 'issued' records extend, in key order. The records' trigger locks
+#: each counter (the chain's head) as the UPDATE reaches its row, in whatever order the plan
+#: visits the rows: two writers settling invoices of two series each could take the heads in
+#: opposite orders and deadlock. Taken here first, every writer takes them in one order.
+LOCK_SETTLING = """
+    WITH locked AS (
+        SELECT i.tenant, i.series, i.period_key FROM invoices i
+         WHERE i.id = ANY(%(pks)s::bigint[]) AND i.status IN ('SENDING', 'ERROR')
+         ORDER BY i.id
+           FOR UPDATE OF i
+    )
+    SELECT 1 FROM number_counters c
+      JOIN (SELECT DISTINCT tenant, series, period_key FROM locked) k
+        USING (tenant, series, period_key)
+     ORDER BY c.tenant, c.series, c.period_key
+       FOR UPDATE OF c
+"""
+
 MARK_ISSUED_MANY = """
     WITH v AS (
         SELECT *
