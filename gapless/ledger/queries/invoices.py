@@ -74,9 +74,6 @@ MARK_ISSUED = f"""
     RETURNING id
 """  # noqa: S608 - constant fragment, values are bound
 
-#: Outcome: accepted, for many invoices in one statement (group commit: one transaction, one WAL
-#: flush for all), storing each one's document unless it is stored already (sha256 NULL). Rows
-#: are locked in id order. Unfenced like MARK_ISSUED.
 #: Before MARK_ISSUED_MANY, in its transaction: the rows it settles, in id order, then the
 #: counters whose chains their 'issued' records extend, in key order. The records' trigger locks
 #: each counter (the chain's head) as the UPDATE reaches its row, in whatever order the plan
@@ -96,6 +93,9 @@ LOCK_SETTLING = """
        FOR UPDATE OF c
 """
 
+#: Outcome: accepted, for many invoices in one statement (group commit: one transaction, one WAL
+#: flush for all), storing each one's document unless it is stored already (sha256 NULL). Rows
+#: are locked in id order. Unfenced like MARK_ISSUED.
 MARK_ISSUED_MANY = """
     WITH v AS (
         SELECT *
