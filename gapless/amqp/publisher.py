@@ -23,6 +23,7 @@ from aio_pika.abc import (
     AbstractChannel,
     AbstractConnection,
 )
+from aiormq import spec
 from pamqp.common import FieldValue
 
 from gapless.amqp.connection import BrokerUnavailable, broker_unavailable, library_logs_held
@@ -44,6 +45,9 @@ from gapless.urls import node_label, node_urls
 
 log = get_logger(__name__)
 
+
+#: delivery_mode of a message the broker writes to disk.
+PERSISTENT = int(aio_pika.DeliveryMode.PERSISTENT)
 
 #: AMQP shortstr limit: a longer invoice_id is not copied into ``message_id``.
 _MAX_SHORTSTR = 255
@@ -83,20 +87,37 @@ def _message_id(invoice_id: str | None) -> str | None:
     return invoice_id
 
 
-async def _publish_confirmed(channel: AbstractChannel, message: aio_pika.Message,
-                             routing_key: str, confirm_timeout: float) -> None:
+def _properties(*, message_id: str | None, priority: int | None,
+                headers: dict[str, FieldValue] | None = None,
+                content_type: str | None = CONTENT_TYPE_JSON) -> spec.Basic.Properties:
+    """A work message's AMQP properties: persistent, stamped now, ``app_id`` gapless (what an
+    ``aio_pika.Message`` would carry, without building one per message)."""
+    return spec.Basic.Properties(
+        content_type=content_type, headers=headers or {}, delivery_mode=PERSISTENT,
+        priority=priority, message_id=message_id, timestamp=datetime.now(UTC),
+        app_id="gapless")
+
+
+async def _publish_confirmed(channel: AbstractChannel, body: bytes,
+                             properties: spec.Basic.Properties, routing_key: str,
+                             confirm_timeout: float) -> None:
     """Publish on the default exchange with ``mandatory`` and wait for the broker's confirm."""
     if not channel.publisher_confirms:
         raise ConfigurationError("publishing needs a channel with publisher confirms "
                                  "(aio-pika's default); without them nothing is guaranteed")
     try:
+        if channel.is_closed:
+            raise aiormq.exceptions.ChannelInvalidStateError(f"{channel!r} closed")
         underlay = await channel.get_underlay_channel()
-        # A frame larger than the connection's frame_max makes the broker close the connection
-        # (and with it every confirm still awaited on it): refuse such a message before sending.
-        check_frame(message.body_size, message.properties,
-                    underlay.connection.connection_tune.frame_max)
-        result = await channel.default_exchange.publish(
-            message, routing_key=routing_key, mandatory=True, timeout=confirm_timeout)
+        if properties.headers:
+            # A frame larger than the connection's frame_max makes the broker close the
+            # connection (and with it every confirm still awaited on it): refuse such a message
+            # before sending. Without headers the properties are a few hundred bytes at most
+            # (a message_id is a shortstr), far below the smallest frame_max (4,096).
+            check_frame(len(body), properties, underlay.connection.connection_tune.frame_max)
+        result = await underlay.basic_publish(
+            body, routing_key=routing_key, properties=properties, mandatory=True,
+            timeout=confirm_timeout)
     except TooLargeForFrame as exc:
         raise PublishRefused(f"the message for {routing_key!r} cannot be sent: {exc}") from exc
     except aiormq.exceptions.PublishError as exc:  # Basic.Return: no queue took it
@@ -148,7 +169,8 @@ async def dead_letter(channel: AbstractChannel, prefix: str, body: bytes, *, rea
     PublishUnconfirmed; :meth:`Publisher.dead_letter` also retries on a fresh connection."""
     message = dead_copy(body, reason=reason, headers=headers, content_type=content_type,
                         message_id=message_id, priority=priority, worker=worker)
-    await _publish_confirmed(channel, message, dead_queue_name(prefix), confirm_timeout)
+    await _publish_confirmed(channel, message.body, message.properties, dead_queue_name(prefix),
+                             confirm_timeout)
     log.info("message_dead_lettered", queue=dead_queue_name(prefix), message_id=message_id,
              reason=bounded_reason(reason))
 
@@ -247,7 +269,8 @@ class Publisher:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
 
-    async def _confirmed(self, message: aio_pika.Message, routing_key: str) -> None:
+    async def _confirmed(self, body: bytes, properties: spec.Basic.Properties,
+                         routing_key: str) -> None:
         """Publish and wait for the confirm, again on a fresh connection when it does not come
         (or the broker nacks), up to ``attempts`` times."""
         for attempt in range(1, self.attempts + 1):
@@ -255,7 +278,7 @@ class Publisher:
             try:
                 if self._channel is None:
                     raise PublishUnconfirmed("no channel (the last reconnection failed)")
-                await _publish_confirmed(self._channel, message, routing_key,
+                await _publish_confirmed(self._channel, body, properties, routing_key,
                                          self.confirm_timeout)
                 return
             except (PublishUnconfirmed, PublishNacked) as exc:
@@ -294,15 +317,13 @@ class Publisher:
             model = validate_message(message)
             body, default_priority = model.body(), model.priority_value
             message_id = message_id or _message_id(model.invoice_id)
-        amqp_message = aio_pika.Message(
-            body, headers=headers, content_type=content_type, message_id=message_id,
-            priority=amqp_priority(priority, default_priority),
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT, timestamp=datetime.now(UTC),
-            app_id="gapless")
-        routing_key = work_queue(self.settings, amqp_message.priority)
-        await self._confirmed(amqp_message, routing_key)
+        properties = _properties(message_id=message_id,
+                                 priority=amqp_priority(priority, default_priority),
+                                 headers=headers, content_type=content_type)
+        routing_key = work_queue(self.settings, properties.priority)
+        await self._confirmed(body, properties, routing_key)
         log.debug("message_published", queue=routing_key, message_id=message_id,
-                  priority=amqp_message.priority)
+                  priority=properties.priority)
 
     async def dead_letter(self, body: bytes, *, reason: str,
                           headers: dict[str, FieldValue] | None = None,
@@ -312,7 +333,8 @@ class Publisher:
         confirmed, again on a fresh connection when the confirm does not come."""
         message = dead_copy(body, reason=reason, headers=headers, content_type=content_type,
                             message_id=message_id, priority=priority, worker=worker)
-        await self._confirmed(message, dead_queue_name(self.settings.queue))
+        await self._confirmed(message.body, message.properties,
+                              dead_queue_name(self.settings.queue))
         log.info("message_dead_lettered", queue=dead_queue_name(self.settings.queue),
                  message_id=message_id, reason=bounded_reason(reason))
 
@@ -328,17 +350,15 @@ class Publisher:
         Returns one outcome per message, in order: None when the broker confirmed it, else the
         PublishRefused or PublishUnconfirmed it met (the others are not affected).
         """
-        outgoing: list[tuple[aio_pika.Message, str]] = []
+        outgoing: list[tuple[bytes, spec.Basic.Properties, str]] = []
         for model in messages:
-            amqp_message = aio_pika.Message(
-                model.body(),
-                content_type=CONTENT_TYPE_JSON, message_id=_message_id(model.invoice_id),
-                priority=amqp_priority(priority, model.priority_value),
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT, timestamp=datetime.now(UTC),
-                app_id="gapless")
-            outgoing.append((amqp_message, work_queue(self.settings, amqp_message.priority)))
+            properties = _properties(message_id=_message_id(model.invoice_id),
+                                     priority=amqp_priority(priority, model.priority_value))
+            outgoing.append((model.body(), properties,
+                             work_queue(self.settings, properties.priority)))
         results = await asyncio.gather(
-            *(self._confirmed(amqp_message, routing_key) for amqp_message, routing_key in outgoing),
+            *(self._confirmed(body, properties, routing_key)
+              for body, properties, routing_key in outgoing),
             return_exceptions=True)
         outcomes: list[PublishRefused | PublishUnconfirmed | None] = []
         for result in results:

@@ -10,7 +10,6 @@ from typing import Any
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 from starlette.requests import ClientDisconnect
 
 from gapless.amqp.publisher import Publisher
@@ -19,13 +18,17 @@ from gapless.api.auth import Authenticator
 from gapless.api.observe import ApiMetrics, RequestObserver
 from gapless.ledger import feed
 from gapless.ledger.catalog import Catalog
-from gapless.ledger.database import Database, check_cluster, make_engine
+from gapless.ledger.database import Database, check_cluster
 from gapless.ledger.sqlstates import is_read_only
 from gapless.logging import get_logger
 from gapless.settings import Settings
 
 log = get_logger("gapless.api")
 
+
+#: A pooled connection idle this long is tested before a request gets it (under load none is:
+#: a round trip per request saved; after an outage a dead one is replaced, not lent).
+CHECK_IDLE_S = 1.0
 
 #: How long the API reuses a tenant's issuer profile in force for its checks before reading it
 #: again (the worker checks every message against the one in force when it seals).
@@ -34,23 +37,24 @@ PROFILE_TTL_S = 10.0
 
 def lifespan(settings: Settings, auth: Authenticator
              ) -> Callable[[FastAPI], Any]:
-    """Open the database (one per app: a :class:`Database` borrowing the pool of an async
-    engine; checking the cluster id, so an unmigrated or foreign database stops the API at
-    start-up) and a Publisher (which declares the queue topology); position the feed's
-    waiting events in the background (:func:`gapless.ledger.feed.keep_positioning`); close all
-    after."""
+    """Open the database (one per app: a :class:`Database` with a psycopg pool of
+    ``GAPLESS_DB_POOL_SIZE`` connections; checking the cluster id, so an unmigrated or foreign
+    database stops the API at start-up) and a Publisher (which declares the queue topology);
+    position the feed's waiting events in the background
+    (:func:`gapless.ledger.feed.keep_positioning`); close all after."""
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.database_url, actor="api",
-                             pool_size=settings.db_pool_size)
-        db = Database.borrowing(engine)
+        db = await Database.open(settings.database_url, actor="api",
+                                 size=settings.db_pool_size, check_idle_s=CHECK_IDLE_S)
         try:
             await check_cluster(db, settings.cluster_id)
             async with Publisher(settings) as publisher:
                 app.state.db = db
                 app.state.publisher = publisher
                 app.state.catalog = Catalog(db, profile_ttl_s=PROFILE_TTL_S)
+                app.state.services = deps.Services(db, publisher, app.state.catalog, settings,
+                                                   app.state.metrics)
                 log.info("api_started", queue=settings.queue, auth=(
                     "none (insecure)" if auth.insecure_no_auth else "bearer"),
                     tokens=len(auth.tokens),
@@ -63,7 +67,7 @@ def lifespan(settings: Settings, auth: Authenticator
                     with suppress(asyncio.CancelledError):
                         await positioning
         finally:
-            await engine.dispose()
+            await db.close()
             log.info("api_stopped")
 
     return run
@@ -108,14 +112,12 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = metrics
     app.state.links = deps.Links.from_settings(settings)
     app.add_middleware(RequestObserver, metrics=metrics)
-    # SQLAlchemy's errors come from taking a connection of the engine's pool, psycopg's from
-    # the statements run on it.
-    for unavailable in (OperationalError, InterfaceError, psycopg.OperationalError,
-                        psycopg.InterfaceError):
+    # psycopg_pool's PoolTimeout (no connection within the pool's timeout) is an
+    # OperationalError too.
+    for unavailable in (psycopg.OperationalError, psycopg.InterfaceError):
         app.add_exception_handler(unavailable, database_unavailable)
     app.add_exception_handler(ClientDisconnect, client_disconnected)
-    for internal in (InternalError, psycopg.InternalError):
-        app.add_exception_handler(internal, internal_error)
+    app.add_exception_handler(psycopg.InternalError, internal_error)
     for module in (invoices, events, health):
         app.include_router(module.router)
 

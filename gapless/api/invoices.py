@@ -17,7 +17,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security
 from fastapi.responses import JSONResponse
 
-from gapless.amqp.publisher import Publisher, PublishRefused, PublishUnconfirmed
+from gapless.amqp.publisher import PublishRefused, PublishUnconfirmed
 from gapless.api import deps
 from gapless.api.auth import Principal, principal
 from gapless.api.models import (
@@ -182,11 +182,7 @@ async def invoice_tenant(db: Database, who: Principal, invoice_id: str,
                                              "\"<field>: <reason>\"); nothing is published"},
                         503: {"description": "The broker did not take the message"}})
 async def issue_invoice(request: Request, who: Principal = Security(principal),
-                        db: Database = Depends(deps.database),
-                        publisher: Publisher = Depends(deps.publisher),
-                        catalog: Catalog = Depends(deps.catalog),
-                        settings: Settings = Depends(deps.settings),
-                        metrics: ApiMetrics = Depends(deps.metrics)) -> JSONResponse:
+                        api: deps.Services = Depends(deps.services)) -> JSONResponse:
     """Validate the contract message and publish it at user priority.
 
     A repeated invoice_id is harmless: the worker maps it onto the same invoice; when the
@@ -199,17 +195,17 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
     except InvalidMessage as exc:
         raise HTTPException(invalid_status(body, content_type), exc.reason) from None
     authorize(who, message)
-    status = await known_status(db, message)
+    status = await known_status(api.db, message)
     publish = must_publish(status)
     if publish:
-        await admit(catalog, settings, message)
+        await admit(api.catalog, api.settings, message)
         try:
-            await publisher.publish(message, priority="user")
+            await api.publisher.publish(message, priority="user")
         except (PublishRefused, PublishUnconfirmed) as exc:
             log.warning("api_publish_failed", invoice_id=message.invoice_id,
                         error=type(exc).__name__)
             raise HTTPException(503, str(exc)) from None
-    answer = accepted(request, metrics, message, status, publish)
+    answer = accepted(request, api.metrics, message, status, publish)
     log.info("invoice_accepted", invoice_id=message.invoice_id, tenant=message.tenant,
              series=message.series, published=publish, status=answer.status)
     return JSONResponse(answer.model_dump(), status_code=202,
@@ -310,11 +306,7 @@ async def batch_admit(catalog: Catalog, settings: Settings, valid: list[_Item]) 
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/json": {"schema": {"type": "array", "maxItems": MAX_BATCH}}}}})
 async def issue_batch(request: Request, who: Principal = Security(principal),
-                      db: Database = Depends(deps.database),
-                      publisher: Publisher = Depends(deps.publisher),
-                      catalog: Catalog = Depends(deps.catalog),
-                      settings: Settings = Depends(deps.settings),
-                      metrics: ApiMetrics = Depends(deps.metrics)) -> JSONResponse:
+                      api: deps.Services = Depends(deps.services)) -> JSONResponse:
     """Validate and publish up to 1,000 contract messages: one result per message, in order,
     each what ``POST /v1/invoices`` would have answered for it alone (a message the worker
     would refuse before any number is refused here, 422, and not published).
@@ -338,13 +330,13 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
                                  "accepted")
     items = batch_items(who, decoded)
     valid = [item for item in items if item.code == 202]
-    known = await known_invoices(db, {(item.message.tenant, item.message.invoice_id)
+    known = await known_invoices(api.db, {(item.message.tenant, item.message.invoice_id)
                                       for item in valid if item.message is not None})
     batch_states(valid, known)
-    await batch_admit(catalog, settings, valid)
+    await batch_admit(api.catalog, api.settings, valid)
     sending = [item for item in valid
                if item.code == 202 and item.first is None and must_publish(item.state)]
-    outcomes = await publisher.publish_many([item.message for item in sending
+    outcomes = await api.publisher.publish_many([item.message for item in sending
                                              if item.message is not None])
     for item, outcome in zip(sending, outcomes, strict=True):
         if outcome is None:
@@ -360,7 +352,7 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
             else item.message.invoice_id, "status": item.code, "published": item.published,
             "status_url": None, "invoice_status": None, "error": item.error}
         if item.code == 202 and item.message is not None:
-            answer = accepted(request, metrics, item.message, item.state, item.published)
+            answer = accepted(request, api.metrics, item.message, item.state, item.published)
             result.update(status_url=answer.status_url, invoice_status=answer.status)
         results.append(result)
     failed = sum(item.code == 503 for item in items)

@@ -8,8 +8,8 @@ with server-side prepared statements. Several statements that must commit togeth
 :meth:`Database.snapshot` (REPEATABLE READ, READ ONLY). Both hand out a :class:`Database` bound
 to that transaction, so the domain functions take the same handle in or out of one.
 
-Where the connections come from is the caller's edge: a long-running process (worker, recovery)
-opens a psycopg pool of its own (:meth:`Database.open`); a short-lived one (the API, operator
+Where the connections come from is the caller's edge: a long-running process (worker, recovery,
+the API) opens a psycopg pool of its own (:meth:`Database.open`); a short-lived one (operator
 commands, the demo, tests) borrows the pool of a SQLAlchemy async engine (:func:`make_engine`,
 :meth:`Database.borrowing`). Migrations use a synchronous engine (:func:`make_sync_engine`).
 
@@ -20,6 +20,8 @@ This module only opens connections and runs statements; driver errors are classi
 from __future__ import annotations
 
 import asyncio
+import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
@@ -54,6 +56,28 @@ CONNECT_TIMEOUT_S = 10
 #: when a statement waits for a connection. Short, so that after a long outage (a failover)
 #: the pool tries again within seconds of the promotion rather than after a doubled delay.
 RECONNECT_TIMEOUT_S = 10.0
+
+
+class IdleCheck:
+    """psycopg_pool's ``check`` and ``reset`` callbacks for a pool whose connections must be
+    alive when lent (the API answers a client: a dead connection is a 503), without a round
+    trip per loan: a connection is tested (an empty query) only when it was not lent for
+    ``idle_s`` seconds, or never yet. Under load connections come back within milliseconds and
+    go out untested; after an outage (a restart, a failover) every idle one is tested and a
+    dead one is replaced before any request meets it."""
+
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self._returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+            weakref.WeakKeyDictionary())
+
+    async def reset(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._returned[conn] = time.monotonic()
+
+    async def check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        returned = self._returned.get(conn)
+        if returned is None or time.monotonic() - returned >= self.idle_s:
+            await AsyncConnectionPool.check_connection(conn)
 
 
 def _connect_kwargs(actor: str | None, application_name: str | None) -> dict[str, Any]:
@@ -202,7 +226,8 @@ class Database:
 
     @classmethod
     async def open(cls, database_url: str, *, actor: str, size: int,
-                   application_name: str | None = None, timeout_s: float = 10.0) -> Database:
+                   application_name: str | None = None, timeout_s: float = 10.0,
+                   check_idle_s: float | None = None) -> Database:
         """A pool of ``size`` connections of its own (worker, recovery); close it with
         :meth:`close`. One connection is made at once, so an unreachable database, a wrong
         password or a missing database fail here (``psycopg.OperationalError``); the pool fills
@@ -210,15 +235,22 @@ class Database:
 
         Every connection is made from the URL itself, so with several hosts and
         ``target_session_attrs=read-write`` a replacement connection finds the primary of the
-        moment (after a promotion: the new one)."""
+        moment (after a promotion: the new one).
+
+        ``check_idle_s``: a connection idle that long is tested before it is lent
+        (:class:`IdleCheck`); by default none is (the worker and recovery treat a dead
+        connection as a passing database error and retry)."""
         conninfo = driver_conninfo(database_url)
         kwargs: dict[str, Any] = {"autocommit": True,
                                   **_connect_kwargs(actor, application_name)}
         probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
         await probe.close()
+        idle = None if check_idle_s is None else IdleCheck(check_idle_s)
         pool: AsyncConnectionPool = AsyncConnectionPool(
             conninfo, min_size=size, max_size=size, open=False, timeout=timeout_s,
-            reconnect_timeout=RECONNECT_TIMEOUT_S, name=f"gapless-{actor}", kwargs=kwargs)
+            reconnect_timeout=RECONNECT_TIMEOUT_S, name=f"gapless-{actor}", kwargs=kwargs,
+            check=None if idle is None else idle.check,
+            reset=None if idle is None else idle.reset)
         await pool.open(wait=False)
         return cls(pool.connection, pool=pool)
 

@@ -4,10 +4,11 @@ and the document kinds' fields; docs/message.md describes every field for produc
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from gapless.constants import PRIORITIES, PRIORITY_BATCH
 from gapless.message.fields import (
@@ -227,6 +228,9 @@ class Message(BaseModel):
                              "printable characters")
         return data
 
+    #: The body, made once (the size check makes it; publishing sends it).
+    _body: bytes | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
     def _fits(self) -> Self:
         size = len(self.body())
@@ -249,9 +253,30 @@ class Message(BaseModel):
             data.update(self.model_dump(mode="python", include=extras))
         return data
 
+    def __eq__(self, other: object) -> bool:
+        """Equal fields (pydantic's equality, but blind to the cached body)."""
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (type(self) is type(other) and self.__dict__ == other.__dict__
+                and (self.__pydantic_extra__ or {}) == (other.__pydantic_extra__ or {}))
+
+    #: Unhashable, as before (its lines are lists).
+    __hash__ = None  # type: ignore[assignment]
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Self:
+        """A copy (pydantic's), its body made anew when fields change."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy._body = None
+        return copy
+
     def body(self) -> bytes:
-        """The AMQP body: the payload as compact UTF-8 JSON, its numbers exact."""
-        return dumps(self.payload()).encode()
+        """The AMQP body: the payload as compact UTF-8 JSON, its numbers exact (made once: the
+        model is frozen)."""
+        if self._body is None:
+            self._body = dumps(self.payload()).encode()
+        return self._body
 
     @property
     def priority_value(self) -> int:
