@@ -60,26 +60,28 @@ PROCESSES, CONCURRENCY, LATENCY_MS = 2, 32, 200.0
 
 
 def issue_suite(args: argparse.Namespace) -> Values:
-    from bench.issue import throughput_run
+    from bench.issue import Run, throughput_run
 
     latency_s = LATENCY_MS / 1000
     ideal = PROCESSES * CONCURRENCY / latency_s
-    runs: dict[str, list[tuple[float, float, float, float]]] = {d: [] for d in ISSUE_DESIGNS}
+    runs: dict[str, list[Run]] = {d: [] for d in ISSUE_DESIGNS}
     with mock_integrator(LATENCY_MS) as mock_url:
         for round_no in range(args.repeat):
             # Interleaved round by round, so that a passing load hits every design alike.
             for design, results in runs.items():
                 results.append(throughput_run(design, mock_url, PROCESSES, CONCURRENCY,
                                               latency_s, args.warmup, args.window))
-                rate, _, _, cpu_ms = results[-1]
-                progress(f"issue round {round_no + 1}: {design} {rate:.1f}/s, "
-                         f"{cpu_ms:.2f} ms CPU per invoice")
+                run = results[-1]
+                progress(f"issue round {round_no + 1}: {design} {run.rate:.1f}/s, "
+                         f"{run.cpu_ms:.2f} ms CPU per invoice (workers), "
+                         f"{run.roles['total']:.2f} ms (the machine)")
     rate = {d: median([r[0] for r in results]) for d, results in runs.items()}
     cpu = {d: median([r[3] for r in results]) for d, results in runs.items()}
     values: Values = {}
     for design, key in ISSUE_DESIGNS.items():
         values[f"{key}_of_ideal"] = rate[design] / ideal
         values[f"{key}_cpu_ms"] = cpu[design]
+        values[f"{key}_machine_cpu_ms"] = median([r.roles["total"] for r in runs[design]])
         if design != "bare":
             values[f"{key}_cpu_vs_bare"] = cpu[design] / cpu["bare"]
     return values

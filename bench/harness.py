@@ -236,6 +236,65 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+#: The roles :func:`cpu_by_role` reports, in table order; ``other`` is the rest of the machine.
+CPU_ROLES = ("workers", "postgres", "rabbitmq", "mock", "other")
+#: Process names (``comm``) of the broker's runtime.
+_RABBITMQ_COMMS = frozenset({"beam.smp", "erl_child_setup", "epmd", "inet_gethost"})
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy so far (every core; /proc/stat: user, nice,
+    system, irq, softirq and steal — everything but idle and I/O wait)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+
+
+def cpu_by_role(workers: Sequence[int]) -> dict[str, float]:
+    """CPU seconds used so far by the processes of each role on this machine: ``workers`` (the
+    given pids), ``postgres`` (every PostgreSQL process: backends, WAL writer, checkpointer …),
+    ``rabbitmq`` (the Erlang runtime), ``mock`` (``gapless mock-integrator``), and ``machine``
+    (the whole machine, :func:`machine_cpu_s`). Two readings' difference is what a window cost;
+    ``machine`` minus the roles is the rest (this script, the kernel, a backend that exited)."""
+    totals = dict.fromkeys(CPU_ROLES[:-1], 0.0)
+    wanted = set(workers)
+    machine = machine_cpu_s()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        used = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if int(entry.name) in wanted:
+            totals["workers"] += used
+        elif comm == "postgres":
+            totals["postgres"] += used
+        elif comm in _RABBITMQ_COMMS:
+            totals["rabbitmq"] += used
+        elif b"mock-integrator" in cmdline:
+            totals["mock"] += used
+    totals["machine"] = machine
+    return totals
+
+
+def cpu_ms_per_item(before: dict[str, float], after: dict[str, float],
+                    items: int) -> dict[str, float]:
+    """CPU ms per item of each role between two :func:`cpu_by_role` readings, ``other`` (the
+    machine's busy time the roles do not explain) and ``total`` (the machine's)."""
+    if items <= 0:
+        return dict.fromkeys((*CPU_ROLES, "total"), float("nan"))
+    spent = {role: after[role] - before[role] for role in after}
+    result = {role: 1000 * spent[role] / items for role in CPU_ROLES[:-1]}
+    result["total"] = 1000 * spent["machine"] / items
+    result["other"] = max(0.0, result["total"] - sum(result[r] for r in CPU_ROLES[:-1]))
+    return result
+
+
 def rss_mb(pid: int) -> float:
     """A process's resident memory in MB (Linux /proc)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -66,7 +66,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -76,10 +76,13 @@ from sqlalchemy import text
 
 from bench import harness
 from bench.harness import (
+    CPU_ROLES,
     GAPLESS,
     ROOT,
     Proc,
     bench_database,
+    cpu_by_role,
+    cpu_ms_per_item,
     environment,
     issued_count,
     machine,
@@ -348,14 +351,29 @@ def claim_ms(procs: list[Proc]) -> float:
     return 1000 * total / count if count else float("nan")
 
 
+class Run(NamedTuple):
+    """One measured window of :func:`throughput_run`."""
+
+    #: Invoices issued per second.
+    rate: float
+    #: RSS of the first worker, MB.
+    rss: float
+    #: Mean claim transaction, ms (gapless designs).
+    claim: float
+    #: The workers' CPU ms per issued invoice.
+    cpu_ms: float
+    #: CPU ms per issued invoice of every role on the machine (harness.cpu_ms_per_item).
+    roles: dict[str, float]
+
+
 def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
                    latency_s: float, warmup: float, window: float, *,
                    extra: dict[str, str] | None = None,
                    database: Callable[[str], AbstractContextManager[str]] = bench_database,
-                   label: str | None = None) -> tuple[float, float, float, float]:
+                   label: str | None = None) -> Run:
     """Issued per second over the window, RSS MB of the first worker, mean claim transaction
-    ms, and the workers' CPU ms per issued invoice. ``extra``, ``database``: see
-    :func:`environment`."""
+    ms, the workers' CPU ms per issued invoice and every role's (:class:`Run`). ``extra``,
+    ``database``: see :func:`environment`."""
     ideal = concurrency * processes / latency_s
     # Enough backlog that the queue never runs dry during warm-up + window.
     expected = 1 / latency_s if design == "naive" else ideal
@@ -364,15 +382,18 @@ def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
                      database=database, setup=prepare(design, mock_url)) as env:
         asyncio.run(publish(env, backlog_of(design, backlog)))
         procs = start_workers(design, env, processes, concurrency)
+        pids = [proc.pid for proc in procs]
         try:
             time.sleep(warmup)  # a benchmark measures wall time; the warm-up is not a sync
             first = asyncio.run(issued_count(env))
+            roles_first = cpu_by_role(pids)
             cpu_first = sum(proc.cpu_s() for proc in procs)
             started = time.perf_counter()
             time.sleep(window)
+            cpu = sum(proc.cpu_s() for proc in procs) - cpu_first
+            roles_last = cpu_by_role(pids)
             last = asyncio.run(issued_count(env))
             elapsed = time.perf_counter() - started
-            cpu = sum(proc.cpu_s() for proc in procs) - cpu_first
             rss = procs[0].rss_mb()
             claim = claim_ms(procs) if design in GAPLESS_DESIGNS else float("nan")
         finally:
@@ -382,7 +403,14 @@ def throughput_run(design: str, mock_url: str, processes: int, concurrency: int,
             print(f"warning: {design} {processes}x{concurrency} ran out of backlog",
                   file=sys.stderr)
         cpu_ms = 1000 * cpu / (last - first) if last > first else float("nan")
-        return (last - first) / elapsed, rss, claim, cpu_ms
+        return Run((last - first) / elapsed, rss, claim, cpu_ms,
+                   cpu_ms_per_item(roles_first, roles_last, last - first))
+
+
+def roles_row(design: str, runs: list[Run]) -> tuple[str, ...]:
+    """A row of the system-wide table: the median CPU ms per invoice of each role."""
+    return (design, *(f"{median([run.roles[role] for run in runs]):.2f}"
+                      for role in (*CPU_ROLES, "total")))
 
 
 def spread(values: list[float]) -> str:
@@ -443,6 +471,7 @@ def main() -> None:
     despatch_rows = []
     despatch_goal: str | None = None
     rss_64: float | None = None
+    system_rows = []
     with mock_integrator(args.latency_ms) as mock_url:
         for processes in (int(p) for p in args.processes.split(",")):
             for concurrency in concurrencies:
@@ -450,7 +479,7 @@ def main() -> None:
                 run = [processes, concurrency, latency_s, args.warmup, args.window]
                 # Each design runs --repeat times, the designs interleaved round by round, so
                 # that a passing load hits them alike; the table gives medians.
-                runs: dict[str, list[tuple[float, float, float, float]]] = {
+                runs: dict[str, list[Run]] = {
                     "gapless": [], "ubl": [], "bare": []}
                 if not args.no_mixed:
                     runs["mixed"] = []
@@ -461,6 +490,8 @@ def main() -> None:
                 for _ in range(args.repeat):
                     for design, results in runs.items():
                         results.append(throughput_run(design, mock_url, *run))
+                system_rows += [(processes, concurrency, *roles_row(design, results))
+                                for design, results in runs.items()]
                 gapless, rss, claim, cpu_ms = (median([r[i] for r in runs["gapless"]])
                                                for i in range(4))
                 ubl, ubl_cpu_ms = (median([r[i] for r in runs["ubl"]]) for i in (0, 3))
@@ -543,6 +574,10 @@ def main() -> None:
                  (f"user message behind {args.backlog} batch messages: latency (s)",
                   f"{user:.2f}"),
                  ("same message as batch, behind the same backlog (s)", f"{batch:.2f}")])
+    print_table("System-wide CPU per issued invoice, ms (medians): every process on the machine "
+                "by role; other = the machine's busy time the roles do not explain (this "
+                "script, the kernel, backends that exited)",
+                ["processes", "in flight", "design", *CPU_ROLES, "total"], system_rows)
     if mixed_rows:
         mix = ", ".join(f"{name} {weight}" for name, _, weight in KIND_WEIGHTS)
         print_table("UBL-TR documents: plain sales against the mix of document kinds (issued "
@@ -575,7 +610,7 @@ def main() -> None:
         if despatch_goal:
             print(despatch_goal)
     print(json.dumps({"rows": rows, "mixed_rows": mixed_rows, "routed_rows": routed_rows,
-                      "despatch_rows": despatch_rows,
+                      "despatch_rows": despatch_rows, "system_rows": system_rows,
                       "rss_64": rss_64, "user_s": user, "batch_s": batch}))
 
 

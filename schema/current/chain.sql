@@ -59,9 +59,10 @@ END $$;
 
 -- The SHA-256 (lowercase hex) of a message's canonical JSON, UTF-8.
 CREATE FUNCTION gapless_message_sha256(p jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT encode(sha256(convert_to(gapless_canonical_json(p), 'UTF8')), 'hex')
-$$;
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    RETURN encode(sha256(convert_to(gapless_canonical_json(p), 'UTF8')), 'hex');
+END $$;
 
 -- The genesis value of a chain: the "previous hash" of its record 1.
 CREATE FUNCTION gapless_chain_genesis(p_tenant text, p_series text, p_period_key text)

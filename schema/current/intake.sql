@@ -70,15 +70,23 @@ END $$;
 CREATE FUNCTION gapless_claim_row(p_kind text, p_created boolean, p_id bigint,
                                   p_with_payload boolean)
 RETURNS gapless_claim
-LANGUAGE sql AS $$
-    SELECT ROW(p_kind, p_created, i.id, i.invoice_id, i.tenant, i.series, i.status, i.number,
-               i.reserved_no, i.attempts, i.uuid, i.reserved_at, i.profile_version,
-               CASE WHEN p_with_payload THEN i.payload END,
-               i.document_sha256, d.media_type, d.format, d.body)::gapless_claim
+LANGUAGE plpgsql AS $$
+DECLARE
+    r gapless_claim;
+BEGIN
+    SELECT p_kind, p_created, i.id, i.invoice_id, i.tenant, i.series, i.status, i.number,
+           i.reserved_no, i.attempts, i.uuid, i.reserved_at, i.profile_version,
+           CASE WHEN p_with_payload THEN i.payload END,
+           i.document_sha256, d.media_type, d.format, d.body
+      INTO r
       FROM invoices i
       LEFT JOIN invoice_documents d ON d.invoice_pk = i.id AND d.sha256 = i.document_sha256
-     WHERE i.id = p_id
-$$;
+     WHERE i.id = p_id;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN r;
+END $$;
 
 -- intake_invoice: the worker's steps 1 and 2 in one statement. Stores the draft for the
 -- producer key, (tenant, invoice_id) (a duplicate maps to the same row; the first payload stays)

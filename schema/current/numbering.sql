@@ -25,27 +25,29 @@
 
 -- The period a moment falls in, read on the series' local clock.
 CREATE FUNCTION gapless_period_key(p_reset text, p_local timestamp) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE p_reset
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN CASE p_reset
         WHEN 'never'   THEN 'all'
         WHEN 'yearly'  THEN to_char(p_local, 'YYYY')
         WHEN 'monthly' THEN to_char(p_local, 'YYYY-MM')
         WHEN 'daily'   THEN to_char(p_local, 'YYYY-MM-DD')
-    END
-$$;
+    END;
+END $$;
 
 -- Render a number with a series format: {prefix} {yyyy} {yy} {mm} {dd} {seq}.
 CREATE FUNCTION gapless_render(p_format text, p_prefix text, p_width integer,
                                p_local timestamp, p_no bigint) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT replace(replace(replace(replace(replace(replace(p_format,
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN replace(replace(replace(replace(replace(replace(p_format,
         '{prefix}', p_prefix),
         '{yyyy}', to_char(p_local, 'YYYY')),
         '{yy}', to_char(p_local, 'YY')),
         '{mm}', to_char(p_local, 'MM')),
         '{dd}', to_char(p_local, 'DD')),
-        '{seq}', lpad(p_no::text, p_width, '0'))
-$$;
+        '{seq}', lpad(p_no::text, p_width, '0'));
+END $$;
 
 -- format_number: the printed number for counter value p_no reserved at p_at.
 CREATE FUNCTION format_number(p_tenant text, p_series text, p_no bigint,
@@ -76,9 +78,10 @@ $$;
 
 -- The issuer profile in force for a tenant (NULL: none); a seal pins it on the invoice.
 CREATE FUNCTION gapless_profile_version(p_tenant text) RETURNS integer
-LANGUAGE sql STABLE AS $$
-    SELECT max(version) FROM tenant_profiles WHERE tenant = p_tenant
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT max(version) FROM tenant_profiles WHERE tenant = p_tenant);
+END $$;
 
 -- ---------------------------------------------------------------- the seal
 -- gapless_seal: advance the counter of (tenant, series, period of p_at) and say what was sealed:
