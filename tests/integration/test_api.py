@@ -6,8 +6,10 @@ The feed endpoint has its own module (test_api_feed.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,7 @@ from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.api import parse_tokens
+from gapless.api.app import CHECK_IDLE_S
 from gapless.errors import ConfigurationError
 from gapless.integrator.base import Receipt
 from gapless.ledger.invoices import Draft, claim_for_sending, mark_issued, upsert_draft
@@ -479,6 +482,42 @@ async def test_healthz_reports_which_service_is_unreachable(
     assert feed.headers["Retry-After"] == "5"
     database.start()
     await await_until(lambda: health(None), 30, message="healthz to recover the database")
+
+
+async def test_requests_after_the_apis_connections_died_are_answered(
+        api: Api, http: httpx.AsyncClient, engine: AsyncEngine) -> None:
+    """The API's pool lends no dead connection after an outage: every backend of the API is
+    terminated (a restart or a failover does the same to idle connections), and once they have
+    sat idle for the pool's check interval the next requests each find a live one (the pool
+    tests an idle connection before lending it) — a 200, never a 503."""
+    number = await issued_invoice(engine, "alive-1")
+    headers = api.headers(api.admin)
+    # Several requests at once: several pooled connections are made and used.
+    warm = await asyncio.gather(*(http.get(f"{api.url}/v1/invoices/alive-1", headers=headers)
+                                  for _ in range(6)))
+    assert {r.status_code for r in warm} == {200}
+    last_request = time.monotonic()
+
+    db = ledger(engine)
+    killed = await db.one(
+        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = 'gapless-api'")
+    assert killed.n >= 1
+
+    async def gone() -> bool:
+        row = await db.one("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND application_name = 'gapless-api'")
+        return bool(row.n == 0)
+
+    await await_until(gone, 15, message="the API's backends to be gone")
+    # The pool tests a connection that sat idle this long (the condition is the time itself).
+    await await_until(lambda: asyncio.sleep(0, time.monotonic() - last_request > CHECK_IDLE_S),
+                      5, message="the connections to have sat idle")
+
+    for _ in range(8):
+        shown = await http.get(f"{api.url}/v1/invoices/alive-1", headers=headers)
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["number"] == number
 
 
 async def test_metrics_count_requests_by_route_without_auth(
