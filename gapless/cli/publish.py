@@ -3,9 +3,9 @@
 Messages are validated before publishing (an invalid line is counted as refused, with its line
 number and reason, and never sent). A file that is not JSON Lines at all — a JSON array, or one
 object pretty-printed over several lines — is recognised from its first lines and refused as a
-whole, in one line (exit 2), before anything is published. Confirms are pipelined: up to
-``--in-flight`` messages await their confirm at once on one channel. Exit 0 when every message
-was confirmed, 1 when any was refused, 2 on bad usage.
+whole, in one line (exit 2), before anything is published. Confirms are pipelined: messages go
+out in chunks, and up to ``--in-flight`` await their confirm at once on one channel. Exit 0 when
+every message was confirmed, 1 when any was refused, 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -139,38 +139,49 @@ def _validated(summary: Summary, where: str, item: Any) -> Any | None:
         return None
 
 
-async def _paced(started: float, index: int, rate: float | None) -> None:
-    """Hold the schedule of ``rate`` messages a second (pacing, not synchronisation)."""
-    if rate:
-        delay = started + index / rate - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-
-
 async def publish_all(settings: Settings, items: Iterator[tuple[str, Any]], *,
                       total: int | None, priority: str | None, rate: float | None,
                       in_flight: int, show_progress: bool) -> Summary:
-    """Validate and publish ``items`` (``(where, dict | bytes)``) with pipelined confirms: up
-    to ``in_flight`` messages await their confirm at once. Invalid ones are refused unsent."""
-    from gapless.amqp.publisher import Publisher, PublishRefused, PublishUnconfirmed
+    """Validate and publish ``items`` (``(where, dict | bytes)``) with pipelined confirms: the
+    valid messages go out in chunks of half ``in_flight`` (:meth:`Publisher.publish_many`: a
+    chunk is written to the channel whole, its confirms awaited together), two chunks in flight
+    at once, so at most ``in_flight`` messages await their confirm and the next chunk is
+    validated while the last one's confirms come back. Invalid messages are refused unsent.
+    With ``rate``, what is gathered goes out before each pause of the schedule."""
+    from gapless.amqp.publisher import Publisher
 
     summary = Summary()
-    slots = asyncio.Semaphore(in_flight)
+    chunk_size = max(1, in_flight // 2)
+    slots = asyncio.Semaphore(2 if in_flight > 1 else 1)
     progress = _progress(total, show_progress)
     bar = progress.add_task("publish", total=total, refused=0)
+    pending: set[asyncio.Task[None]] = set()
+    chunk: list[tuple[str, Any]] = []
 
-    async def send(publisher: Publisher, where: str, message: Any) -> None:
+    async def send(publisher: Publisher, batch: list[tuple[str, Any]]) -> None:
         try:
-            await publisher.publish(message, priority=priority)
-        except (PublishRefused, PublishUnconfirmed) as exc:
-            summary.refuse(where, str(exc))
-        else:
-            summary.confirmed += 1
+            outcomes = await publisher.publish_many([message for _, message in batch],
+                                                    priority=priority)
+            for (where, _), outcome in zip(batch, outcomes, strict=True):
+                if outcome is None:
+                    summary.confirmed += 1
+                else:
+                    summary.refuse(where, str(outcome))
         finally:
             slots.release()
-            progress.update(bar, advance=1, refused=summary.refused)
+            progress.update(bar, advance=len(batch), refused=summary.refused)
 
-    pending: set[asyncio.Task[None]] = set()
+    async def flush(publisher: Publisher) -> None:
+        nonlocal chunk
+        if not chunk:
+            return
+        batch, chunk = chunk, []
+        await slots.acquire()
+        summary.published += len(batch)
+        task = asyncio.create_task(send(publisher, batch))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
     started = time.monotonic()
     with progress:
         async with Publisher(settings) as publisher:
@@ -179,12 +190,17 @@ async def publish_all(settings: Settings, items: Iterator[tuple[str, Any]], *,
                 if message is None:
                     progress.update(bar, advance=1, refused=summary.refused)
                     continue
-                await _paced(started, index, rate)
-                await slots.acquire()
-                summary.published += 1
-                task = asyncio.create_task(send(publisher, where, message))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
+                if rate:
+                    # Hold the schedule of ``rate`` messages a second (pacing, not
+                    # synchronisation); what is gathered goes out first.
+                    delay = started + index / rate - time.monotonic()
+                    if delay > 0:
+                        await flush(publisher)
+                        await asyncio.sleep(delay)
+                chunk.append((where, message))
+                if len(chunk) >= chunk_size:
+                    await flush(publisher)
+            await flush(publisher)
             if pending:
                 await asyncio.gather(*pending)
     return summary
