@@ -1,0 +1,178 @@
+"""Benchmark: ``gapless publish --file`` against a raw confirmed publisher of the same lines.
+
+    .venv/bin/python bench/publish.py [--messages 20000] [--repeat 2] [--in-flight 256]
+
+RabbitMQ is real; each run has a queue prefix of its own (deleted afterwards). A JSON Lines file
+of ``--messages`` valid invoices (``bench/issue.py``'s message, each its own ``invoice_id``) is
+written once, then, interleaved ``--repeat`` times:
+
+* **gapless publish --file** — the command as an operator runs it (a subprocess): every line
+  parsed and validated against the contract, published persistent with publisher confirms
+  (pipelined, ``--in-flight`` awaited at once), the summary printed. Measured: the command's wall
+  time and its CPU time (user + system, from the child's resource usage), start-up included, and
+  the same command on a one-line file (its start-up alone) to give the rate after start-up.
+* **raw** — the floor: a minimal aio-pika publisher in this script sending the file's lines as
+  they are (no parsing, no validation), persistent, confirms pipelined the same way.
+
+Every run's queue is read back by its depth: all ``--messages`` queued, none twice.
+
+Goal (issue 29): ≥ 10,000 messages/s per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aio_pika
+
+from bench.harness import (
+    GAPLESS,
+    ROOT,
+    clean_env,
+    delete_queues,
+    machine,
+    median,
+    print_table,
+    queue_prefix,
+    settings_of,
+)
+from bench.issue import invoice
+from gapless.amqp.topology import declare_topology, work_queues
+
+GOAL = 10_000
+
+
+def write_lines(path: Path, count: int, label: str) -> None:
+    with path.open("w") as out:
+        for index in range(count):
+            out.write(json.dumps(invoice(f"{label}-{index}")) + "\n")
+
+
+def run_command(env: dict[str, str], path: Path, in_flight: int) -> tuple[float, float]:
+    """Wall and CPU seconds of ``gapless publish --file path``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run([*GAPLESS, "publish", "--file", str(path), "--no-progress", "--in-flight",
+                    str(in_flight)], env=env, cwd=ROOT, check=True, capture_output=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+async def raw_publish(env: dict[str, str], lines: list[bytes],
+                      in_flight: int) -> tuple[float, float]:
+    """Wall and CPU seconds of publishing the lines as they are, confirms pipelined."""
+    settings = settings_of(env)
+    connection = await aio_pika.connect(settings.amqp_url)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        await declare_topology(channel, settings)
+        slots = asyncio.Semaphore(in_flight)
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+
+        async def send(body: bytes) -> None:
+            try:
+                await channel.default_exchange.publish(
+                    aio_pika.Message(body, content_type="application/json",
+                                     delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                    routing_key=settings.queue, mandatory=True)
+            finally:
+                slots.release()
+
+        tasks = []
+        for body in lines:
+            await slots.acquire()
+            tasks.append(asyncio.create_task(send(body)))
+        await asyncio.gather(*tasks)
+        return time.perf_counter() - started, time.process_time() - cpu_before
+    finally:
+        await connection.close()
+
+
+async def queued(env: dict[str, str]) -> int:
+    settings = settings_of(env)
+    connection = await aio_pika.connect(settings.amqp_url)
+    try:
+        channel = await connection.channel()
+        total = 0
+        for name in work_queues(settings):
+            declared = await channel.declare_queue(name, passive=True)
+            total += declared.declaration_result.message_count or 0
+        return total
+    finally:
+        await connection.close()
+
+
+def one_run(design: str, path: Path, count: int, in_flight: int) -> tuple[float, float]:
+    env = {**clean_env(), "GAPLESS_QUEUE": queue_prefix(f"publish_{design}"),
+           "GAPLESS_LOG_LEVEL": "warning"}
+    try:
+        if design == "gapless":
+            wall, cpu = run_command(env, path, in_flight)
+        else:
+            wall, cpu = asyncio.run(raw_publish(env, path.read_bytes().splitlines(),
+                                                in_flight))
+        depth = asyncio.run(queued(env))
+        if depth != count:
+            raise SystemExit(f"{design}: {depth} messages queued, expected {count}")
+        return wall, cpu
+    finally:
+        asyncio.run(delete_queues(settings_of(env)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--in-flight", type=int, default=256)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gapless-bench-publish-") as folder:
+        path, one = Path(folder) / "invoices.jsonl", Path(folder) / "one.jsonl"
+        write_lines(path, args.messages, f"p{os.getpid()}")
+        write_lines(one, 1, f"s{os.getpid()}")
+        runs: dict[str, list[tuple[float, float]]] = {"gapless": [], "raw": []}
+        startup: list[float] = []
+        for _ in range(args.repeat):
+            for design, results in runs.items():
+                results.append(one_run(design, path, args.messages, args.in_flight))
+                print(f"  {design}: {args.messages / results[-1][0]:,.0f}/s", file=sys.stderr,
+                      flush=True)
+            startup.append(one_run("gapless", one, 1, args.in_flight)[0])
+    start_s = median(startup)
+    rows = []
+    for design, results in runs.items():
+        wall, cpu = median([r[0] for r in results]), median([r[1] for r in results])
+        after_start = (args.messages / (wall - start_s) if design == "gapless" and wall > start_s
+                       else args.messages / wall)
+        rows.append((design, f"{args.messages / wall:,.0f}", f"{after_start:,.0f}",
+                     f"{1000 * cpu / args.messages:.3f}",
+                     f"{min(args.messages / r[0] for r in results):,.0f}–"
+                     f"{max(args.messages / r[0] for r in results):,.0f}"))
+    print(f"machine: {machine()}; {args.messages} messages, {args.in_flight} confirms in flight, "
+          f"{args.repeat} runs each, interleaved (medians); gapless start-up alone "
+          f"{start_s:.2f} s\n")
+    print_table("Publishing a JSON Lines file with confirms (higher is better)",
+                ["publisher", "messages/s (whole command)", "messages/s after start-up",
+                 "CPU ms per message", "messages/s range"], rows)
+    gapless_rate = float(rows[0][2].replace(",", ""))
+    verdict = "met" if gapless_rate >= GOAL else "NOT met"
+    print(f"goal: gapless publish --file ≥ {GOAL:,} messages/s after start-up: {verdict} "
+          f"({gapless_rate:,.0f}/s; the raw publisher without validation {rows[1][2]}/s in "
+          "the same run)")
+
+
+if __name__ == "__main__":
+    main()
