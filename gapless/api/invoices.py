@@ -145,7 +145,13 @@ def accepted(request: Request, metrics: ApiMetrics, message: AnyMessage,
 def status_url(request: Request, invoice_id: str, tenant: str) -> str:
     """Where the invoice's state is read: its URL, naming the tenant (the id is unique per
     tenant only)."""
-    return f"{deps.status_url(request, invoice_id)}?tenant={quote(tenant, safe='')}"
+    return status_url_on(deps.links(request).base(request), invoice_id, tenant)
+
+
+def status_url_on(base: str, invoice_id: str, tenant: str) -> str:
+    """:func:`status_url` under ``base``, the API's base URL for the request (a batch makes it
+    once for all its items)."""
+    return f"{base}/v1/invoices/{quote(invoice_id, safe='')}?tenant={quote(tenant, safe='')}"
 
 
 async def invoice_tenant(db: Database, who: Principal, invoice_id: str,
@@ -343,23 +349,30 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
             item.published = True
         else:
             item.code, item.error = 503, str(outcome)
+    base = deps.links(request).base(request)
     results: list[dict[str, Any]] = []
     for item in items:
         if item.first is not None and item.first.code != 202:
             item.code, item.error = item.first.code, item.first.error
-        result: dict[str, Any] = {
-            "index": item.index, "invoice_id": None if item.message is None
-            else item.message.invoice_id, "status": item.code, "published": item.published,
-            "status_url": None, "invoice_status": None, "error": item.error}
-        if item.code == 202 and item.message is not None:
-            answer = accepted(request, api.metrics, item.message, item.state, item.published)
-            result.update(status_url=answer.status_url, invoice_status=answer.status)
-        results.append(result)
+        message = item.message
+        ok = item.code == 202 and message is not None
+        results.append({
+            "index": item.index, "invoice_id": None if message is None else message.invoice_id,
+            "status": item.code, "published": item.published,
+            "status_url": status_url_on(base, message.invoice_id, message.tenant)
+            if ok and message is not None else None,
+            "invoice_status": item.state.value if ok and item.state is not None else None,
+            "error": item.error})
     failed = sum(item.code == 503 for item in items)
     if failed:
         log.warning("api_publish_failed", messages=failed)
     count = sum(item.code == 202 for item in items)
     published = sum(item.published for item in items)
+    # Counted as accepted() counts a single POST: each accepted message, by whether it went out.
+    if published:
+        api.metrics.accepted.labels("true").inc(published)
+    if count - published:
+        api.metrics.accepted.labels("false").inc(count - published)
     log.info("batch_accepted", messages=len(items), accepted=count, published=published,
              refused=len(items) - count)
     return JSONResponse({"results": results, "accepted": count, "published": published})
