@@ -15,7 +15,8 @@ install:
 
 ## The test command (README, CI): every tier, the chaos short profile included, on $(TEST_WORKERS)
 ## processes (pytest-xdist; every process has its own template database and queue prefixes).
-TEST_WORKERS ?= 2
+## Three on two cores: the tests wait on services and processes more than they compute.
+TEST_WORKERS ?= 3
 test:
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
