@@ -15,8 +15,7 @@ install:
 
 ## The test command (README, CI): every tier, the chaos short profile included, on $(TEST_WORKERS)
 ## processes (pytest-xdist; every process has its own template database and queue prefixes).
-## Three on two cores: the tests wait on services and processes more than they compute.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test:
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
