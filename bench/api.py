@@ -62,13 +62,14 @@ from bench.harness import (
     mock_integrator,
     print_table,
     publish,
+    queue_depth,
     settings_of,
     start_workers,
     wait_until,
 )
 from bench.issue import invoice
 from gapless.amqp.connection import connect_once
-from gapless.amqp.topology import declare_topology, work_queues
+from gapless.amqp.topology import declare_topology
 from gapless.logging import configure_logging
 
 #: Goals (also in bench/goals.toml, which ``make bench-check`` reads).
@@ -222,19 +223,6 @@ def run_wrk(api: Proc, script: Path, out: Path, *, seconds: float, connections: 
 
 
 # ------------------------------------------------------------------------------------ queues
-
-
-async def queue_depth(env: dict[str, str]) -> int:
-    """Messages ready in the run's work queues."""
-    settings = settings_of(env)
-    connection = await connect_once(settings)
-    async with connection:
-        channel = await connection.channel()
-        total = 0
-        for name in work_queues(settings):
-            queue = await channel.declare_queue(name, passive=True)
-            total += queue.declaration_result.message_count or 0
-        return total
 
 
 def settled_depth(env: dict[str, str]) -> int:

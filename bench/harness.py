@@ -461,6 +461,19 @@ async def publish(env: dict[str, str], messages: list[dict[str, Any]]) -> None:
             await asyncio.gather(*(publisher.publish(m) for m in messages[start:start + 200]))
 
 
+async def queue_depth(env: dict[str, str]) -> int:
+    """Messages ready in the run's work queues."""
+    settings = settings_of(env)
+    connection = await connect_once(settings)
+    async with connection:
+        channel = await connection.channel()
+        total = 0
+        for name in work_queues(settings):
+            queue = await channel.declare_queue(name, passive=True)
+            total += queue.declaration_result.message_count or 0
+        return total
+
+
 async def delete_queues(settings: Settings) -> None:
     """Delete a run's queues, its dead-letter queue and exchange."""
     connection = await connect_once(settings)

@@ -44,11 +44,12 @@ from bench.harness import (
     machine,
     median,
     print_table,
+    queue_depth,
     queue_prefix,
     settings_of,
 )
 from bench.issue import invoice
-from gapless.amqp.topology import declare_topology, work_queues
+from gapless.amqp.topology import declare_topology
 
 GOAL = 10_000
 
@@ -102,20 +103,6 @@ async def raw_publish(env: dict[str, str], lines: list[bytes],
         await connection.close()
 
 
-async def queued(env: dict[str, str]) -> int:
-    settings = settings_of(env)
-    connection = await aio_pika.connect(settings.amqp_url)
-    try:
-        channel = await connection.channel()
-        total = 0
-        for name in work_queues(settings):
-            declared = await channel.declare_queue(name, passive=True)
-            total += declared.declaration_result.message_count or 0
-        return total
-    finally:
-        await connection.close()
-
-
 def one_run(design: str, path: Path, count: int, in_flight: int) -> tuple[float, float]:
     env = {**clean_env(), "GAPLESS_QUEUE": queue_prefix(f"publish_{design}"),
            "GAPLESS_LOG_LEVEL": "warning"}
@@ -125,7 +112,7 @@ def one_run(design: str, path: Path, count: int, in_flight: int) -> tuple[float,
         else:
             wall, cpu = asyncio.run(raw_publish(env, path.read_bytes().splitlines(),
                                                 in_flight))
-        depth = asyncio.run(queued(env))
+        depth = asyncio.run(queue_depth(env))
         if depth != count:
             raise SystemExit(f"{design}: {depth} messages queued, expected {count}")
         return wall, cpu
