@@ -247,23 +247,21 @@ async def mark_issued(db: Database, pk: int, receipt: Receipt,
 
 async def mark_issued_many(db: Database,
                            outcomes: dict[int, tuple[str, Document | None]]) -> set[int]:
-    """Step 4 (success) for many invoices (pk -> (integrator ref, document)) in one transaction.
+    """Step 4 (success) for many invoices (pk -> (integrator ref, document)) in one statement.
 
-    Locks the rows in id order, then the counters their chain records extend in key order
-    (:data:`~gapless.ledger.queries.invoices.LOCK_SETTLING`: writers settling invoices of
-    several series never deadlock on the chains' heads), then settles them in one statement.
+    :data:`~gapless.ledger.queries.invoices.MARK_ISSUED_MANY` locks the rows in id order, then
+    the counters their chain records extend in key order (writers settling invoices of several
+    series never deadlock on the chains' heads), then settles them: one round trip, one commit.
     Returns the pks that became ISSUED (the others were settled).
     """
     if not outcomes:
         return set()
     pks = sorted(outcomes)
     docs = [_document_params(pk, outcomes[pk][1]) for pk in pks]
-    async with db.transaction() as tx:
-        await tx.all(q.LOCK_SETTLING, {"pks": pks})
-        rows = await tx.all(q.MARK_ISSUED_MANY, {
-            "pks": pks, "refs": [outcomes[pk][0] for pk in pks],
-            "shas": [d["sha256"] for d in docs], "media_types": [d["media_type"] for d in docs],
-            "formats": [d["format"] for d in docs], "bodies": [d["body"] for d in docs]})
+    rows = await db.all(q.MARK_ISSUED_MANY, {
+        "pks": pks, "refs": [outcomes[pk][0] for pk in pks],
+        "shas": [d["sha256"] for d in docs], "media_types": [d["media_type"] for d in docs],
+        "formats": [d["format"] for d in docs], "bodies": [d["body"] for d in docs]})
     return {row.id for row in rows}
 
 

@@ -74,51 +74,15 @@ MARK_ISSUED = f"""
     RETURNING id
 """  # noqa: S608 - constant fragment, values are bound
 
-#: Before MARK_ISSUED_MANY, in its transaction: the rows it settles, in id order, then the
-#: counters whose chains their 'issued' records extend, in key order. The records' trigger locks
-#: each counter (the chain's head) as the UPDATE reaches its row, in whatever order the plan
-#: visits the rows: two writers settling invoices of two series each could take the heads in
-#: opposite orders and deadlock. Taken here first, every writer takes them in one order.
-LOCK_SETTLING = """
-    WITH locked AS (
-        SELECT i.tenant, i.series, i.period_key FROM invoices i
-         WHERE i.id = ANY(%(pks)s::bigint[]) AND i.status IN ('SENDING', 'ERROR')
-         ORDER BY i.id
-           FOR UPDATE OF i
-    )
-    SELECT 1 FROM number_counters c
-      JOIN (SELECT DISTINCT tenant, series, period_key FROM locked) k
-        USING (tenant, series, period_key)
-     ORDER BY c.tenant, c.series, c.period_key
-       FOR UPDATE OF c
-"""
-
-#: Outcome: accepted, for many invoices in one statement (group commit: one transaction, one WAL
-#: flush for all), storing each one's document unless it is stored already (sha256 NULL). Rows
-#: are locked in id order. Unfenced like MARK_ISSUED.
+#: Outcome: accepted, for many invoices in one call (group commit: one statement, its own
+#: transaction, one WAL flush for all), storing each one's document unless it is stored already
+#: (sha256 NULL). ``gapless_mark_issued_many`` (schema/current/outcomes.sql) locks the rows in id
+#: order and the counters their chain records extend in key order before it settles them, so
+#: writers settling invoices of several series never deadlock. Unfenced like MARK_ISSUED.
 MARK_ISSUED_MANY = """
-    WITH v AS (
-        SELECT *
-          FROM unnest(%(pks)s::bigint[], %(refs)s::text[], %(shas)s::text[],
-                      %(media_types)s::text[], %(formats)s::text[], %(bodies)s::bytea[])
-               AS v(id, ref, sha256, media_type, format, body)
-    ), doc AS (
-        INSERT INTO invoice_documents (invoice_pk, sha256, media_type, format, body)
-        SELECT id, sha256, media_type, format, body FROM v WHERE sha256 IS NOT NULL
-        ON CONFLICT DO NOTHING
-    ), locked AS (
-        SELECT i.id FROM invoices i JOIN v ON v.id = i.id
-         WHERE i.status IN ('SENDING', 'ERROR')
-         ORDER BY i.id
-           FOR UPDATE OF i
-    )
-    UPDATE invoices i
-       SET status = 'ISSUED', integrator_ref = v.ref, issued_at = now(), last_error = NULL,
-           next_attempt_at = NULL, sending_since = NULL,
-           document_sha256 = coalesce(v.sha256, i.document_sha256)
-      FROM v JOIN locked USING (id)
-     WHERE i.id = v.id AND i.status IN ('SENDING', 'ERROR')
-    RETURNING i.id
+    SELECT id FROM gapless_mark_issued_many(
+        %(pks)s::bigint[], %(refs)s::text[], %(shas)s::text[], %(media_types)s::text[],
+        %(formats)s::text[], %(bodies)s::bytea[]) AS settled(id)
 """
 
 #: Outcome: transient failure, retry at %(retry_at)s (NULL parks it for an operator). Fenced by
