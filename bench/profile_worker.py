@@ -87,9 +87,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--label", default="", help="Shown in the table's title.")
-    parser.add_argument("--design", choices=GAPLESS_DESIGNS, default="gapless",
+    parser.add_argument("--design", choices=(*GAPLESS_DESIGNS, "bare"), default="gapless",
                         help="The messages (bench/issue.py's designs): minimal JSON documents, "
-                        "UBL-TR plain sales, mixed kinds, or routed plain sales.")
+                        "UBL-TR plain sales, mixed kinds, routed plain sales, dispatch notes; "
+                        "or bench/issue.py's bare loop on the JSON documents, to compare.")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
@@ -100,12 +101,15 @@ def main() -> None:
     raw = Path(tempfile.mkdtemp(prefix="gapless-profile-")) / "worker.txt"
     with mock_integrator(args.latency_ms) as mock_url, \
             environment("profile", mock_url) as env:
-        prepare(args.design, mock_url)(env)
-        asyncio.run(publish(env, backlog_of(args.design, backlog)))
-        worker = Proc([*GAPLESS, "worker", "--concurrency", str(args.concurrency)], env,
-                      "profile-worker")
+        bare = args.design == "bare"
+        design = "gapless" if bare else args.design
+        prepare(design, mock_url)(env)
+        asyncio.run(publish(env, backlog_of(design, backlog)))
+        command = ([sys.executable, str(Path(__file__).resolve().parent / "issue.py"),
+                    "--baseline-worker", "bare"] if bare else [*GAPLESS, "worker"])
+        worker = Proc([*command, "--concurrency", str(args.concurrency)], env, "profile-worker")
         try:
-            worker.wait_for("worker_started")
+            worker.wait_for("bare_worker_started" if bare else "worker_started")
             time.sleep(args.warmup)  # wall-clock warm-up of a benchmark, not a synchronisation
             first, cpu_first = asyncio.run(issued_count(env)), worker.cpu_s()
             started = time.perf_counter()

@@ -252,10 +252,15 @@ async def mark_issued_many(db: Database,
     :data:`~gapless.ledger.queries.invoices.MARK_ISSUED_MANY` locks the rows in id order, then
     the counters their chain records extend in key order (writers settling invoices of several
     series never deadlock on the chains' heads), then settles them: one round trip, one commit.
-    Returns the pks that became ISSUED (the others were settled).
+    A batch of one is MARK_ISSUED (one row, one counter: no order to keep). Returns the pks
+    that became ISSUED (the others were settled).
     """
     if not outcomes:
         return set()
+    if len(outcomes) == 1:
+        [(pk, (ref, document))] = outcomes.items()
+        row = await db.one(q.MARK_ISSUED, {**_document_params(pk, document), "ref": ref})
+        return set() if row is None else {pk}
     pks = sorted(outcomes)
     docs = [_document_params(pk, outcomes[pk][1]) for pk in pks]
     rows = await db.all(q.MARK_ISSUED_MANY, {

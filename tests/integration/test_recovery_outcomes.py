@@ -122,3 +122,47 @@ async def test_writers_settling_two_series_in_opposite_orders_never_deadlock(
             "SELECT series, count(*) FROM chain_records WHERE kind = 'issued' "
             "GROUP BY series"))).all())
     assert records == {"ABC": 60, "XYZ": 60}
+
+
+async def test_a_batch_stores_each_new_document_byte_for_byte_and_leaves_stored_ones(
+        engine: AsyncEngine) -> None:
+    """The batch's arrays travel in binary: bytes of every value (NUL, quotes, backslashes,
+    braces, non-ASCII) arrive as they were sent; a document already stored (sha256 NULL in
+    the batch) is neither stored again nor unlinked; a batch of one takes the one-row path."""
+    await define_series(engine)
+    sendings = await make_sending(engine, [f"bytes-{i}" for i in range(4)])
+    bodies = [b'{"a":"\\"{},\\u0000"}', bytes(range(256)), "şğüİ \"'{}".encode(), b"\\x00"]
+    documents = [Document.of(tenant=s.tenant, number=s.number, invoice_id=s.invoice_id,
+                             uuid=str(s.uuid), body=body, media_type="application/xml",
+                             format="ubl-tr-test/1")
+                 for s, body in zip(sendings, bodies, strict=True)]
+    kept = documents[1]
+    async with engine.begin() as conn:  # the second one's bytes were stored by an earlier send
+        await conn.execute(text(
+            "INSERT INTO invoice_documents (invoice_pk, sha256, media_type, format, body) "
+            "VALUES (:pk, :sha256, :media_type, :format, :body)"),
+            {"pk": sendings[1].pk, "sha256": kept.sha256, "media_type": kept.media_type,
+             "format": kept.format, "body": kept.body})
+        await conn.execute(text("UPDATE invoices SET document_sha256 = :sha256 WHERE id = :pk"),
+                           {"pk": sendings[1].pk, "sha256": kept.sha256})
+    documents[1] = Document.of(tenant=kept.tenant, number=kept.number,
+                               invoice_id=kept.invoice_id, uuid=kept.uuid, body=kept.body,
+                               media_type=kept.media_type, format=kept.format, stored=True)
+
+    many = await mark_issued_many(ledger(engine), {
+        s.pk: (f"ref-{s.reserved_no}", d) for s, d in zip(sendings[:3], documents[:3],
+                                                            strict=True)})
+    one = await mark_issued_many(ledger(engine), {sendings[3].pk: ("ref-one", documents[3])})
+    again = await mark_issued_many(ledger(engine), {sendings[3].pk: ("ref-two", documents[3])})
+
+    assert (many, one, again) == ({s.pk for s in sendings[:3]}, {sendings[3].pk}, set())
+    async with engine.connect() as conn:
+        stored = (await conn.execute(text(
+            "SELECT i.invoice_id, count(d.*), (array_agg(d.body))[1],"
+            "       bool_and(d.sha256 = i.document_sha256)"
+            "  FROM invoices i LEFT JOIN invoice_documents d ON d.invoice_pk = i.id"
+            " GROUP BY i.invoice_id ORDER BY i.invoice_id"))).all()
+    assert [(row[1], bytes(row[2]), row[3]) for row in stored] == [(1, body, True)
+                                                                    for body in bodies]
+    rows = await invoice_rows(engine)
+    assert rows["bytes-3"].integrator_ref == "ref-one"

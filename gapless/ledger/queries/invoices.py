@@ -79,10 +79,12 @@ MARK_ISSUED = f"""
 #: (sha256 NULL). ``gapless_mark_issued_many`` (schema/current/outcomes.sql) locks the rows in id
 #: order and the counters their chain records extend in key order before it settles them, so
 #: writers settling invoices of several series never deadlock. Unfenced like MARK_ISSUED.
+#: The arrays travel in binary (``%(…)b``): psycopg's text form of an array quotes every
+#: element in Python, which for a document's bytes cost ~150 µs per 10 kB body.
 MARK_ISSUED_MANY = """
     SELECT id FROM gapless_mark_issued_many(
-        %(pks)s::bigint[], %(refs)s::text[], %(shas)s::text[], %(media_types)s::text[],
-        %(formats)s::text[], %(bodies)s::bytea[]) AS settled(id)
+        %(pks)b::bigint[], %(refs)b::text[], %(shas)b::text[], %(media_types)b::text[],
+        %(formats)b::text[], %(bodies)b::bytea[]) AS settled(id)
 """
 
 #: Outcome: transient failure, retry at %(retry_at)s (NULL parks it for an operator). Fenced by
