@@ -46,7 +46,7 @@ from structlog.stdlib import BoundLogger
 
 from gapless.constants import TERMINAL_STATUSES, Status
 from gapless.errors import InvalidTransition, ReservationLockTimeout, UnknownSeriesError
-from gapless.integrator.base import Document, IntegratorAuthError
+from gapless.integrator.base import Document, IntegratorAuthError, Recipient
 from gapless.integrator.guard import Guard
 from gapless.issuing import outcome
 from gapless.issuing.admission import numbering_problem
@@ -56,10 +56,12 @@ from gapless.issuing.outcome import WORKER_EVENTS, Outcomes, Settled
 from gapless.issuing.render import Renderer, RenderError
 from gapless.issuing.routing import (
     ASKS_RECIPIENT,
+    UNREAD,
     RecipientUnavailable,
     Route,
     Router,
     RoutingRefused,
+    Unread,
 )
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
@@ -249,16 +251,20 @@ class IssuingFlow:
         :mod:`gapless.issuing.routing`). A message that contradicts the routing, or names a series
         that does not exist, is dead-lettered — unless its invoice is numbered already (a redelivery
         goes on as sealed); when the integrator cannot answer the recipient check, it waits."""
+        cached: Recipient | Unread | None = UNREAD
         if profile is not None and await self._may_route(message):
             # A numbered invoice (a redelivery, a duplicate) keeps the route it was sealed with.
-            known = await invoice_state(self.db, message.invoice_id, tenant=message.tenant)
-            if known is not None and known.number is not None:
-                spec = await self.catalog.series(message.tenant, known.series)
+            # Its state and the customer's cached recipient answer are read together.
+            known = await self.router.known(message)
+            state, cached = known.state, known.recipient
+            if state is not None and state.number is not None:
+                spec = await self.catalog.series(message.tenant, state.series)
                 if spec is not None:
-                    return Route(message.model_copy(update={"series": known.series}), spec,
+                    return Route(message.model_copy(update={"series": state.series}), spec,
                                  spec.channel)
         try:
-            return await self.router.route(message, profiled=profile is not None)
+            return await self.router.route(message, profiled=profile is not None,
+                                           cached=cached)
         except UnknownSeriesError as exc:
             return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=str(exc))
         except RoutingRefused as exc:

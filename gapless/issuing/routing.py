@@ -32,7 +32,7 @@ transaction that seals a number.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gapless.constants import EARSIV_PROFILE, Channel
 from gapless.errors import GaplessError, UnknownSeriesError
@@ -76,6 +76,21 @@ class RecipientSource(Protocol):
         ...
 
 
+class Unread:
+    """The cached answer was not read yet (``cached``'s default: read it)."""
+
+
+UNREAD = Unread()
+
+
+class _State(NamedTuple):
+    """An invoice's status, number and series (as ``invoice_state`` reads them)."""
+
+    status: str
+    number: str | None
+    series: str
+
+
 @dataclass(frozen=True)
 class Route:
     """Where a message's document goes: its series, channel (``any``: not routed) and the
@@ -86,12 +101,33 @@ class Route:
     channel: Channel
 
 
+@dataclass(frozen=True)
+class Known:
+    """What the database holds for a message before it is routed, read in one round trip: its
+    invoice's state (None: no invoice yet) and the cached recipient answer (None: none fresh)."""
+
+    state: Any
+    recipient: Recipient | None
+
+
 class RecipientCache:
     """The integrator's recipient answers in PostgreSQL, reused for ``ttl_s`` by every worker."""
 
     def __init__(self, db: Database, ttl_s: float) -> None:
         self._db = db
         self._ttl_s = ttl_s
+
+    async def known(self, account: str, message: AnyMessage) -> Known:
+        """The message's invoice state and the account's fresh answer for its customer."""
+        tax_id = message.customer.tax_id
+        row = await self._db.one(q.STATE_AND_RECIPIENT, {
+            "invoice_id": message.invoice_id, "tenant": message.tenant, "account": account,
+            "tax_id": tax_id, "ttl_s": self._ttl_s})
+        state = None if row.status is None else _State(row.status, row.number, row.series)
+        recipient = None if not row.cached else Recipient(
+            tax_id, row.registered, tuple(row.aliases), row.despatch_registered,
+            tuple(row.despatch_aliases))
+        return Known(state, recipient)
 
     async def fresh(self, account: str, tax_id: str) -> Recipient | None:
         """The account's cached answer if it is younger than the TTL (one indexed read, no
@@ -121,16 +157,24 @@ class Router:
         self._source = source
         self.cache = RecipientCache(db, ttl_s)
 
-    async def recipient(self, tenant: str, tax_id: str, *, refresh: bool = False) -> Recipient:
+    async def known(self, message: AnyMessage) -> Known:
+        """The message's invoice state and the cached answer for its customer, in one read
+        (pass :attr:`Known.recipient` to :meth:`route` as ``cached``)."""
+        return await self.cache.known(self._source.registry_of(message.tenant), message)
+
+    async def recipient(self, tenant: str, tax_id: str, *, refresh: bool = False,
+                        cached: Recipient | Unread | None = UNREAD) -> Recipient:
         """The recipient answer: cached if fresh (unless ``refresh``), else asked of
         ``tenant``'s integrator account and stored. The cache is per account: a test account and
-        a live one answer from different registries.
+        a live one answer from different registries. ``cached``: the fresh answer already read
+        (:meth:`known`; None: there was none), so the cache is not read again.
 
         Raises RecipientUnavailable when the integrator cannot answer.
         """
         account = self._source.registry_of(tenant)
         if not refresh:
-            cached = await self.cache.fresh(account, tax_id)
+            if isinstance(cached, Unread):
+                cached = await self.cache.fresh(account, tax_id)
             if cached is not None:
                 return cached
         try:
@@ -151,14 +195,17 @@ class Router:
             raise UnknownSeriesError(tenant, code)
         return spec
 
-    async def route(self, message: AnyMessage, *, profiled: bool) -> Route:
+    async def route(self, message: AnyMessage, *, profiled: bool,
+                    cached: Recipient | Unread | None = UNREAD) -> Route:
         """Choose the message's series (and, when routed, channel, profile and alias).
+        ``cached``: the customer's fresh cached answer, when the caller read it already
+        (:meth:`known`).
 
         Raises UnknownSeriesError (the named series does not exist), RoutingRefused (dead-letter)
         or RecipientUnavailable (wait).
         """
         if isinstance(message, DespatchMessage):
-            return await self._route_despatch(message, profiled=profiled)
+            return await self._route_despatch(message, profiled=profiled, cached=cached)
         tenant = message.tenant
         defaults: dict[Channel, str] = {}
         if message.series is not None:
@@ -177,7 +224,7 @@ class Router:
                                          "series)")
                 spec = await self._series(tenant, code)
                 return Route(message.model_copy(update={"series": code}), spec, Channel.ANY)
-        recipient = await self.recipient(tenant, message.customer.tax_id)
+        recipient = await self.recipient(tenant, message.customer.tax_id, cached=cached)
         channel = Channel.EFATURA if recipient.registered else Channel.EARSIV
         profile = _profile(message, channel)
         alias = _alias(message, recipient, channel)
@@ -201,7 +248,8 @@ class Router:
                                             "customer": customer})
         return Route(routed, spec, channel)
 
-    async def _route_despatch(self, message: DespatchMessage, *, profiled: bool) -> Route:
+    async def _route_despatch(self, message: DespatchMessage, *, profiled: bool,
+                              cached: Recipient | Unread | None) -> Route:
         """A dispatch note's series (channel ``edespatch``) and alias (the customer's e-İrsaliye
         alias, or GİB's box)."""
         tenant = message.tenant
@@ -220,7 +268,7 @@ class Router:
             spec = await self._series(tenant, code)
         if not profiled:
             raise RoutingRefused(NEEDS_PROFILE.format(tenant=tenant))
-        recipient = await self.recipient(tenant, message.customer.tax_id)
+        recipient = await self.recipient(tenant, message.customer.tax_id, cached=cached)
         alias = _despatch_alias(message, recipient)
         customer = message.customer
         if alias != customer.alias:

@@ -121,6 +121,32 @@ async def test_a_registration_that_changes_is_followed_after_the_ttl(
     assert stored["t-2"].payload["customer"]["alias"] == "urn:mail:defaultpk@new.example"
 
 
+@pytest.mark.usefixtures("routed")
+async def test_a_numbered_invoice_sent_again_keeps_the_route_it_was_sealed_with(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    """A duplicate of an invoice numbered in e-Arşiv, arriving after its customer registered
+    for e-Fatura and the cached answer went stale, is the same invoice: acked as final, never
+    routed anew (that would name the EFA series and be refused as another series' invoice).
+    The invoice's state and the cached answer are read in one statement before routing."""
+    tax_id = "4840847211"
+    settings = worker_settings.with_overrides(recipient_ttl_s=0.5)
+    async with running_worker(settings, concurrency=1):
+        await publish(settings, message("k-1", tax_id))
+        await await_until(lambda: all_in(engine, {"k-1"}, "ISSUED"), 30, message="k-1 ISSUED")
+        mock_integrator.set_recipients({tax_id: ["urn:mail:defaultpk@new.example"]})
+        await await_sql_age(engine, tax_id, 0.5)
+        # One delivery at a time, in order: k-2 issued means the duplicate was handled first.
+        await publish(settings, message("k-1", tax_id), message("k-2", tax_id))
+        await await_until(lambda: all_in(engine, {"k-2"}, "ISSUED"), 30, message="k-2 ISSUED")
+    assert await drain_dead(settings, 0) == []
+    stored = await documents(engine)
+    assert set(stored) == {"k-1", "k-2"}
+    assert (stored["k-1"].series, stored["k-1"].reserved_no) == ("EAR", 1)
+    assert (stored["k-2"].series, stored["k-2"].reserved_no) == ("EFA", 1)
+    assert [entry["invoice_id"] for entry in mock_integrator.ledger()].count("k-1") == 1
+
+
 async def await_sql_age(engine: AsyncEngine, tax_id: str, ttl_s: float) -> None:
     """Wait until the cached answer for ``tax_id`` is older than ``ttl_s`` (by the database's
     clock, which the cache reads)."""
