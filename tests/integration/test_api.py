@@ -18,7 +18,7 @@ from urllib.parse import quote
 import aio_pika
 import httpx
 import pytest
-from sqlalchemy import make_url
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.api import parse_tokens
@@ -200,6 +200,17 @@ async def test_an_invoice_id_two_tenants_hold_is_each_ones_own(
     id, an all-tenant token names the tenant (409 naming both without it)."""
     acme_number = await issued_invoice(engine, "same-1")
     globex_number = await issued_invoice(engine, "same-1", "globex", "GLX")
+
+    async def positioned() -> bool:
+        """Every event of both has its feed position (``sequence_id`` is assigned after the
+        commit, and the two reads below must see the same history)."""
+        async with engine.connect() as conn:
+            waiting = (await conn.execute(text(
+                "SELECT count(*) FROM invoice_events WHERE invoice_id = 'same-1' "
+                "AND sequence_id IS NULL"))).scalar_one()
+        return waiting == 0
+
+    await await_until(positioned, 30, message="the events' feed positions")
     for token, tenant, number in ((api.acme, "acme", acme_number),
                                   (api.globex, "globex", globex_number)):
         own = await http.get(f"{api.url}/v1/invoices/same-1", headers=api.headers(token))
