@@ -106,7 +106,7 @@ class Known:
     """What the database holds for a message before it is routed, read in one round trip: its
     invoice's state (None: no invoice yet) and the cached recipient answer (None: none fresh)."""
 
-    state: Any
+    state: _State | None
     recipient: Recipient | None
 
 
@@ -124,19 +124,14 @@ class RecipientCache:
             "invoice_id": message.invoice_id, "tenant": message.tenant, "account": account,
             "tax_id": tax_id, "ttl_s": self._ttl_s})
         state = None if row.status is None else _State(row.status, row.number, row.series)
-        recipient = None if not row.cached else Recipient(
-            tax_id, row.registered, tuple(row.aliases), row.despatch_registered,
-            tuple(row.despatch_aliases))
-        return Known(state, recipient)
+        return Known(state, _recipient(tax_id, row) if row.cached else None)
 
     async def fresh(self, account: str, tax_id: str) -> Recipient | None:
         """The account's cached answer if it is younger than the TTL (one indexed read, no
         lock)."""
         row = await self._db.one(q.FRESH_RECIPIENT, {"account": account, "tax_id": tax_id,
                                                      "ttl_s": self._ttl_s})
-        return None if row is None else Recipient(
-            tax_id, row.registered, tuple(row.aliases), row.despatch_registered,
-            tuple(row.despatch_aliases))
+        return None if row is None else _recipient(tax_id, row)
 
     async def store(self, account: str, recipient: Recipient) -> None:
         """Keep an account's answer (the newest wins; one short autocommit statement)."""
@@ -145,6 +140,12 @@ class RecipientCache:
             "aliases": list(recipient.aliases),
             "despatch_registered": recipient.despatch_registered,
             "despatch_aliases": list(recipient.despatch_aliases)})
+
+
+def _recipient(tax_id: str, row: Any) -> Recipient:
+    """A cached answer from its row (FRESH_RECIPIENT's columns, or STATE_AND_RECIPIENT's)."""
+    return Recipient(tax_id, row.registered, tuple(row.aliases), row.despatch_registered,
+                     tuple(row.despatch_aliases))
 
 
 class Router:

@@ -240,8 +240,11 @@ async def mark_issued(db: Database, pk: int, receipt: Receipt,
                       document: Document | None = None) -> bool:
     """Step 4 (success): ISSUED with the integrator's reference, storing ``document`` (the bytes
     that were sent) if it is not stored yet. False if the invoice was settled already."""
-    row = await db.one(q.MARK_ISSUED, {**_document_params(pk, document),
-                                                    "ref": receipt.ref})
+    return await _mark_issued(db, pk, receipt.ref, document)
+
+
+async def _mark_issued(db: Database, pk: int, ref: str, document: Document | None) -> bool:
+    row = await db.one(q.MARK_ISSUED, {**_document_params(pk, document), "ref": ref})
     return row is not None
 
 
@@ -259,8 +262,7 @@ async def mark_issued_many(db: Database,
         return set()
     if len(outcomes) == 1:
         [(pk, (ref, document))] = outcomes.items()
-        row = await db.one(q.MARK_ISSUED, {**_document_params(pk, document), "ref": ref})
-        return set() if row is None else {pk}
+        return {pk} if await _mark_issued(db, pk, ref, document) else set()
     pks = sorted(outcomes)
     docs = [_document_params(pk, outcomes[pk][1]) for pk in pks]
     rows = await db.all(q.MARK_ISSUED_MANY, {
