@@ -29,7 +29,7 @@ from gapless.constants import (
     dead_queue_name,
 )
 from gapless.errors import ConfigurationError
-from gapless.message import InvalidMessage, parse_message
+from gapless.message import InvalidMessage, parse_message, validate_message
 from gapless.settings import Settings
 from tests.helpers import await_until, free_port, run_gapless, today
 
@@ -187,6 +187,82 @@ async def test_many_concurrent_publishes_are_all_confirmed(
     async with Publisher(amqp_settings) as publisher:
         await asyncio.gather(*(publisher.publish(invoice(f"c-{n}")) for n in range(300)))
     assert (await queue_depths(amqp_settings))[amqp_settings.queue] == 300
+
+
+async def test_publish_many_writes_a_batch_whole_and_each_message_arrives_once_as_sent(
+        connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
+    """One call, one write: 1,500 messages (one of them larger than a frame, so split into
+    several body frames) are each confirmed, queued once, in order, byte for byte, with the
+    contract's properties; the channel's confirm bookkeeping is left empty."""
+    big = invoice("big-1", priority="batch", lines=[
+        {"description": f"Line {n}: " + "ç" * 180, "quantity": "1", "unit_price": "1.00",
+         "vat_rate": "20"} for n in range(400)])
+    models = [validate_message(invoice(f"m-{n}", priority="batch"))
+              for n in range(1500)]
+    models[700] = validate_message(big)
+    async with Publisher(amqp_settings) as publisher:
+        underlay = await publisher.channel.get_underlay_channel()
+        assert isinstance(underlay, aiormq.Channel)
+        assert len(models[700].body()) > underlay.connection.connection_tune.frame_max
+        assert await publisher.publish_many(models) == [None] * len(models)
+        assert not underlay.confirmations
+        assert not underlay.message_id_delivery_tag
+    got = await drain(await connection.channel(), amqp_settings.queue)
+    assert [m.message_id for m in got] == [model.invoice_id for model in models]
+    assert [m.body for m in got] == [model.body() for model in models]
+    assert {(m.priority, m.delivery_mode, m.content_type, m.app_id) for m in got} == {
+        (1, aio_pika.DeliveryMode.PERSISTENT, "application/json", "gapless")}
+
+
+async def test_publish_many_publishes_again_on_a_fresh_connection_what_a_lost_one_left(
+        amqp_settings: Settings) -> None:
+    """The connection is closed while a batch's confirms are awaited: every message the old
+    connection did not confirm goes out again on a new one, so each is confirmed and queued (at
+    least once: a message the broker took before the loss may be there twice, which the worker
+    maps onto one invoice)."""
+    models = [validate_message(invoice(f"l-{n}", priority="batch"))
+              for n in range(5000)]
+    async with Publisher(amqp_settings) as publisher:
+        underlay = await publisher.channel.get_underlay_channel()
+        assert isinstance(underlay, aiormq.Channel)
+
+        async def lose_the_connection() -> None:
+            async def awaited() -> bool:
+                return bool(underlay.confirmations)
+            await await_until(awaited, 10, interval=0.001, message="confirms awaited")
+            await underlay.connection.close()
+
+        losing = asyncio.create_task(lose_the_connection())
+        outcomes = await publisher.publish_many(models)
+        await losing
+        assert outcomes == [None] * len(models)
+        assert await publisher.channel.get_underlay_channel() is not underlay
+    depth = (await queue_depths(amqp_settings))[amqp_settings.queue]
+    assert len(models) <= depth < 2 * len(models)
+    connection = await aio_pika.connect(amqp_settings.amqp_url)
+    async with connection:
+        got = await drain(await connection.channel(), amqp_settings.queue)
+    assert {m.message_id for m in got} == {model.invoice_id for model in models}
+
+
+async def test_publish_many_answers_each_message_on_its_own(
+        connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
+    """Quorum mode routes user work to ``<prefix>.user``: with that queue gone, the user
+    messages of a batch are refused as unroutable, each in its place, the others confirmed; an
+    invoice repeated within the call is published both times."""
+    settings = amqp_settings.model_copy(update={"queue_type": "quorum"})
+    async with Publisher(settings) as publisher:
+        await (await connection.channel()).queue_delete(f"{settings.queue}.user")
+        models = [validate_message(invoice(invoice_id, priority=priority))
+                  for invoice_id, priority in (("b-1", "batch"), ("u-1", "user"),
+                                               ("b-1", "batch"), ("u-2", "user"),
+                                               ("b-2", "batch"))]
+        outcomes = await publisher.publish_many(models)
+    assert [type(outcome).__name__ for outcome in outcomes] == [
+        "NoneType", "PublishRefused", "NoneType", "PublishRefused", "NoneType"]
+    assert all("unroutable" in str(outcome) for outcome in outcomes if outcome is not None)
+    got = await drain(await connection.channel(), settings.queue)
+    assert [m.message_id for m in got] == ["b-1", "b-1", "b-2"]
 
 
 async def test_an_unroutable_message_is_refused(
