@@ -151,11 +151,11 @@ async def _publish_pipelined(channel: AbstractChannel, outgoing: Sequence[Outgoi
     """Publish ``outgoing`` on the default exchange with ``mandatory``, all in one write to the
     connection, then await their confirms together; one outcome per message, in order.
 
-    What aiormq's ``basic_publish`` does for one message, done once for many: under the
-    channel's publishing lock, each message gets the next delivery tag and a confirmation
-    future (registered where aiormq's frame reader settles acks, nacks and returns), the frames
-    of every message are marshalled into one buffer and queued for the connection's writer, and
-    the write is drained. (A coroutine, a lock round and a timeout per message cost the
+    What aiormq's ``basic_publish`` does for one message, done once for many: the frames of
+    every message are marshalled into one buffer; under the channel's publishing lock, each
+    message gets the next delivery tag and a confirmation future (:class:`_Confirms`, where
+    aiormq's frame reader settles acks, nacks and returns) and the buffer is queued for the
+    connection's writer. (A coroutine, a lock round and a timeout per message cost the
     publishing process about three times the CPU: bench/publish.py.) The message ids of one
     call must be distinct (a returned message is matched to its confirm by ``message_id``); a
     message without one gets a random one, as aiormq gives it. Nothing is sent when the write
@@ -184,59 +184,89 @@ async def _publish_pipelined(channel: AbstractChannel, outgoing: Sequence[Outgoi
         frames.append(ContentHeader(body_size=len(body), properties=properties))
         frames.extend(ContentBody(body[start:start + largest])
                       for start in range(0, len(body), largest))
-    drained = underlay.create_future()
     write = ChannelFrame.marshall(channel_number=underlay.number, frames=frames,
-                                  drain_future=drained)
-    confirmations: list[asyncio.Future[Any]] = []
+                                  drain_future=underlay.create_future())
+    batch = _Confirms(underlay, ids)
     try:
         async with asyncio.timeout(confirm_timeout):
             async with underlay.lock:
-                first = underlay.delivery_tag + 1
-                for tag, message_id in enumerate(ids, first):
-                    confirmation = underlay.create_future()
-                    underlay.confirmations[tag] = confirmation
-                    underlay.message_id_delivery_tag[message_id] = tag
-                    confirmations.append(confirmation)
+                batch.register(underlay.delivery_tag + 1)
                 try:
                     await underlay.write_queue.put(write)
                 except BaseException:  # not queued: the broker never sees these tags
-                    _forget(underlay, ids, first, confirmations)
+                    batch.forget()
                     raise
                 underlay.delivery_tag += len(outgoing)
-            for tag, message_id, confirmation in zip(range(first, first + len(ids)), ids,
-                                                     confirmations, strict=True):
-                confirmation.add_done_callback(
-                    functools.partial(_forgotten, underlay, message_id, tag))
-            # Never raises for a future's exception (a closed channel sets one on each).
-            await asyncio.wait([drained, *confirmations])
+            await batch.settled()
     except (TimeoutError, aiormq.exceptions.AMQPError, ConnectionError, RuntimeError):
         pass  # each message not confirmed by now is unconfirmed (below)
+    finally:
+        batch.close()
+    confirmations = batch.futures
     if not confirmations:
         return [_outcome(None, routing_key) for _, _, routing_key in outgoing]
     return [_outcome(confirmation, routing_key)
             for confirmation, (_, _, routing_key) in zip(confirmations, outgoing, strict=True)]
 
 
-def _forget(underlay: aiormq.Channel, ids: list[str], first: int,
-            confirmations: list[asyncio.Future[Any]]) -> None:
-    """Take back the tags and futures of a write that was never queued."""
-    for tag, message_id, confirmation in zip(range(first, first + len(ids)), ids,
-                                             confirmations, strict=True):
-        underlay.confirmations.pop(tag, None)
-        _forget_message_id(underlay, message_id, tag)
-        confirmation.cancel()
-    confirmations.clear()
+class _Confirms:
+    """The confirmation futures of one pipelined write, in aiormq's channel bookkeeping.
 
+    They are plain futures of the loop: aiormq's frame reader settles them by delivery tag (an
+    ack, a nack, a return matched by ``message_id``), but a closed channel does not reject them
+    (aiormq's future store would, at the cost of a store entry and callbacks per message). One
+    store future per write, the ``closed`` sentinel, is rejected instead when the channel or its
+    connection closes, and ends the wait.
+    """
 
-def _forget_message_id(underlay: aiormq.Channel, message_id: str, tag: int) -> None:
-    if underlay.message_id_delivery_tag.get(message_id) == tag:
-        del underlay.message_id_delivery_tag[message_id]
+    def __init__(self, underlay: aiormq.Channel, ids: list[str]) -> None:
+        self.underlay, self.ids = underlay, ids
+        self.loop = asyncio.get_running_loop()
+        self.futures: list[asyncio.Future[Any]] = []
+        self.first = 0
+        self.waiting = len(ids)
+        self.all_settled: asyncio.Future[None] = self.loop.create_future()
+        self.closed = underlay.create_future()
 
+    def register(self, first: int) -> None:
+        """Each message's future under its delivery tag (``first`` on), and its id's tag."""
+        self.first = first
+        confirmations, by_id = self.underlay.confirmations, self.underlay.message_id_delivery_tag
+        for tag, message_id in enumerate(self.ids, first):
+            future: asyncio.Future[Any] = self.loop.create_future()
+            future.add_done_callback(functools.partial(self._one_settled, message_id, tag))
+            confirmations[tag] = future
+            by_id[message_id] = tag
+            self.futures.append(future)
 
-def _forgotten(underlay: aiormq.Channel, message_id: str, tag: int,
-               _: asyncio.Future[Any]) -> None:
-    """A confirmation's done-callback: its message id no longer points to its tag."""
-    _forget_message_id(underlay, message_id, tag)
+    def _one_settled(self, message_id: str, tag: int, _: asyncio.Future[Any]) -> None:
+        by_id = self.underlay.message_id_delivery_tag
+        if by_id.get(message_id) == tag:
+            del by_id[message_id]
+        self.waiting -= 1
+        if not self.waiting and not self.all_settled.done():
+            self.all_settled.set_result(None)
+
+    async def settled(self) -> None:
+        """Until every future is settled, or the channel closes."""
+        await asyncio.wait((self.all_settled, self.closed), return_when=asyncio.FIRST_COMPLETED)
+
+    def forget(self) -> None:
+        """Take back the tags and futures of a write that was never queued."""
+        for tag, future in enumerate(self.futures, self.first):
+            self.underlay.confirmations.pop(tag, None)
+            future.cancel()
+        self.futures.clear()
+
+    def close(self) -> None:
+        """Leave aiormq's future store (the sentinel) and stop waiting on what did not come."""
+        if not self.closed.done():
+            self.closed.set_result(None)
+        elif not self.closed.cancelled():
+            self.closed.exception()  # retrieved: the close is reported per message
+        for future in self.futures:
+            if not future.done():
+                future.cancel()  # aiormq ignores a confirm that comes later
 
 
 def _unconfirmed(routing_key: str, why: str) -> PublishUnconfirmed:
@@ -249,11 +279,8 @@ def _outcome(confirmation: asyncio.Future[Any] | None, routing_key: str) -> Outc
     """One message's outcome from its confirmation future (None: the write never went out)."""
     if confirmation is None:
         return _unconfirmed(routing_key, "not written")
-    if not confirmation.done():
-        confirmation.cancel()  # aiormq ignores a confirm that comes later
-        return _unconfirmed(routing_key, "TimeoutError")
-    if confirmation.cancelled():
-        return _unconfirmed(routing_key, "CancelledError")
+    if confirmation.cancelled():  # not confirmed in time, or the channel closed first
+        return _unconfirmed(routing_key, "no confirm in time or channel closed")
     exc = confirmation.exception()
     if isinstance(exc, aiormq.exceptions.PublishError):  # Basic.Return: no queue took it
         return PublishRefused(f"unroutable: no queue {routing_key!r} ({exc})")

@@ -221,7 +221,7 @@ async def test_publish_many_publishes_again_on_a_fresh_connection_what_a_lost_on
     least once: a message the broker took before the loss may be there twice, which the worker
     maps onto one invoice)."""
     models = [validate_message(invoice(f"l-{n}", priority="batch"))
-              for n in range(5000)]
+              for n in range(3000)]
     async with Publisher(amqp_settings) as publisher:
         underlay = await publisher.channel.get_underlay_channel()
         assert isinstance(underlay, aiormq.Channel)
