@@ -362,6 +362,10 @@ class Publisher:
         #: Bumped at every reopen, so concurrent failures of one channel reopen it once.
         self._generation = 0
         self._reopening = asyncio.Lock()
+        #: Messages published in this turn of the event loop, to go out in one write.
+        self._gathered: list[tuple[Outgoing, asyncio.Future[Outcome]]] = []
+        #: The writes of gathered messages whose confirms are awaited.
+        self._groups: set[asyncio.Task[None]] = set()
 
     @property
     def channel(self) -> AbstractChannel:
@@ -419,6 +423,8 @@ class Publisher:
         connection, self._connection, self._channel = self._connection, None, None
         if connection is not None:
             await connection.close()
+        # Writes still awaiting their confirms end with the channel: their publishers are told.
+        await asyncio.gather(*self._groups, return_exceptions=True)
 
     async def __aenter__(self) -> Publisher:
         await self.start()
@@ -428,22 +434,66 @@ class Publisher:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
 
-    async def _confirmed(self, body: bytes, properties: spec.Basic.Properties,
-                         routing_key: str) -> None:
+    async def _confirmed(self, outgoing: Outgoing, *, together: bool = False) -> None:
         """Publish and wait for the confirm, again on a fresh connection when it does not come
-        (or the broker nacks), up to ``attempts`` times."""
+        (or the broker nacks), up to ``attempts`` times. ``together``: in one write with the
+        other messages published in the same turn of the event loop (:meth:`_together`);
+        otherwise alone, its header frame checked against the connection's frame size first (a
+        message with headers)."""
+        body, properties, routing_key = outgoing
         for attempt in range(1, self.attempts + 1):
             generation = self._generation
-            try:
-                if self._channel is None:
-                    raise PublishUnconfirmed("no channel (the last reconnection failed)")
-                await _publish_confirmed(self._channel, body, properties, routing_key,
-                                         self.confirm_timeout)
+            outcome: Outcome
+            if together:
+                outcome = await self._together(outgoing)
+            elif self._channel is None:
+                outcome = PublishUnconfirmed("no channel (the last reconnection failed)")
+            else:
+                try:
+                    await _publish_confirmed(self._channel, body, properties, routing_key,
+                                             self.confirm_timeout)
+                    outcome = None
+                except (PublishUnconfirmed, PublishRefused) as exc:
+                    outcome = exc
+            if outcome is None:
                 return
-            except (PublishUnconfirmed, PublishNacked) as exc:
-                if attempt == self.attempts:
-                    raise
-                await self._again(generation, attempt, routing_key, type(exc).__name__)
+            if attempt == self.attempts or not isinstance(outcome,
+                                                          PublishUnconfirmed | PublishNacked):
+                raise outcome
+            await self._again(generation, attempt, routing_key, type(outcome).__name__)
+
+    async def _together(self, outgoing: Outgoing) -> Outcome:
+        """One message's outcome, published in one write (:func:`_publish_pipelined`) with
+        every other message gathered in this turn of the event loop: concurrent publishers (the
+        API's requests) share a write and its confirm wait instead of a lock round, a timeout and
+        a coroutine of aiormq's each."""
+        loop = asyncio.get_running_loop()
+        if not self._gathered:
+            loop.call_soon(self._send_gathered)
+        future: asyncio.Future[Outcome] = loop.create_future()
+        self._gathered.append((outgoing, future))
+        return await future
+
+    def _send_gathered(self) -> None:
+        gathered, self._gathered = self._gathered, []
+        task = asyncio.get_running_loop().create_task(self._send_group(gathered))
+        self._groups.add(task)
+        task.add_done_callback(self._groups.discard)
+
+    async def _send_group(self, gathered: list[tuple[Outgoing, asyncio.Future[Outcome]]]) -> None:
+        outgoing = [message for message, _ in gathered]
+        for part in _distinct_ids(list(range(len(outgoing))), outgoing):
+            results: list[Outcome]
+            if self._channel is None:
+                results = [PublishUnconfirmed("no channel (the last reconnection failed)")
+                           ] * len(part)
+            else:
+                results = await _publish_pipelined(
+                    self._channel, [outgoing[index] for index in part], self.confirm_timeout)
+            for index, result in zip(part, results, strict=True):
+                future = gathered[index][1]
+                if not future.done():  # its publisher may have been cancelled meanwhile
+                    future.set_result(result)
 
     async def _again(self, generation: int, attempt: int, routing_key: str, error: str) -> None:
         """Before publishing again after ``attempt``: back off, then a fresh connection to the
@@ -486,7 +536,7 @@ class Publisher:
                                  priority=amqp_priority(priority, default_priority),
                                  headers=headers, content_type=content_type)
         routing_key = work_queue(self.settings, properties.priority)
-        await self._confirmed(body, properties, routing_key)
+        await self._confirmed((body, properties, routing_key), together=not headers)
         log.debug("message_published", queue=routing_key, message_id=message_id,
                   priority=properties.priority)
 
@@ -498,8 +548,8 @@ class Publisher:
         confirmed, again on a fresh connection when the confirm does not come."""
         message = dead_copy(body, reason=reason, headers=headers, content_type=content_type,
                             message_id=message_id, priority=priority, worker=worker)
-        await self._confirmed(message.body, message.properties,
-                              dead_queue_name(self.settings.queue))
+        await self._confirmed((message.body, message.properties,
+                               dead_queue_name(self.settings.queue)))
         log.info("message_dead_lettered", queue=dead_queue_name(self.settings.queue),
                  message_id=message_id, reason=bounded_reason(reason))
 

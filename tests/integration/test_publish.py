@@ -265,6 +265,26 @@ async def test_publish_many_answers_each_message_on_its_own(
     assert [m.message_id for m in got] == ["b-1", "b-1", "b-2"]
 
 
+async def test_concurrent_publishes_share_a_write_and_each_gets_its_own_answer(
+        connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
+    """Publishes of one turn of the event loop go out together: a user message whose queue is
+    gone (quorum mode) is refused, the others confirmed, an invoice published twice at once is
+    queued twice."""
+    settings = amqp_settings.model_copy(update={"queue_type": "quorum"})
+    async with Publisher(settings) as publisher:
+        await (await connection.channel()).queue_delete(f"{settings.queue}.user")
+        outcomes = await asyncio.gather(
+            publisher.publish(invoice("b-1", priority="batch")),
+            publisher.publish(invoice("u-1", priority="user")),
+            publisher.publish(invoice("b-1", priority="batch")),
+            publisher.publish(invoice("b-2", priority="batch")), return_exceptions=True)
+    assert [type(outcome).__name__ for outcome in outcomes] == [
+        "NoneType", "PublishRefused", "NoneType", "NoneType"]
+    assert "unroutable" in str(outcomes[1])
+    got = await drain(await connection.channel(), settings.queue)
+    assert [m.message_id for m in got] == ["b-1", "b-1", "b-2"]
+
+
 async def test_an_unroutable_message_is_refused(
         connection: AbstractRobustConnection, amqp_settings: Settings) -> None:
     async with Publisher(amqp_settings) as publisher:
