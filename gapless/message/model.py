@@ -213,11 +213,14 @@ class Message(BaseModel):
 
         Runs before the field rules so that they only ever see JSON-shaped data, and walks every
         value whatever its field: the one check that no text of any document kind holds a
-        character its XML document could not carry (a field added later is covered too).
+        character its XML document could not carry (a field added later is covered too). A
+        Python producer's float becomes the exact Decimal of its JSON text, the number the same
+        message is when it comes as a body.
         """
         if not isinstance(data, dict):
             raise rule_error(f"message must be a JSON object, not {json_type(data)}")
-        _check_json_value(data, (), 0)
+        if _check_json_value(data, (), 0):
+            data = _exact(data)
         extras = [key for key in data if key not in cls.model_fields]
         if len(extras) > MAX_EXTRA_FIELDS:
             raise rule_error(f"message has {len(extras)} unknown top-level fields; at most "
@@ -352,9 +355,9 @@ class InvoiceMessage(Message):
 _INT_LIMIT = 10 ** (MAX_NUMBER_TEXT - 1)
 
 
-def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> None:
+def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> bool:
     """Walk a value: JSON types only, bounded depth, text XML (and jsonb) can carry, numbers
-    that stay small when written out.
+    that stay small when written out. True when it holds a float (a Python producer's number).
 
     Depth is checked before descending, so the recursion itself is bounded by MAX_DEPTH. The
     path is formatted only when there is a reason to give (this runs on every value).
@@ -363,27 +366,45 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> N
         problem = not_xml_problem(value)
         if problem is not None:
             raise located(parts, problem)
-    elif isinstance(value, dict):
+        return False
+    if isinstance(value, dict):
         if depth >= MAX_DEPTH:
             raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
+        floats = False
         for key, item in value.items():
             if not isinstance(key, str):
                 raise located(parts, "object keys must be strings")
             problem = not_xml_problem(key)
             if problem is not None:
                 raise located(parts, f"a field name {problem}")
-            _check_json_value(item, (*parts, key), depth + 1)
-    elif isinstance(value, list | tuple):
+            floats |= _check_json_value(item, (*parts, key), depth + 1)
+        return floats
+    if isinstance(value, list | tuple):
         if depth >= MAX_DEPTH:
             raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
+        floats = False
         for index, item in enumerate(value):
-            _check_json_value(item, (*parts, index), depth + 1)
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, int | float | Decimal):
+            floats |= _check_json_value(item, (*parts, index), depth + 1)
+        return floats
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int | float | Decimal):
         _check_number(value, parts)
-    else:
-        raise located(parts, f"{type(value).__name__} is not a JSON value")
+        return isinstance(value, float)
+    raise located(parts, f"{type(value).__name__} is not a JSON value")
+
+
+def _exact(value: Any) -> Any:
+    """``value`` with every float the exact Decimal of its JSON text (``repr``): what the same
+    number is when the message comes as a body (parsed with Decimals), so that both paths make
+    the same payload and the same bytes."""
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, dict):
+        return {key: _exact(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_exact(item) for item in value]
+    return value
 
 
 def _check_number(value: int | float | Decimal, parts: tuple[str | int, ...]) -> None:
