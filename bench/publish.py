@@ -11,8 +11,13 @@ written once, then, interleaved ``--repeat`` times:
   (pipelined, ``--in-flight`` awaited at once), the summary printed. Measured: the command's wall
   time and its CPU time (user + system, from the child's resource usage), start-up included, and
   the same command on a one-line file (its start-up alone) to give the rate after start-up.
-* **raw** — the floor: a minimal aio-pika publisher in this script sending the file's lines as
-  they are (no parsing, no validation), persistent, confirms pipelined the same way.
+* **raw** — a minimal aio-pika publisher in this script sending the file's lines as they are
+  (no parsing, no validation), persistent, one ``publish`` coroutine per message, confirms
+  pipelined the same way.
+* **raw-write** — the broker's ceiling here: the lines as they are, ``--in-flight`` messages at a
+  time marshalled with pamqp into one write on aiormq's channel (its delivery tags and confirm
+  futures), each chunk's confirms awaited before the next. Nothing in front of the broker can
+  publish faster on this machine than this does.
 
 Every run's queue is read back by its depth: all ``--messages`` queued, none twice.
 
@@ -35,6 +40,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aio_pika
+import aiormq
+from aiormq.abc import ChannelFrame
+from pamqp import commands
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
 
 from bench.harness import (
     GAPLESS,
@@ -103,6 +113,46 @@ async def raw_publish(env: dict[str, str], lines: list[bytes],
         await connection.close()
 
 
+async def raw_write(env: dict[str, str], lines: list[bytes],
+                    in_flight: int) -> tuple[float, float]:
+    """Wall and CPU seconds of publishing the lines in chunks of ``in_flight``, each chunk one
+    write to the connection, its confirms awaited before the next chunk."""
+    settings = settings_of(env)
+    connection = await aio_pika.connect(settings.amqp_url)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        await declare_topology(channel, settings)
+        underlay = await channel.get_underlay_channel()
+        assert isinstance(underlay, aiormq.Channel)
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+        for start in range(0, len(lines), in_flight):
+            chunk = lines[start:start + in_flight]
+            frames: list[object] = []
+            for index, body in enumerate(chunk, start):
+                properties = commands.Basic.Properties(
+                    content_type="application/json", delivery_mode=2, message_id=f"w-{index}")
+                frames += [commands.Basic.Publish(exchange="", routing_key=settings.queue,
+                                                  mandatory=True),
+                           ContentHeader(body_size=len(body), properties=properties),
+                           ContentBody(body)]
+            write = ChannelFrame.marshall(channel_number=underlay.number,
+                                          frames=frames)  # type: ignore[arg-type]
+            confirms = []
+            async with underlay.lock:
+                for index in range(start, start + len(chunk)):
+                    underlay.delivery_tag += 1
+                    confirm = asyncio.get_running_loop().create_future()
+                    underlay.confirmations[underlay.delivery_tag] = confirm
+                    underlay.message_id_delivery_tag[f"w-{index}"] = underlay.delivery_tag
+                    confirms.append(confirm)
+                await underlay.write_queue.put(write)
+            await asyncio.gather(*confirms)
+        return time.perf_counter() - started, time.process_time() - cpu_before
+    finally:
+        await connection.close()
+
+
 def one_run(design: str, path: Path, count: int, in_flight: int) -> tuple[float, float]:
     env = {**clean_env(), "GAPLESS_QUEUE": queue_prefix(f"publish_{design}"),
            "GAPLESS_LOG_LEVEL": "warning"}
@@ -110,8 +160,8 @@ def one_run(design: str, path: Path, count: int, in_flight: int) -> tuple[float,
         if design == "gapless":
             wall, cpu = run_command(env, path, in_flight)
         else:
-            wall, cpu = asyncio.run(raw_publish(env, path.read_bytes().splitlines(),
-                                                in_flight))
+            raw = raw_publish if design == "raw" else raw_write
+            wall, cpu = asyncio.run(raw(env, path.read_bytes().splitlines(), in_flight))
         depth = asyncio.run(queue_depth(env))
         if depth != count:
             raise SystemExit(f"{design}: {depth} messages queued, expected {count}")
@@ -130,7 +180,8 @@ def main() -> None:
         path, one = Path(folder) / "invoices.jsonl", Path(folder) / "one.jsonl"
         write_lines(path, args.messages, f"p{os.getpid()}")
         write_lines(one, 1, f"s{os.getpid()}")
-        runs: dict[str, list[tuple[float, float]]] = {"gapless": [], "raw": []}
+        runs: dict[str, list[tuple[float, float]]] = {"gapless": [], "raw": [],
+                                                      "raw-write": []}
         startup: list[float] = []
         for _ in range(args.repeat):
             for design, results in runs.items():
@@ -157,8 +208,8 @@ def main() -> None:
     gapless_rate = float(rows[0][2].replace(",", ""))
     verdict = "met" if gapless_rate >= GOAL else "NOT met"
     print(f"goal: gapless publish --file ≥ {GOAL:,} messages/s after start-up: {verdict} "
-          f"({gapless_rate:,.0f}/s; the raw publisher without validation {rows[1][2]}/s in "
-          "the same run)")
+          f"({gapless_rate:,.0f}/s; in the same run, without validation, the raw publisher "
+          f"{rows[1][2]}/s and the broker's ceiling, raw-write, {rows[2][2]}/s)")
 
 
 if __name__ == "__main__":
