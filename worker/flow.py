@@ -224,7 +224,8 @@ class IssuingFlow:
         if refusal is not None and not await self._numbered_already(message, refusal, bound):
             return self._dead_letter(refusal, bound)
         draft = Draft(message.invoice_id, message.tenant, series.code,
-                      priority_of(delivery.priority, message.priority), message.payload())
+                      priority_of(delivery.priority, message.priority), message.payload(),
+                      message.body().decode())
         async with self._gate(message.tenant, series.code):
             if self._stopping():
                 # No number is sealed once a stop is requested; the message waits in the queue.

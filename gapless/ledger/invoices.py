@@ -54,6 +54,13 @@ class Draft:
     series: str
     priority: int
     payload: dict[str, Any]
+    #: The payload as JSON text (:func:`gapless.message.jsontext.dumps`), when the caller has
+    #: it already (a message's body); None: it is written from ``payload``.
+    text: str | None = None
+
+    @property
+    def payload_text(self) -> str:
+        return jsontext.dumps(self.payload) if self.text is None else self.text
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ async def upsert_draft(db: Database, draft: Draft) -> DraftState:
     try:
         row = await db.one(q.UPSERT_DRAFT, {
             "invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
-            "priority": draft.priority, "payload": jsontext.dumps(draft.payload)})
+            "priority": draft.priority, "payload": draft.payload_text})
     except psycopg.Error as exc:
         if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
             raise UnknownSeriesError(draft.tenant, draft.series) from exc
@@ -188,7 +195,7 @@ async def intake(db: Database, draft: Draft, *, lease_s: float, lock_timeout_ms:
     ``lock_timeout_ms`` (nothing consumed), UnknownSeriesError for an unknown series.
     """
     params = {"invoice_id": draft.invoice_id, "tenant": draft.tenant, "series": draft.series,
-              "priority": draft.priority, "payload": jsontext.dumps(draft.payload),
+              "priority": draft.priority, "payload": draft.payload_text,
               "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
               "profile_version": profile_version, "at": at}
     try:
