@@ -22,12 +22,13 @@ from typing import Any
 
 import aio_pika
 import aiormq
+import pamqp.frame
 from aio_pika.abc import (
     AbstractChannel,
     AbstractConnection,
 )
 from aiormq import spec
-from aiormq.abc import ChannelFrame, FrameType
+from aiormq.abc import ChannelFrame
 from pamqp.body import ContentBody
 from pamqp.common import FieldValue
 from pamqp.header import ContentHeader
@@ -152,14 +153,14 @@ async def _publish_pipelined(channel: AbstractChannel, outgoing: Sequence[Outgoi
     connection, then await their confirms together; one outcome per message, in order.
 
     What aiormq's ``basic_publish`` does for one message, done once for many: the frames of
-    every message are marshalled into one buffer; under the channel's publishing lock, each
-    message gets the next delivery tag and a confirmation future (:class:`_Confirms`, where
-    aiormq's frame reader settles acks, nacks and returns) and the buffer is queued for the
-    connection's writer. (A coroutine, a lock round and a timeout per message cost the
-    publishing process about three times the CPU: bench/publish.py.) The message ids of one
-    call must be distinct (a returned message is matched to its confirm by ``message_id``); a
-    message without one gets a random one, as aiormq gives it. Nothing is sent when the write
-    cannot be queued.
+    every message are marshalled with pamqp into one buffer; under the channel's publishing
+    lock, each message gets the next delivery tag and a confirmation future
+    (:class:`_Confirms`, where aiormq's frame reader settles acks, nacks and returns) and the
+    buffer is queued for the connection's writer. (A coroutine, a lock round and a timeout per
+    message cost the publishing process about three times the CPU: bench/publish.py.) The
+    message ids of one call must be distinct (a returned message is matched to its confirm by
+    ``message_id``); a message without one gets a random one, as aiormq gives it. Nothing is
+    sent when the write cannot be queued.
     """
     if not channel.publisher_confirms:
         raise ConfigurationError("publishing needs a channel with publisher confirms "
@@ -173,19 +174,26 @@ async def _publish_pipelined(channel: AbstractChannel, outgoing: Sequence[Outgoi
         return [_unconfirmed(routing_key, type(exc).__name__) for _, _, routing_key in outgoing]
     if not isinstance(underlay, aiormq.Channel):  # the bookkeeping below is aiormq's Channel's
         raise ConfigurationError(f"pipelined publishing needs an aiormq Channel, not {underlay!r}")
-    frames: list[FrameType | ContentBody] = []
+    number, largest = underlay.number, underlay.max_content_size
     ids: list[str] = []
-    largest = underlay.max_content_size
+    parts: list[bytes] = []
+    #: Basic.Publish is the same frame for every message to one queue: marshalled once.
+    publish_frames: dict[str, bytes] = {}
     for body, properties, routing_key in outgoing:
         if not properties.message_id:
             properties.message_id = uuid.UUID(int=random.getrandbits(128), version=4).hex
         ids.append(properties.message_id)
-        frames.append(spec.Basic.Publish(exchange="", routing_key=routing_key, mandatory=True))
-        frames.append(ContentHeader(body_size=len(body), properties=properties))
-        frames.extend(ContentBody(body[start:start + largest])
-                      for start in range(0, len(body), largest))
-    write = ChannelFrame.marshall(channel_number=underlay.number, frames=frames,
-                                  drain_future=underlay.create_future())
+        method = publish_frames.get(routing_key)
+        if method is None:
+            method = publish_frames[routing_key] = pamqp.frame.marshal(
+                spec.Basic.Publish(exchange="", routing_key=routing_key, mandatory=True), number)
+        parts.append(method)
+        parts.append(pamqp.frame.marshal(
+            ContentHeader(body_size=len(body), properties=properties), number))
+        parts.extend(pamqp.frame.marshal(ContentBody(body[start:start + largest]), number)
+                     for start in range(0, len(body), largest))
+    write = ChannelFrame(payload=b"".join(parts), should_close=False,
+                         drain_future=underlay.create_future())
     batch = _Confirms(underlay, ids)
     try:
         async with asyncio.timeout(confirm_timeout):
