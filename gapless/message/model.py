@@ -351,8 +351,9 @@ class InvoiceMessage(Message):
         return self.type or "SATIS"
 
 
-#: An int of this size or more has more than MAX_NUMBER_TEXT characters with its sign.
-_INT_LIMIT = 10 ** (MAX_NUMBER_TEXT - 1)
+#: The smallest positive int written with more than MAX_NUMBER_TEXT characters; a negative one
+#: has a character fewer for its digits (its sign).
+_INT_LIMIT = 10 ** MAX_NUMBER_TEXT
 
 
 def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> bool:
@@ -417,7 +418,12 @@ def _check_number(value: int | float | Decimal, parts: tuple[str | int, ...]) ->
         value = Decimal(repr(value))
     elif isinstance(value, Decimal) and not value.is_finite():
         raise located(parts, "NaN and Infinity are not JSON")
-    if (abs(value) >= _INT_LIMIT if isinstance(value, int)
-            else plain_length(value) > MAX_NUMBER_TEXT):
+    if isinstance(value, int):
+        # The same count as plain_length's: a number of 100 digits is 100 characters whether
+        # it came as an int (1000…0) or as a Decimal (1E+99), and the sign is one more.
+        too_long = (value >= _INT_LIMIT) if value >= 0 else (-value >= _INT_LIMIT // 10)
+    else:
+        too_long = plain_length(value) > MAX_NUMBER_TEXT
+    if too_long:
         raise located(parts, f"a number written out may have at most {MAX_NUMBER_TEXT} "
                              "characters")
