@@ -232,6 +232,10 @@ async def test_workers_and_recovery_keep_going_through_a_server_restart(
             f"logged {', '.join(f'{k} {v}' for k, v in sorted(seen.items())) or 'nothing'}; "
             f"exit codes {exit_codes}; {time.monotonic() - started:.0f}s in all")
         print(report.summary())
+        if report.violations and kind.startswith("rabbitmq"):
+            # What the broker said of its recovery (an unclean shutdown, its queues' indices):
+            # a confirmed message the broker no longer holds is the broker's to explain.
+            print(f"the private RabbitMQ's log:\n{private_rabbitmq.log_tail(200)}")
         report.raise_for_violations()
         assert settled, "not settled, yet the checker found no violation"
         assert report.counts["  ISSUED"] == TOTAL
