@@ -235,6 +235,9 @@ class GuardedIntegrator:
         self._epoch = 0  # bumped on every state change; outcomes of older calls are ignored
         self._trial_in_flight = False
         BREAKER_STATE.labels(name).set(STATE_CODES[STATE_CLOSED])
+        #: This breaker's labelled counters and histograms, looked up once each.
+        self._calls: dict[tuple[str, str], Any] = {}
+        self._latency: dict[str, Any] = {}
 
     # -- the Integrator protocol ---------------------------------------------------------------
 
@@ -359,7 +362,7 @@ class GuardedIntegrator:
         try:
             epoch, trial = self._admit()
         except IntegratorUnavailable:
-            CALLS.labels(self.name, operation, "unavailable").inc()
+            self._count(operation, "unavailable")
             raise
         started = time.perf_counter()
         outcome = "cancelled"
@@ -384,9 +387,18 @@ class GuardedIntegrator:
         finally:
             if trial:
                 self._trial_in_flight = False
-            CALLS.labels(self.name, operation, outcome).inc()
+            self._count(operation, outcome)
             if outcome != "cancelled":
-                LATENCY.labels(self.name, operation).observe(time.perf_counter() - started)
+                latency = self._latency.get(operation)
+                if latency is None:
+                    latency = self._latency[operation] = LATENCY.labels(self.name, operation)
+                latency.observe(time.perf_counter() - started)
+
+    def _count(self, operation: str, outcome: str) -> None:
+        calls = self._calls.get((operation, outcome))
+        if calls is None:
+            calls = self._calls[operation, outcome] = CALLS.labels(self.name, operation, outcome)
+        calls.inc()
 
     async def _retrying(self, operation: str, call: Callable[[], Awaitable[T]],
                         **context: Any) -> T:

@@ -99,6 +99,11 @@ def rule_error(message: str) -> PydanticCustomError:
 _NOT_XML_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
+#: The first character of a text that XML 1.0 cannot carry, or None (a regex search: for a
+#: caller that checks many texts and words the problem only when there is one).
+find_not_xml = _NOT_XML_RE.search
+
+
 def not_xml_problem(text: str) -> str | None:
     """Why ``text`` cannot go into an XML document (None: it can): the first character XML 1.0
     cannot carry, named by its code point (never the text itself)."""

@@ -49,6 +49,7 @@ from gapless.message.fields import (
     UnitPrice,
     VatRate,
     WithholdingRate,
+    find_not_xml,
     json_type,
     located,
     not_xml_problem,
@@ -361,12 +362,13 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> b
     that stay small when written out. True when it holds a float (a Python producer's number).
 
     Depth is checked before descending, so the recursion itself is bounded by MAX_DEPTH. The
-    path is formatted only when there is a reason to give (this runs on every value).
+    path is formatted only when there is a reason to give, and a text inside an object or array
+    is checked in place rather than by a call of its own (this runs on every value of every
+    message).
     """
     if isinstance(value, str):
-        problem = not_xml_problem(value)
-        if problem is not None:
-            raise located(parts, problem)
+        if find_not_xml(value) is not None:
+            raise located(parts, _problem(value))
         return False
     if isinstance(value, dict):
         if depth >= MAX_DEPTH:
@@ -375,17 +377,24 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> b
         for key, item in value.items():
             if not isinstance(key, str):
                 raise located(parts, "object keys must be strings")
-            problem = not_xml_problem(key)
-            if problem is not None:
-                raise located(parts, f"a field name {problem}")
-            floats |= _check_json_value(item, (*parts, key), depth + 1)
+            if find_not_xml(key) is not None:
+                raise located(parts, f"a field name {_problem(key)}")
+            if type(item) is str:
+                if find_not_xml(item) is not None:
+                    raise located((*parts, key), _problem(item))
+            else:
+                floats |= _check_json_value(item, (*parts, key), depth + 1)
         return floats
     if isinstance(value, list | tuple):
         if depth >= MAX_DEPTH:
             raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
         floats = False
         for index, item in enumerate(value):
-            floats |= _check_json_value(item, (*parts, index), depth + 1)
+            if type(item) is str:
+                if find_not_xml(item) is not None:
+                    raise located((*parts, index), _problem(item))
+            else:
+                floats |= _check_json_value(item, (*parts, index), depth + 1)
         return floats
     if isinstance(value, bool) or value is None:
         return False
@@ -393,6 +402,12 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> b
         _check_number(value, parts)
         return isinstance(value, float)
     raise located(parts, f"{type(value).__name__} is not a JSON value")
+
+
+def _problem(text: str) -> str:
+    problem = not_xml_problem(text)
+    assert problem is not None  # called once find_not_xml found one
+    return problem
 
 
 def _exact(value: Any) -> Any:
