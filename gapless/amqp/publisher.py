@@ -127,18 +127,22 @@ async def _publish_confirmed(channel: AbstractChannel, body: bytes,
             timeout=confirm_timeout)
     except TooLargeForFrame as exc:
         raise PublishRefused(f"the message for {routing_key!r} cannot be sent: {exc}") from exc
-    except aiormq.exceptions.PublishError as exc:  # Basic.Return: no queue took it
-        raise PublishRefused(f"unroutable: no queue {routing_key!r} ({exc})") from exc
-    except aiormq.exceptions.DeliveryError as exc:  # Basic.Nack
-        raise PublishNacked(f"the broker refused the message for {routing_key!r}") from exc
     except (TimeoutError, aiormq.exceptions.AMQPError, ConnectionError,
             RuntimeError) as exc:
-        raise PublishUnconfirmed(
-            f"no confirm for a message to {routing_key!r} ({type(exc).__name__}); the outcome "
-            "is unknown and publishing it again is safe") from exc
+        raise _met(exc, routing_key) from exc
     if isinstance(result, aiormq.abc.DeliveredMessage):
         # Basic.Return on a channel opened without on_return_raises.
         raise PublishRefused(f"unroutable: no queue {routing_key!r}")
+
+
+def _met(exc: BaseException, routing_key: str) -> PublishRefused | PublishUnconfirmed:
+    """What a publish to ``routing_key`` that ended in ``exc`` met: refused (a Basic.Return:
+    no queue took it), nacked, or unconfirmed (anything else: a timeout, a lost channel)."""
+    if isinstance(exc, aiormq.exceptions.PublishError):
+        return PublishRefused(f"unroutable: no queue {routing_key!r} ({exc})")
+    if isinstance(exc, aiormq.exceptions.DeliveryError):
+        return PublishNacked(f"the broker refused the message for {routing_key!r}")
+    return _unconfirmed(routing_key, type(exc).__name__)
 
 
 #: One message on its way out: body, properties, routing key (the default exchange).
@@ -210,11 +214,10 @@ async def _publish_pipelined(channel: AbstractChannel, outgoing: Sequence[Outgoi
         pass  # each message not confirmed by now is unconfirmed (below)
     finally:
         batch.close()
-    confirmations = batch.futures
-    if not confirmations:
-        return [_outcome(None, routing_key) for _, _, routing_key in outgoing]
+    if not batch.futures:  # forgotten: the write was never queued
+        return [_unconfirmed(routing_key, "not written") for _, _, routing_key in outgoing]
     return [_outcome(confirmation, routing_key)
-            for confirmation, (_, _, routing_key) in zip(confirmations, outgoing, strict=True)]
+            for confirmation, (_, _, routing_key) in zip(batch.futures, outgoing, strict=True)]
 
 
 class _Confirms:
@@ -283,20 +286,15 @@ def _unconfirmed(routing_key: str, why: str) -> PublishUnconfirmed:
         "publishing it again is safe")
 
 
-def _outcome(confirmation: asyncio.Future[Any] | None, routing_key: str) -> Outcome:
-    """One message's outcome from its confirmation future (None: the write never went out)."""
-    if confirmation is None:
-        return _unconfirmed(routing_key, "not written")
+def _outcome(confirmation: asyncio.Future[Any], routing_key: str) -> Outcome:
+    """One message's outcome from its settled (or cancelled) confirmation future."""
     if confirmation.cancelled():  # not confirmed in time, or the channel closed first
         return _unconfirmed(routing_key, "no confirm in time or channel closed")
     exc = confirmation.exception()
-    if isinstance(exc, aiormq.exceptions.PublishError):  # Basic.Return: no queue took it
-        return PublishRefused(f"unroutable: no queue {routing_key!r} ({exc})")
-    if isinstance(exc, aiormq.exceptions.DeliveryError):  # Basic.Nack
-        return PublishNacked(f"the broker refused the message for {routing_key!r}")
     if exc is not None:
-        return _unconfirmed(routing_key, type(exc).__name__)
+        return _met(exc, routing_key)
     if isinstance(confirmation.result(), aiormq.abc.DeliveredMessage):
+        # Basic.Return on a channel opened without on_return_raises.
         return PublishRefused(f"unroutable: no queue {routing_key!r}")
     return None
 
@@ -490,18 +488,24 @@ class Publisher:
 
     async def _send_group(self, gathered: list[tuple[Outgoing, asyncio.Future[Outcome]]]) -> None:
         outgoing = [message for message, _ in gathered]
-        for part in _distinct_ids(list(range(len(outgoing))), outgoing):
-            results: list[Outcome]
+        outcomes = await self._written(outgoing, list(range(len(outgoing))))
+        for (_, future), outcome in zip(gathered, outcomes, strict=True):
+            if not future.done():  # its publisher may have been cancelled meanwhile
+                future.set_result(outcome)
+
+    async def _written(self, outgoing: Sequence[Outgoing], todo: list[int]) -> list[Outcome]:
+        """The outcomes of ``outgoing[i]`` for each ``i`` in ``todo``, in that order: written on
+        the channel of the moment (:func:`_publish_pipelined`), one write per run of distinct
+        message ids (:func:`_distinct_ids`)."""
+        outcomes: list[Outcome] = []
+        for part in _distinct_ids(todo, outgoing):
             if self._channel is None:
-                results = [PublishUnconfirmed("no channel (the last reconnection failed)")
-                           ] * len(part)
+                outcomes += [PublishUnconfirmed("no channel (the last reconnection failed)")
+                             ] * len(part)
             else:
-                results = await _publish_pipelined(
+                outcomes += await _publish_pipelined(
                     self._channel, [outgoing[index] for index in part], self.confirm_timeout)
-            for index, result in zip(part, results, strict=True):
-                future = gathered[index][1]
-                if not future.done():  # its publisher may have been cancelled meanwhile
-                    future.set_result(result)
+        return outcomes
 
     async def _again(self, generation: int, attempt: int, routing_key: str, error: str) -> None:
         """Before publishing again after ``attempt``: back off, then a fresh connection to the
@@ -583,15 +587,8 @@ class Publisher:
         todo = list(range(len(outgoing)))
         for attempt in range(1, self.attempts + 1):
             generation = self._generation
-            for part in _distinct_ids(todo, outgoing):
-                if self._channel is None:
-                    results: list[Outcome] = [
-                        PublishUnconfirmed("no channel (the last reconnection failed)")] * len(part)
-                else:
-                    results = await _publish_pipelined(
-                        self._channel, [outgoing[index] for index in part], self.confirm_timeout)
-                for index, result in zip(part, results, strict=True):
-                    outcomes[index] = result
+            for index, outcome in zip(todo, await self._written(outgoing, todo), strict=True):
+                outcomes[index] = outcome
             todo = [index for index in todo
                     if isinstance(outcomes[index], PublishUnconfirmed | PublishNacked)]
             if not todo or attempt == self.attempts:
