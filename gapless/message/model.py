@@ -4,7 +4,7 @@ and the document kinds' fields; docs/message.md describes every field for produc
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, ClassVar, Self
 
@@ -370,31 +370,24 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> b
         if find_not_xml(value) is not None:
             raise located(parts, _problem(value))
         return False
-    if isinstance(value, dict):
+    if isinstance(value, dict | list | tuple):
         if depth >= MAX_DEPTH:
             raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
+        is_object = isinstance(value, dict)
+        entries: Iterable[tuple[Any, Any]] = value.items() if isinstance(value, dict) \
+            else enumerate(value)
         floats = False
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise located(parts, "object keys must be strings")
-            if find_not_xml(key) is not None:
-                raise located(parts, f"a field name {_problem(key)}")
+        for key, item in entries:
+            if is_object:
+                if not isinstance(key, str):
+                    raise located(parts, "object keys must be strings")
+                if find_not_xml(key) is not None:
+                    raise located(parts, f"a field name {_problem(key)}")
             if type(item) is str:
                 if find_not_xml(item) is not None:
                     raise located((*parts, key), _problem(item))
             else:
                 floats |= _check_json_value(item, (*parts, key), depth + 1)
-        return floats
-    if isinstance(value, list | tuple):
-        if depth >= MAX_DEPTH:
-            raise located(parts, f"nested more than {MAX_DEPTH} levels deep")
-        floats = False
-        for index, item in enumerate(value):
-            if type(item) is str:
-                if find_not_xml(item) is not None:
-                    raise located((*parts, index), _problem(item))
-            else:
-                floats |= _check_json_value(item, (*parts, index), depth + 1)
         return floats
     if isinstance(value, bool) or value is None:
         return False
