@@ -29,10 +29,9 @@ from aio_pika.abc import (
 )
 from aiormq import spec
 from aiormq.abc import ChannelFrame
-from pamqp.body import ContentBody
 from pamqp.common import FieldValue
-from pamqp.header import ContentHeader
 
+from gapless.amqp import frames
 from gapless.amqp.connection import BrokerUnavailable, broker_unavailable, library_logs_held
 from gapless.amqp.headers import TooLargeForFrame, bounded_reason, cap_headers, check_frame
 from gapless.amqp.nodes import open_plain
@@ -157,14 +156,14 @@ async def _publish_pipelined(channel: AbstractChannel, outgoing: Sequence[Outgoi
     connection, then await their confirms together; one outcome per message, in order.
 
     What aiormq's ``basic_publish`` does for one message, done once for many: the frames of
-    every message are marshalled with pamqp into one buffer; under the channel's publishing
-    lock, each message gets the next delivery tag and a confirmation future
-    (:class:`_Confirms`, where aiormq's frame reader settles acks, nacks and returns) and the
-    buffer is queued for the connection's writer. (A coroutine, a lock round and a timeout per
-    message cost the publishing process about three times the CPU: bench/publish.py.) The
-    message ids of one call must be distinct (a returned message is matched to its confirm by
-    ``message_id``); a message without one gets a random one, as aiormq gives it. Nothing is
-    sent when the write cannot be queued.
+    every message are marshalled into one buffer (pamqp's bytes, :mod:`gapless.amqp.frames`);
+    under the channel's publishing lock, each message gets the next delivery tag and a
+    confirmation future (:class:`_Confirms`, where aiormq's frame reader settles acks, nacks
+    and returns) and the buffer is queued for the connection's writer. (A coroutine, a lock
+    round and a timeout per message cost the publishing process about three times the CPU:
+    bench/publish.py.) The message ids of one call must be distinct (a returned message is
+    matched to its confirm by ``message_id``); a message without one gets a random one, as
+    aiormq gives it. Nothing is sent when the write cannot be queued.
     """
     if not channel.publisher_confirms:
         raise ConfigurationError("publishing needs a channel with publisher confirms "
@@ -192,10 +191,8 @@ async def _publish_pipelined(channel: AbstractChannel, outgoing: Sequence[Outgoi
             method = publish_frames[routing_key] = pamqp.frame.marshal(
                 spec.Basic.Publish(exchange="", routing_key=routing_key, mandatory=True), number)
         parts.append(method)
-        parts.append(pamqp.frame.marshal(
-            ContentHeader(body_size=len(body), properties=properties), number))
-        parts.extend(pamqp.frame.marshal(ContentBody(body[start:start + largest]), number)
-                     for start in range(0, len(body), largest))
+        parts.append(frames.content_header(number, properties, len(body)))
+        parts.extend(frames.body_frames(number, body, largest))
     write = ChannelFrame(payload=b"".join(parts), should_close=False,
                          drain_future=underlay.create_future())
     batch = _Confirms(underlay, ids)
