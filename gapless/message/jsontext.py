@@ -15,6 +15,7 @@ short reason that never quotes the text.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from decimal import Decimal
@@ -67,8 +68,11 @@ def loads(text: str | bytes, *, max_depth: int,
     ``max_depth`` levels of objects and arrays. Raises NotJson (the hooks' own exceptions pass
     through)."""
     try:
-        value = json.loads(text, parse_float=Decimal, object_pairs_hook=object_pairs_hook,
-                           parse_constant=parse_constant)
+        if isinstance(text, bytes):  # as json.loads reads bytes: UTF-8, -16 or -32 by its start
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        elif text.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        value = _decoder(object_pairs_hook, parse_constant).decode(text)
     except RecursionError:
         raise TooDeep(f"nests more than {max_depth} levels deep") from None
     except json.JSONDecodeError as exc:
@@ -79,6 +83,15 @@ def loads(text: str | bytes, *, max_depth: int,
     if _openings(text) > max_depth and not nests_within(value, max_depth):
         raise TooDeep(f"nests more than {max_depth} levels deep")
     return value
+
+
+@functools.lru_cache(maxsize=8)
+def _decoder(object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None,
+             parse_constant: Callable[[str], Any] | None) -> json.JSONDecoder:
+    """A decoder with these hooks, made once: ``json.loads`` with any hook makes a new decoder
+    and scanner at every call (a third of decoding a small message)."""
+    return json.JSONDecoder(parse_float=Decimal, object_pairs_hook=object_pairs_hook,
+                            parse_constant=parse_constant)
 
 
 def _openings(text: str | bytes) -> int:
@@ -114,13 +127,20 @@ def _refuse_decimal(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+#: The fast encoders, by ``sort_keys``, made once (``json.dumps`` with any option makes one at
+#: every call).
+_ENCODERS = {sort_keys: json.JSONEncoder(ensure_ascii=False, separators=(",", ":"),
+                                         sort_keys=sort_keys, allow_nan=False,
+                                         default=_refuse_decimal)
+             for sort_keys in (False, True)}
+
+
 def dumps(value: Any, *, sort_keys: bool = False) -> str:
     """Compact JSON (UTF-8 text, no ASCII escaping) of ``value``; Decimals as exact numbers
     (:func:`number_text`). Raises TypeError for a value JSON has no form for, ValueError for a
     NaN or an infinity."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys,
-                          allow_nan=False, default=_refuse_decimal)
+        return _ENCODERS[sort_keys].encode(value)
     except _HasDecimal:
         # Rare (a producer's own number with a fraction): the exact, slower encoder.
         parts: list[str] = []
