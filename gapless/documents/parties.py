@@ -253,7 +253,7 @@ def driver(parent: Element, first: str, family: str, tckn: str) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
-def issuer_parts(issuer: Issuer, tag: str = "AccountingSupplierParty") -> tuple[Element, ...]:
+def issuer_parts(issuer: Issuer, tag: str = "AccountingSupplierParty") -> tuple[str, ...]:
     """The signature and the supplier party (under ``tag``) of ``issuer``'s documents, written
     out once: every document of a profile has the same (a profile never changes; a new one is a
     new Issuer)."""

@@ -4,11 +4,13 @@ document is built with, and the writer that turns the tree into bytes.
 A document is built once, in schema order, and written out: nothing reads it back while it is
 being made. So the tree is a plain one (an :class:`Element` is a tag, a text, attributes and
 children), written with the fixed prefixes below, about twice as fast as building an lxml tree
-(lxml looks each namespace up again for every element). The bytes are exactly what lxml writes
-for the same tree — the same declaration, the same escapes (text: ``& < >`` and carriage return;
-attributes: also ``"`` and tab, line feed and carriage return as character references) and
-``<tag/>`` for an element with neither text nor children; a test holds the writer to lxml's
-parse-and-write of its own output. Documents are read back with lxml (:data:`NS`).
+(lxml looks each namespace up again for every element). A basic component (``cbc:``) never has
+children, so it is written out as it is made: a child may be text that is XML already. The
+bytes are exactly what lxml writes for the same tree — the same declaration, the same escapes
+(text: ``& < >`` and carriage return; attributes: also ``"`` and tab, line feed and carriage
+return as character references) and ``<tag/>`` for an element with neither text nor children;
+a test holds the writer to lxml's parse-and-write of its own output. Documents are read back
+with lxml (:data:`NS`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ DECLARATION = "<?xml version='1.0' encoding='UTF-8'?>\n"
 
 
 class Element:
-    """One element: its qualified tag (``cbc:Name``), text, attributes and children, in order."""
+    """One element: its qualified tag (``cbc:Name``), text, attributes and children, in order;
+    a child is an element, or a part written out already (XML text, placed as it is)."""
 
     __slots__ = ("attrib", "children", "tag", "text")
 
@@ -37,12 +40,12 @@ class Element:
         self.tag = tag
         self.text = text
         self.attrib = attrib
-        self.children: list[Element] = []
+        self.children: list[Element | str] = []
 
-    def append(self, child: Element) -> None:
+    def append(self, child: Element | str) -> None:
         self.children.append(child)
 
-    def __iter__(self) -> Iterator[Element]:
+    def __iter__(self) -> Iterator[Element | str]:
         return iter(self.children)
 
     def __len__(self) -> int:
@@ -62,11 +65,14 @@ def child(parent: Element, tag: str, text: str | None = None, **attrib: str) -> 
     return element
 
 
-def cbc(parent: Element, name: str, text: str, **attrib: str) -> Element:
-    """A basic component (``cbc:name``) with its text, appended to ``parent``."""
-    element = Element("cbc:" + name, text, attrib or None)
-    parent.children.append(element)
-    return element
+def cbc(parent: Element, name: str, text: str, **attrib: str) -> None:
+    """A basic component (``cbc:name``) with its text, written out and appended to ``parent``
+    (a basic component has no children)."""
+    tag = "cbc:" + name
+    if attrib:
+        parent.children.append(f"<{tag}{_attributes(attrib)}>{_text(text)}</{tag}>")
+    else:
+        parent.children.append(f"<{tag}>{_text(text)}</{tag}>")
 
 
 def cac(parent: Element, name: str) -> Element:
@@ -76,54 +82,35 @@ def cac(parent: Element, name: str) -> Element:
     return element
 
 
-class Written(Element):
-    """A part written out once and placed as it is in many documents (the issuer's parties,
-    the same in every document of a tenant): its text is XML already."""
-
-    __slots__ = ()
-
-    def __init__(self, part: Element) -> None:
-        parts: list[str] = []
-        _write(part, parts.append)
-        super().__init__(part.tag, "".join(parts))
-
-    def append(self, child: Element) -> None:
-        raise TypeError("a written part is complete")
-
-
-def written(make: Callable[[Element], None]) -> list[Written]:
-    """The elements ``make`` appends to a parent, each written out once (see :class:`Written`)."""
+def written(make: Callable[[Element], None]) -> list[str]:
+    """The parts ``make`` appends to a parent, each written out once: a part the same in many
+    documents (the issuer's parties, the same in every document of a tenant) is then placed as
+    it is (``parent.append(part)``)."""
     holder = Element("holder")
     make(holder)
-    return [Written(part) for part in holder.children]
+    return [item if isinstance(item, str) else _xml(item) for item in holder.children]
 
 
 def tostring(element: Element) -> bytes:
     """The document rooted at ``element``: UTF-8 with the XML declaration, as lxml writes it."""
-    parts: list[str] = [DECLARATION]
-    _write(element, parts.append)
-    return "".join(parts).encode()
+    return (DECLARATION + _xml(element)).encode()
 
 
-def _write(element: Element, out: Callable[[str], object]) -> None:
-    if type(element) is Written:
-        out(element.text)  # type: ignore[arg-type]  # always set: the part's XML
-        return
+def _xml(element: Element) -> str:
     tag = element.tag
-    start = "<" + tag
-    if element.attrib:
-        start += "".join(f' {name}="{_attribute(value)}"'
-                         for name, value in element.attrib.items())
+    start = "<" + tag if not element.attrib else "<" + tag + _attributes(element.attrib)
     text = element.text
     if element.children:
-        out(start + ">" if text is None else start + ">" + _text(text))
-        for item in element.children:
-            _write(item, out)
-        out("</" + tag + ">")
-    elif text is None:
-        out(start + "/>")
-    else:
-        out(start + ">" + _text(text) + "</" + tag + ">")
+        inner = "".join([item if isinstance(item, str) else _xml(item)
+                         for item in element.children])
+        return f"{start}>{'' if text is None else _text(text)}{inner}</{tag}>"
+    if text is None:
+        return start + "/>"
+    return f"{start}>{_text(text)}</{tag}>"
+
+
+def _attributes(attrib: dict[str, str]) -> str:
+    return "".join([f' {name}="{_attribute(value)}"' for name, value in attrib.items()])
 
 
 def _text(value: str) -> str:

@@ -39,6 +39,9 @@ Tree = st.deferred(lambda: st.tuples(
 
 def ours(tree: tuple, parent: writer.Element) -> None:  # type: ignore[type-arg]
     prefix, name, text, attrib, children = tree
+    if prefix == "cbc" and text is not None and not children:
+        writer.cbc(parent, name, text, **attrib)  # a basic component: written as it is made
+        return
     element = writer.child(parent, f"{prefix}:{name}", text, **attrib)
     for item in children:
         ours(item, element)
