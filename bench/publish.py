@@ -1,6 +1,6 @@
 """Benchmark: ``gapless publish --file`` against a raw confirmed publisher of the same lines.
 
-    .venv/bin/python bench/publish.py [--messages 20000] [--repeat 2] [--in-flight 256]
+    .venv/bin/python bench/publish.py [--messages 20000] [--repeat 2] [--in-flight 1024]
 
 RabbitMQ is real; each run has a queue prefix of its own (deleted afterwards). A JSON Lines file
 of ``--messages`` valid invoices (``bench/issue.py``'s message, each its own ``invoice_id``) is
@@ -174,7 +174,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--in-flight", type=int, default=256)
+    parser.add_argument("--in-flight", type=int, default=1024)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gapless-bench-publish-") as folder:
         path, one = Path(folder) / "invoices.jsonl", Path(folder) / "one.jsonl"
