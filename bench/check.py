@@ -18,6 +18,9 @@ functions at a short length:
   (``--claim-seconds`` a variant and cell).
 * **api**     — bench/api.py: wrk on ``POST /v1/invoices``, API CPU per accepted invoice, the
   answers read back from the queue, duplicates, the batch route when the API has it.
+* **publish** — bench/publish.py: ``gapless publish --file`` of ``--publish-messages`` lines at
+  its default ``--in-flight``, messages/s after start-up, beside ``raw-write`` (the broker's
+  ceiling) in the same run (``--publish-repeat`` interleaved runs; medians).
 * **instructions** — bench/instructions.py: the worker under valgrind's callgrind, millions of
   instructions per invoice for the bare loop, gapless JSON and UBL-TR, and their ratios. Counted,
   not timed, so it holds even on a busy machine (the one suite that does); without valgrind its
@@ -115,6 +118,23 @@ def api_suite(args: argparse.Namespace) -> Values:
     return api.values(api.measure(options))
 
 
+def publish_suite(args: argparse.Namespace) -> Values:
+    """``gapless publish --file`` after its start-up, beside the broker's ceiling in the same
+    run (bench/publish.py's ``raw-write``), at the command's default ``--in-flight``; medians of
+    interleaved runs."""
+    from bench import publish
+    from gapless.cli.publish import DEFAULT_IN_FLIGHT
+
+    runs, start_s = publish.measure(args.publish_messages, args.publish_repeat,
+                                    DEFAULT_IN_FLIGHT, designs=("gapless", "raw-write"))
+    walls = {design: median([wall for wall, _ in results]) for design, results in runs.items()}
+    gapless = publish.after_start_up(args.publish_messages, walls["gapless"], start_s)
+    ceiling = args.publish_messages / walls["raw-write"]
+    progress(f"publish: gapless {gapless:,.0f}/s after start-up, raw-write {ceiling:,.0f}/s")
+    return {"publish_per_s": gapless, "raw_write_per_s": ceiling,
+            "publish_vs_raw_write": gapless / ceiling}
+
+
 def instructions_suite(args: argparse.Namespace) -> Values:
     """The worker's instructions per invoice under callgrind (bench/instructions.py): a cost the
     machine's other load does not move, so a change to the hot path shows even on a busy
@@ -138,8 +158,8 @@ def instructions_suite(args: argparse.Namespace) -> Values:
 
 
 SUITES: dict[str, Callable[[argparse.Namespace], Values]] = {
-    "reserve": reserve_suite, "feed": feed_suite, "api": api_suite, "issue": issue_suite,
-    "instructions": instructions_suite}
+    "reserve": reserve_suite, "feed": feed_suite, "api": api_suite, "publish": publish_suite,
+    "issue": issue_suite, "instructions": instructions_suite}
 
 
 # -- goals and verdicts ---------------------------------------------------------------------------
@@ -242,6 +262,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=3.0, help="issue: seconds of warm-up.")
     parser.add_argument("--window", type=float, default=8.0,
                         help="issue: seconds measured per design and round.")
+    parser.add_argument("--publish-messages", type=int, default=20_000,
+                        help="publish: lines in the file gapless publish --file publishes.")
+    parser.add_argument("--publish-repeat", type=int, default=3,
+                        help="publish: interleaved runs of the command and raw-write (medians).")
     parser.add_argument("--reserve-seconds", type=float, default=2.0,
                         help="reserve: seconds per path and connection count.")
     parser.add_argument("--claim-seconds", type=float, default=3.0,

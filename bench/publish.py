@@ -170,30 +170,42 @@ def one_run(design: str, path: Path, count: int, in_flight: int) -> tuple[float,
         asyncio.run(delete_queues(settings_of(env)))
 
 
+def measure(messages: int, repeat: int, in_flight: int,
+            designs: tuple[str, ...] = ("gapless", "raw", "raw-write"),
+            ) -> tuple[dict[str, list[tuple[float, float]]], float]:
+    """``repeat`` interleaved runs of each design on a file of ``messages`` lines: each run's
+    (wall, CPU) seconds by design, and the command's start-up alone (median, seconds)."""
+    with tempfile.TemporaryDirectory(prefix="gapless-bench-publish-") as folder:
+        path, one = Path(folder) / "invoices.jsonl", Path(folder) / "one.jsonl"
+        write_lines(path, messages, f"p{os.getpid()}")
+        write_lines(one, 1, f"s{os.getpid()}")
+        runs: dict[str, list[tuple[float, float]]] = {design: [] for design in designs}
+        startup: list[float] = []
+        for _ in range(repeat):
+            for design, results in runs.items():
+                results.append(one_run(design, path, messages, in_flight))
+                print(f"  {design}: {messages / results[-1][0]:,.0f}/s", file=sys.stderr,
+                      flush=True)
+            startup.append(one_run("gapless", one, 1, in_flight)[0])
+    return runs, median(startup)
+
+
+def after_start_up(messages: int, wall: float, start_s: float) -> float:
+    """Messages per second of the command once started (its start-up alone taken off)."""
+    return messages / (wall - start_s) if wall > start_s else messages / wall
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--in-flight", type=int, default=1024)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gapless-bench-publish-") as folder:
-        path, one = Path(folder) / "invoices.jsonl", Path(folder) / "one.jsonl"
-        write_lines(path, args.messages, f"p{os.getpid()}")
-        write_lines(one, 1, f"s{os.getpid()}")
-        runs: dict[str, list[tuple[float, float]]] = {"gapless": [], "raw": [],
-                                                      "raw-write": []}
-        startup: list[float] = []
-        for _ in range(args.repeat):
-            for design, results in runs.items():
-                results.append(one_run(design, path, args.messages, args.in_flight))
-                print(f"  {design}: {args.messages / results[-1][0]:,.0f}/s", file=sys.stderr,
-                      flush=True)
-            startup.append(one_run("gapless", one, 1, args.in_flight)[0])
-    start_s = median(startup)
+    runs, start_s = measure(args.messages, args.repeat, args.in_flight)
     rows = []
     for design, results in runs.items():
         wall, cpu = median([r[0] for r in results]), median([r[1] for r in results])
-        after_start = (args.messages / (wall - start_s) if design == "gapless" and wall > start_s
+        after_start = (after_start_up(args.messages, wall, start_s) if design == "gapless"
                        else args.messages / wall)
         rows.append((design, f"{args.messages / wall:,.0f}", f"{after_start:,.0f}",
                      f"{1000 * cpu / args.messages:.3f}",
