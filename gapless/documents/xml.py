@@ -69,10 +69,7 @@ def cbc(parent: Element, name: str, text: str, **attrib: str) -> None:
     """A basic component (``cbc:name``) with its text, written out and appended to ``parent``
     (a basic component has no children)."""
     tag = "cbc:" + name
-    if attrib:
-        parent.children.append(f"<{tag}{_attributes(attrib)}>{_text(text)}</{tag}>")
-    else:
-        parent.children.append(f"<{tag}>{_text(text)}</{tag}>")
+    parent.children.append(f"{_start(tag, attrib)}>{_text(text)}</{tag}>")
 
 
 def cac(parent: Element, name: str) -> Element:
@@ -98,7 +95,7 @@ def tostring(element: Element) -> bytes:
 
 def _xml(element: Element) -> str:
     tag = element.tag
-    start = "<" + tag if not element.attrib else "<" + tag + _attributes(element.attrib)
+    start = _start(tag, element.attrib)
     text = element.text
     if element.children:
         inner = "".join([item if isinstance(item, str) else _xml(item)
@@ -109,8 +106,12 @@ def _xml(element: Element) -> str:
     return f"{start}>{_text(text)}</{tag}>"
 
 
-def _attributes(attrib: dict[str, str]) -> str:
-    return "".join([f' {name}="{_attribute(value)}"' for name, value in attrib.items()])
+def _start(tag: str, attrib: dict[str, str] | None) -> str:
+    """An element's start tag without its closing ``>`` (an empty element ends it ``/>``)."""
+    if not attrib:
+        return "<" + tag
+    return "<" + tag + "".join([f' {name}="{_attribute(value)}"'
+                                for name, value in attrib.items()])
 
 
 def _text(value: str) -> str:
