@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -323,8 +324,39 @@ class PrivateRabbitMQ:
         return RestartTiming(stop_s, self.start())
 
     def log_tail(self, lines: int = 25) -> str:
-        node_log = self.root / "log" / f"{self.node}.log"
-        return f"{tail(self.log, lines)}\n{tail(node_log, lines)}"
+        return f"{tail(self.log, lines)}\n{tail(self.node_log, lines)}"
+
+    @property
+    def node_log(self) -> Path:
+        return self.root / "log" / f"{self.node}.log"
+
+    def node_log_size(self) -> int:
+        return self.node_log.stat().st_size if self.node_log.exists() else 0
+
+    def durable_classic_queues(self) -> list[str]:
+        """The names of the node's durable classic queues (``rabbitmqctl list_queues``)."""
+        result = self.ctl("list_queues", "--quiet", "--no-table-headers", "durable", "type",
+                          "name")
+        if result.returncode != 0:
+            raise AssertionError(f"rabbitmqctl list_queues failed: {result.stderr.strip()}")
+        rows = (line.split(None, 2) for line in result.stdout.splitlines() if line.strip())
+        return sorted(row[2] for row in rows if row[:2] == ["true", "classic"])
+
+    def recovered_classic_queues(self, since: int, timeout: float = 30.0) -> int:
+        """How many classic queues the node said it recovered at its last boot, reading its log
+        from byte ``since`` (the log's size before that boot). The node writes its log a little
+        later than it boots: this waits for the line."""
+        found: list[str] = []
+
+        def said() -> bool:
+            with self.node_log.open("rb") as log:
+                log.seek(since)
+                text = log.read().decode(errors="replace")
+            found[:] = re.findall(r"Recovering (\d+) queues of type rabbit_classic_queue", text)
+            return bool(found)
+
+        wait_until(said, timeout, interval=0.2, message="the node's log of its queue recovery")
+        return int(found[-1])
 
     def close(self) -> None:
         """Stop the node (gracefully if it answers, else by killing its process group), stop

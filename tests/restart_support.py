@@ -153,6 +153,13 @@ class RestartRun:
         async with self.engine.connect() as conn:
             return int((await conn.execute(text(query))).scalar_one())
 
+    async def published_without_row(self) -> list[str]:
+        """The confirmed publishes of which the database has no invoice (yet)."""
+        async with self.engine.connect() as conn:
+            rows = {invoice_id for (invoice_id,) in await conn.execute(
+                text("SELECT invoice_id FROM invoices"))}
+        return [invoice_id for invoice_id in self.history.published if invoice_id not in rows]
+
     async def issued(self) -> int:
         return await self.scalar("SELECT count(*) FROM invoices WHERE status = 'ISSUED'")
 
