@@ -3,9 +3,9 @@
     .venv/bin/python bench/broker_crash.py [--rounds 20] [--versions 1,2] [--no-load]
 
 Not a speed benchmark, and no gapless code runs: plain aio-pika against a private RabbitMQ node
-(``tests/private_services.PrivateRabbitMQ``: its own ports, data directory and epmd), so that what
-it finds is the broker's. Each round, on a new durable classic queue with ``x-max-priority: 4``
-(gapless's classic work queue) and the given ``x-queue-version``:
+(``bench.harness.PrivateRabbitCluster`` of one node: its own ports, data directory and epmd), so
+that what it finds is the broker's. Each round, on a new durable classic queue with
+``x-max-priority: 4`` (gapless's classic work queue) and the given ``x-queue-version``:
 
 1. 600 persistent messages, priorities 1-4, each publish awaited until the broker confirms it;
 2. a consumer on another connection (prefetch 32) acks each delivery 200 ms after it arrives;
@@ -36,8 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aio_pika
 import aiormq
 
-from bench.harness import machine, print_table
-from tests.private_services import PrivateRabbitMQ
+from bench.harness import PrivateRabbitCluster, machine, print_table
 
 MESSAGES = 600
 PREFETCH = 32
@@ -56,7 +55,7 @@ class Round:
         return self.back < self.owed
 
 
-async def crash_round(node: PrivateRabbitMQ, name: str, version: int) -> Round:
+async def crash_round(node: PrivateRabbitCluster, name: str, version: int) -> Round:
     arguments = {"x-max-priority": 4, "x-queue-version": version}
     publisher = await aio_pika.connect(node.amqp_url)
     channel = await publisher.channel(publisher_confirms=True)
@@ -79,12 +78,12 @@ async def crash_round(node: PrivateRabbitMQ, name: str, version: int) -> Round:
 
     await queue.consume(on_message)
     await asyncio.sleep(KILL_AFTER_S)
-    await asyncio.to_thread(node.stop, "kill")
+    await asyncio.to_thread(node.kill_node, 0)
     owed = MESSAGES - acked
     for connection in (publisher, consumer):
         with contextlib.suppress(Exception):
             await asyncio.wait_for(connection.close(), 2)
-    await asyncio.to_thread(node.start)
+    await asyncio.to_thread(node.start_node, 0)
     connection = await aio_pika.connect(node.amqp_url)
     async with connection:
         queue_gone = False
@@ -101,7 +100,7 @@ async def crash_round(node: PrivateRabbitMQ, name: str, version: int) -> Round:
 
 
 async def probe(rounds: int, versions: list[int]) -> list[list[object]]:
-    node = PrivateRabbitMQ()
+    node = PrivateRabbitCluster(size=1)
     node.start()
     results: dict[int, list[Round]] = {version: [] for version in versions}
     try:

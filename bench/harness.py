@@ -959,7 +959,7 @@ class PrivateRabbitCluster:
         cookie = "".join(secrets.choice(string.ascii_uppercase) for _ in range(20))
         self.envs = [self._environment(index, cookie) for index in range(size)]
         self._epmd: subprocess.Popen[bytes] | None = None
-        self._servers: list[subprocess.Popen[bytes]] = []
+        self._servers: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
     def amqp_url(self) -> str:
@@ -1006,7 +1006,7 @@ class PrivateRabbitCluster:
             server = subprocess.Popen([str(self.server_script)], env=env, cwd=env["HOME"],
                                       stdin=subprocess.DEVNULL, stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
-        self._servers.append(server)
+        self._servers[index] = server
 
         def up() -> bool:
             if server.poll() is not None:
@@ -1016,6 +1016,18 @@ class PrivateRabbitCluster:
             return amqp_listening(self.ports[index])
 
         wait_until(up, STARTUP_S, interval=0.1, message=f"RabbitMQ node {index + 1}")
+
+    def kill_node(self, index: int) -> None:
+        """A crash of node ``index + 1``: SIGKILL to its process group; its data stays, and
+        :meth:`start_node` brings it back from it."""
+        server = self._servers[index]
+        if server.poll() is None:
+            kill_group(server.pid)
+        server.wait(timeout=60)
+
+    def start_node(self, index: int) -> None:
+        """Start node ``index + 1`` again on its data directory; returns once it speaks AMQP."""
+        self._start_node(index)
 
     def _running_nodes(self) -> set[str]:
         """The nodes node 1 sees running in its cluster (empty while it does not answer)."""
@@ -1046,7 +1058,7 @@ class PrivateRabbitCluster:
         """Kill every node by its process group (the data is thrown away), stop the epmd and
         remove the temp dir."""
         try:
-            for server in self._servers:
+            for server in self._servers.values():
                 if server.poll() is None:  # not reaped: the group id is still the node's
                     kill_group(server.pid)
                 with contextlib.suppress(subprocess.SubprocessError):
