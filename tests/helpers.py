@@ -128,6 +128,14 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
     harness.wait_for_port(port, timeout, error=AssertionError)
 
 
+def text_after(path: Path, offset: int) -> str:
+    """What the log file at ``path`` holds after byte ``offset`` (its size before something
+    happened), undecodable bytes replaced."""
+    with path.open("rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")
+
+
 class GaplessProcess:
     """A ``gapless`` sub-command running in a subprocess, its output kept in a log file."""
 

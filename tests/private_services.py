@@ -67,7 +67,7 @@ from bench.harness import (
     rabbitmq_scripts,
     tail,
 )
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, text_after, wait_until
 
 #: How long a private server may take to come up (the machine is small and shared).
 STARTUP_S = 60.0
@@ -350,10 +350,8 @@ class PrivateRabbitMQ:
         found: list[str] = []
 
         def said() -> bool:
-            with self.node_log.open("rb") as log:
-                log.seek(since)
-                text = log.read().decode(errors="replace")
-            found[:] = re.findall(r"Recovering (\d+) queues of type rabbit_classic_queue", text)
+            found[:] = re.findall(r"Recovering (\d+) queues of type rabbit_classic_queue",
+                                  text_after(self.node_log, since))
             return bool(found)
 
         try:

@@ -29,7 +29,7 @@ from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import History
 from tests.chaos.scenario import Poller, read_dead_letters
-from tests.helpers import GaplessProcess, ledger, wait_until
+from tests.helpers import GaplessProcess, ledger, text_after, wait_until
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import Processes, message
 
@@ -212,9 +212,7 @@ def logged(proc: GaplessProcess | None, event: str, *, since: int = 0) -> bool:
     """Whether ``proc`` logged a JSON record with this ``event`` after byte ``since``."""
     if proc is None:
         return False
-    with proc.log_path.open("rb") as log:
-        log.seek(since)
-        chunk = log.read().decode(errors="replace")
+    chunk = text_after(proc.log_path, since)
     needle = f'"event": "{event}"'
     return any(needle in line for line in chunk.splitlines() if line.startswith("{"))
 

@@ -56,7 +56,14 @@ from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
 from gapless.settings import Settings
 from tests.chaos.checker import DeadLetter, Expect, FeedRecord, History
-from tests.helpers import GaplessProcess, await_until, ledger, today, wait_until
+from tests.helpers import (
+    GaplessProcess,
+    await_until,
+    ledger,
+    text_after,
+    today,
+    wait_until,
+)
 from tests.mock_client import MockIntegratorClient
 
 # ------------------------------------------------------------------------------------ the knobs
@@ -298,9 +305,7 @@ class Cluster:
 
     def output_of(self, proc: GaplessProcess) -> str:
         """What this process (not its predecessors under the same name) wrote."""
-        with proc.log_path.open("rb") as log:
-            log.seek(self._log_offsets.get(proc.pid, 0))
-            return log.read().decode(errors="replace")
+        return text_after(proc.log_path, self._log_offsets.get(proc.pid, 0))
 
     def start_worker(self, index: int) -> None:
         proc = self._start(["worker", "--concurrency", str(self.config.concurrency),

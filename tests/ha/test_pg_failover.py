@@ -66,7 +66,14 @@ from tests.chaos.scenario import Poller, read_dead_letters
 from tests.conftest import ApiServers
 from tests.ha import pg_pair
 from tests.ha.pg_pair import PrivatePostgresPair
-from tests.helpers import GaplessProcess, await_until, ledger, run_gapless, wait_until
+from tests.helpers import (
+    GaplessProcess,
+    await_until,
+    ledger,
+    run_gapless,
+    text_after,
+    wait_until,
+)
 from tests.mock_client import MockIntegratorClient
 from tests.recovery_support import make_sending, message
 from tests.restart_support import DATABASE_TROUBLE, PROCESS_ENV, RECOVERY_ARGS
@@ -87,9 +94,7 @@ SETTLE_S = 90.0
 
 def logged(proc: GaplessProcess, event: str, *, since: int = 0) -> list[dict[str, Any]]:
     """The JSON records of ``proc`` with this ``event``, after byte ``since`` of its log."""
-    with proc.log_path.open("rb") as log:
-        log.seek(since)
-        chunk = log.read().decode(errors="replace")
+    chunk = text_after(proc.log_path, since)
     found = []
     for line in chunk.splitlines():
         if line.startswith("{") and f'"event": "{event}"' in line:
