@@ -137,17 +137,20 @@ def forget_totals() -> None:
     _RECENT.clear()
 
 
-def totals(message: InvoiceMessage) -> Totals:
+def totals(message: InvoiceMessage, *,
+           lines: tuple[LineAmounts, ...] | None = None) -> Totals:
     """Every amount of the message's document.
 
     The message's codes must be known (checked before, by
     :func:`gapless.documents.check_ubl_inputs`): an unknown withholding code raises KeyError.
+    ``lines``: the lines' amounts when the caller has them already (the check computes them
+    line by line), in the message's order.
     """
     seen = _RECENT.get(id(message))
     if seen is not None and seen[0] is message:
         return seen[1]
     with localcontext(EXACT):
-        result = _totals(message)
+        result = _totals(message, lines)
     if len(_RECENT) >= _RECENT_MAX:
         # The oldest entry (dicts keep insertion order); another thread may be at it too.
         with contextlib.suppress(RuntimeError, StopIteration, KeyError):
@@ -156,8 +159,9 @@ def totals(message: InvoiceMessage) -> Totals:
     return result
 
 
-def _totals(message: InvoiceMessage) -> Totals:
-    lines = tuple(line_amounts(line) for line in message.lines)
+def _totals(message: InvoiceMessage, lines: tuple[LineAmounts, ...] | None) -> Totals:
+    if lines is None:
+        lines = tuple(_line_amounts(line) for line in message.lines)
     taxable: dict[tuple[Decimal, str | None], Decimal] = defaultdict(Decimal)
     withholding_base: dict[str, Decimal] = defaultdict(Decimal)
     for line, amounts in zip(message.lines, lines, strict=True):

@@ -11,7 +11,14 @@ from __future__ import annotations
 from datetime import date
 from decimal import Decimal
 
-from gapless.documents.amounts import Totals, amount_text, line_amounts, number_text, totals
+from gapless.documents.amounts import (
+    LineAmounts,
+    Totals,
+    amount_text,
+    line_amounts,
+    number_text,
+    totals,
+)
 from gapless.documents.codes import (
     CURRENCY_CODES,
     EXEMPTION_CODES,
@@ -158,8 +165,11 @@ def _check_line_codes(where: str, line: Line, kind: TypeRule, tax: Decimal) -> N
                                                    "is zero)")
 
 
-def _check_lines(message: InvoiceMessage, kind: TypeRule, profile: ProfileRule) -> None:
+def _check_lines(message: InvoiceMessage, kind: TypeRule,
+                 profile: ProfileRule) -> tuple[LineAmounts, ...]:
+    """Check every line; their amounts (for the document's totals)."""
     diib = any(line.vat_exemption_code == DIIB_CODE for line in message.lines)
+    computed: list[LineAmounts] = []
     for index, line in enumerate(message.lines):
         where = f"lines.{index}"
         if line.unit_code is not None and line.unit_code not in UNIT_CODES:
@@ -168,6 +178,7 @@ def _check_lines(message: InvoiceMessage, kind: TypeRule, profile: ProfileRule) 
             raise _refuse(f"{where}.vat_rate", "must be 0, 1, 10 or 20 in a UBL-TR document")
         _check_known_codes(where, line)
         amounts = line_amounts(line)
+        computed.append(amounts)
         if amounts.discount > amounts.gross:
             raise _refuse(f"{where}.discount", f"{amount_text(amounts.discount)} is more than "
                                                f"the line's {amount_text(amounts.gross)}")
@@ -189,6 +200,7 @@ def _check_lines(message: InvoiceMessage, kind: TypeRule, profile: ProfileRule) 
                           if c.group == kind.requires_group)[:3]
         raise _refuse("lines", f"a {kind.name} invoice needs a zero-VAT line with an exemption "
                                f"code of its kind (e.g. {', '.join(examples)})")
+    return tuple(computed)
 
 
 def _check_returns(message: InvoiceMessage, kind: TypeRule) -> None:
@@ -281,7 +293,7 @@ def check_ubl_inputs(message: InvoiceMessage, issuer: Issuer) -> None:
                                   "rendered as its own document")
     kind, profile = _check_kind(message)
     check_customer(message.customer, abroad="export" in profile.needs)
-    _check_lines(message, kind, profile)
+    lines = _check_lines(message, kind, profile)
     _check_returns(message, kind)
     _check_parts(message)
-    _check_money(message, totals(message))
+    _check_money(message, totals(message, lines=lines))

@@ -4,18 +4,28 @@ needs, withholding (cac:WithholdingTaxTotal), and the monetary totals — each r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
 from gapless.documents.amounts import TaxGroup, Totals, Withheld, amount_text, number_text
 from gapless.documents.codes import EXEMPTION_CODES, VAT_CODE, VAT_NAME, WITHHOLDING_CODES
-from gapless.documents.xml import Element, cac, cbc
+from gapless.documents.xml import Element, cac, cbc, written
 
 
 def _tax_scheme(category: Element, name: str, code: str) -> None:
-    scheme = cac(category, "TaxScheme")
-    cbc(scheme, "Name", name)
-    cbc(scheme, "TaxTypeCode", code)
+    category.append(_written_scheme(name, code))
+
+
+@functools.cache  # bounded: the names and codes of GİB's tables (VAT, the withholding codes)
+def _written_scheme(name: str, code: str) -> str:
+    """A TaxScheme as written: the same in every tax category of its tax."""
+
+    def make(holder: Element) -> None:
+        scheme = cac(holder, "TaxScheme")
+        cbc(scheme, "Name", name)
+        cbc(scheme, "TaxTypeCode", code)
+    return written(make)[0]
 
 
 def vat_total(parent: Element, currency: str, groups: Iterable[TaxGroup],

@@ -31,15 +31,19 @@ DECLARATION = "<?xml version='1.0' encoding='UTF-8'?>\n"
 
 class Element:
     """One element: its qualified tag (``cbc:Name``), text, attributes and children, in order;
-    a child is an element, or a part written out already (XML text, placed as it is)."""
+    a child is an element, or a part written out already (XML text, placed as it is).
 
-    __slots__ = ("attrib", "children", "tag", "text")
+    Its start tag (without the closing ``>``) is written when it is made: the attributes are
+    given then and never change."""
+
+    __slots__ = ("attrib", "children", "start", "tag", "text")
 
     def __init__(self, tag: str, text: str | None = None,
                  attrib: dict[str, str] | None = None) -> None:
         self.tag = tag
         self.text = text
         self.attrib = attrib
+        self.start = _start(tag, attrib)
         self.children: list[Element | str] = []
 
     def append(self, child: Element | str) -> None:
@@ -68,8 +72,12 @@ def child(parent: Element, tag: str, text: str | None = None, **attrib: str) -> 
 def cbc(parent: Element, name: str, text: str, **attrib: str) -> None:
     """A basic component (``cbc:name``) with its text, written out and appended to ``parent``
     (a basic component has no children)."""
-    tag = "cbc:" + name
-    parent.children.append(f"{_start(tag, attrib)}>{_text(text)}</{tag}>")
+    if "&" in text or "<" in text or ">" in text or "\r" in text:
+        text = _text(text)
+    if attrib:
+        parent.children.append(f"<cbc:{name}{_attributes(attrib)}>{text}</cbc:{name}>")
+    else:
+        parent.children.append(f"<cbc:{name}>{text}</cbc:{name}>")
 
 
 def cac(parent: Element, name: str) -> Element:
@@ -90,28 +98,59 @@ def written(make: Callable[[Element], None]) -> list[str]:
 
 def tostring(element: Element) -> bytes:
     """The document rooted at ``element``: UTF-8 with the XML declaration, as lxml writes it."""
-    return (DECLARATION + _xml(element)).encode()
+    parts = [DECLARATION]
+    _write(element, parts)
+    return "".join(parts).encode()
 
 
 def _xml(element: Element) -> str:
-    tag = element.tag
-    start = _start(tag, element.attrib)
+    parts: list[str] = []
+    _write(element, parts)
+    return "".join(parts)
+
+
+def _write(element: Element, out: list[str]) -> None:
+    """Append the parts of ``element``'s XML to ``out`` (one list for the whole document: no
+    string is joined twice)."""
     text = element.text
     if element.children:
-        inner = "".join([item if isinstance(item, str) else _xml(item)
-                         for item in element.children])
-        return f"{start}>{'' if text is None else _text(text)}{inner}</{tag}>"
-    if text is None:
-        return start + "/>"
-    return f"{start}>{_text(text)}</{tag}>"
+        out.append(element.start + ">" if text is None else f"{element.start}>{_text(text)}")
+        for item in element.children:
+            if type(item) is str:
+                out.append(item)
+            else:
+                _write(item, out)  # type: ignore[arg-type]
+        out.append(f"</{element.tag}>")
+    elif text is None:
+        out.append(element.start + "/>")
+    else:
+        out.append(f"{element.start}>{_text(text)}</{element.tag}>")
 
 
 def _start(tag: str, attrib: dict[str, str] | None) -> str:
     """An element's start tag without its closing ``>`` (an empty element ends it ``/>``)."""
     if not attrib:
         return "<" + tag
-    return "<" + tag + "".join([f' {name}="{_attribute(value)}"'
-                                for name, value in attrib.items()])
+    return "<" + tag + _attributes(attrib)
+
+
+#: Attributes written before (a few distinct ones recur in every document: currencies, unit
+#: codes, scheme names), by their (name, value) pairs; bounded, for values that come from
+#: messages.
+_WRITTEN_ATTRIBUTES: dict[tuple[tuple[str, str], ...], str] = {}
+_WRITTEN_ATTRIBUTES_MAX = 4096
+
+
+def _attributes(attrib: dict[str, str]) -> str:
+    """The attributes as written in a start tag, each after a space."""
+    key = tuple(attrib.items())
+    written_before = _WRITTEN_ATTRIBUTES.get(key)
+    if written_before is not None:
+        return written_before
+    text = "".join([f' {name}="{_attribute(value)}"' for name, value in key])
+    if len(_WRITTEN_ATTRIBUTES) < _WRITTEN_ATTRIBUTES_MAX:
+        _WRITTEN_ATTRIBUTES[key] = text
+    return text
 
 
 def _text(value: str) -> str:
