@@ -35,6 +35,8 @@ MAX_REFUSALS_SHOWN = 100
 #: start-up with 256, 10,200–10,500 with 1,024, interleaved); a larger window only means more
 #: messages published again after a lost connection, which is safe (same invoice_id).
 DEFAULT_IN_FLIGHT = 1024
+#: Messages validated between two turns of the event loop.
+YIELD_EVERY = 32
 
 
 @dataclass
@@ -207,6 +209,10 @@ async def publish_all(settings: Settings, items: Iterator[tuple[str, Any]], *,
                 chunk.append((where, message))
                 if len(chunk) >= chunk_size:
                     await flush(publisher)
+                elif len(chunk) % YIELD_EVERY == 0:
+                    # Let the loop run between validations: the chunk written last goes out
+                    # and its confirms are read while this one is being validated.
+                    await asyncio.sleep(0)
             await flush(publisher)
             if pending:
                 await asyncio.gather(*pending)
