@@ -422,13 +422,15 @@ class Result:
 
 
 @contextmanager
-def api_environment(log_level: str | None) -> Iterator[tuple[dict[str, str], Proc, str]]:
-    """A run's environment (bench/harness.py), the mock integrator (no latency, for the
-    duplicate sample's worker) and ``gapless api`` with an all-tenant token."""
+def api_environment(log_level: str | None, *, extra: dict[str, str] | None = None,
+                    ) -> Iterator[tuple[dict[str, str], Proc, str]]:
+    """A run's environment (bench/harness.py; ``extra``: more settings), the mock integrator
+    (no latency, for the duplicate sample's worker) and ``gapless api`` with an all-tenant
+    token."""
     token = secrets.token_urlsafe(24)
     with ExitStack() as stack:
         mock_url = stack.enter_context(mock_integrator(None, name="api-mock"))
-        env = stack.enter_context(environment("api", mock_url))
+        env = stack.enter_context(environment("api", mock_url, extra=extra))
         if log_level:
             env["GAPLESS_LOG_LEVEL"] = log_level
         api = harness.start_api(env, token, name="api")

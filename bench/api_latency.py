@@ -1,7 +1,7 @@
 """Benchmark: how long a single ``POST /v1/invoices`` waits while batches are being ingested.
 
     .venv/bin/python bench/api_latency.py [--seconds 10] [--rate 20] [--batch-size 1000]
-                                          [--batch-connections 2]
+                                          [--batch-connections 2] [--queue-type classic]
 
 A user's click and a backlog upload meet in one API process: the click's POST should not wait
 out the validation of a thousand messages. Everything is real and private to the run (the same
@@ -72,10 +72,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="Single POSTs a second.")
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--batch-connections", type=int, default=2)
+    parser.add_argument("--queue-type", choices=("classic", "quorum"), default="classic",
+                        help="GAPLESS_QUEUE_TYPE of the run (quorum: user work on a queue of "
+                        "its own; a single node's quorum queues here)")
     args = parser.parse_args()
     wrk = wrk_binary()
     configure_logging("console", "warning")
-    with api_environment("warning") as (_env, api, token), \
+    with api_environment("warning", extra={"GAPLESS_QUEUE_TYPE": args.queue_type}) as (
+            _env, api, token), \
             tempfile.TemporaryDirectory(prefix="gapless-bench-latency-") as temp:
         assert api.url is not None
         shape = batch_shape(api.url)
@@ -101,7 +105,8 @@ def main() -> None:
         accepted = done["statuses"].get("200", 0) * args.batch_size
         batches = f"{accepted / (done['duration_us'] / 1e6):,.0f} invoices/s"
     print(f"machine: {machine()}; single POSTs at {args.rate:g}/s for {args.seconds:g} s a "
-          f"phase; batches of {args.batch_size} on {args.batch_connections} connections\n")
+          f"phase; batches of {args.batch_size} on {args.batch_connections} connections; "
+          f"{args.queue_type} queues\n")
     print_table("A single POST's latency, ms (lower is better)",
                 ["phase", "POSTs", "median", "p95", "p99", "max", "batches beside"],
                 [row("alone", alone, "—"), row("beside batches", beside, batches)])
