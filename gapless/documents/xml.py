@@ -72,12 +72,10 @@ def child(parent: Element, tag: str, text: str | None = None, **attrib: str) -> 
 def cbc(parent: Element, name: str, text: str, **attrib: str) -> None:
     """A basic component (``cbc:name``) with its text, written out and appended to ``parent``
     (a basic component has no children)."""
-    if "&" in text or "<" in text or ">" in text or "\r" in text:
-        text = _text(text)
     if attrib:
-        parent.children.append(f"<cbc:{name}{_attributes(attrib)}>{text}</cbc:{name}>")
+        parent.children.append(f"<cbc:{name}{_attributes(attrib)}>{_text(text)}</cbc:{name}>")
     else:
-        parent.children.append(f"<cbc:{name}>{text}</cbc:{name}>")
+        parent.children.append(f"<cbc:{name}>{_text(text)}</cbc:{name}>")
 
 
 def cac(parent: Element, name: str) -> Element:
