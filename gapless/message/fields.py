@@ -113,17 +113,26 @@ def not_xml_problem(text: str) -> str | None:
     return f"holds a character XML cannot carry (U+{ord(found.group()):04X})"
 
 
-def _string(value: Any) -> str:
+def _str(value: Any) -> str:
+    """A string, for a rule that refuses what XML cannot carry on its own: a pattern of a few
+    characters, a choice among fixed words, printable text only. (A message's walk has checked
+    every text already; these rules also hold where a type is used alone.)"""
     if not isinstance(value, str):
         raise rule_error(f"must be a string, not {json_type(value)}")
-    problem = not_xml_problem(value)
-    if problem is not None:
-        raise rule_error(problem)
     return value
 
 
+def _string(value: Any) -> str:
+    """A string XML can carry, for free text (``note``)."""
+    text = _str(value)
+    problem = not_xml_problem(text)
+    if problem is not None:
+        raise rule_error(problem)
+    return text
+
+
 def _check_invoice_id(value: Any) -> str:
-    text = _string(value)
+    text = _str(value)
     if not 1 <= len(text) <= MAX_INVOICE_ID:
         raise rule_error(f"must be 1 to {MAX_INVOICE_ID} characters")
     if not text.isprintable() or any(char.isspace() for char in text):
@@ -140,7 +149,7 @@ def _check_priority(value: Any) -> str | None:
 
 
 def _check_issue_date(value: Any) -> date:
-    text = _string(value)
+    text = _str(value)
     if not _ISO_DATE_RE.fullmatch(text):
         raise rule_error("must be a date string YYYY-MM-DD")
     try:
@@ -160,7 +169,7 @@ def _matching(pattern: re.Pattern[str], rule: str) -> Callable[[Any], str]:
     """A string that ``pattern`` matches in full; ``rule`` says what is wanted when it doesn't."""
 
     def check(value: Any) -> str:
-        text = _string(value)
+        text = _str(value)
         if not pattern.fullmatch(text):
             raise rule_error(rule)
         return text
@@ -181,7 +190,7 @@ _check_unit_code = _matching(
 
 def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
-        text = _string(value)
+        text = _str(value)
         if text not in allowed:
             raise rule_error(f"must be one of {', '.join(allowed)}")
         return text
@@ -191,7 +200,7 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[Any], str]:
 
 def _text_rule(limit: int, *, multiline: bool) -> Callable[[Any], str]:
     def check(value: Any) -> str:
-        text = _string(value)
+        text = _str(value)
         if not text.strip():
             raise rule_error(f"must be 1 to {limit} characters, not blank")
         if len(text) > limit:
@@ -238,7 +247,7 @@ def _decimal_rule(*, minimum: Decimal, inclusive: bool, maximum: Decimal | None,
 
 def _check_iban(value: Any) -> str:
     """An IBAN (ISO 13616) whose check digits are right: upper case, no spaces."""
-    text = _string(value)
+    text = _str(value)
     if not _IBAN_RE.fullmatch(text):
         raise rule_error("must be an IBAN: country code, 2 check digits and 11-30 upper-case "
                      "letters or digits, no spaces")

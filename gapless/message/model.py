@@ -57,11 +57,23 @@ from gapless.message.fields import (
 )
 from gapless.message.jsontext import MAX_NUMBER_TEXT, dumps, plain_length
 
+#: The payload leaves out a ``priority`` that is null.
+_NO_PRIORITY: set[str] = {"priority"}
+
+#: The field names of every model of a message: the walk of a message's values
+#: (:func:`_check_json_value`) knows that these keys are text XML can carry.
+_FIELD_NAMES: set[str] = set()
+
 
 class _Part(BaseModel):
     """A part of the message: immutable, and no field outside the contract."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        _FIELD_NAMES.update(cls.model_fields)
 
 
 class Address(_Part):
@@ -201,6 +213,11 @@ class Message(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        _FIELD_NAMES.update(cls.model_fields)
+
     #: The series channels that may number this kind of document.
     channels: ClassVar[frozenset[str]] = frozenset()
     #: Whether the document exists only as UBL-TR (the tenant needs an issuer profile).
@@ -286,7 +303,19 @@ class Message(BaseModel):
         assert private is not None  # a model with a private attribute always has the dict
         body: bytes | None = private["_body"]
         if body is None:
-            body = private["_body"] = dumps(self.payload()).encode()
+            if self.model_extra:
+                # Unknown top-level fields are written as the payload holds them (a number
+                # with a fraction as its exact digits, which pydantic would write as a string).
+                body = dumps(self.payload()).encode()
+            else:
+                # The payload's JSON written by pydantic's serializer at once, without the dict
+                # between (the same bytes: the contract fields are texts, booleans, dates,
+                # nulls, lists and objects, which both write alike; tests/unit/test_message_body
+                # proves it on generated messages).
+                body = self.__pydantic_serializer__.to_json(
+                    self, exclude_unset=True,
+                    exclude=_NO_PRIORITY if getattr(self, "priority", 0) is None else None)
+            private["_body"] = body
         return body
 
     @property
@@ -365,10 +394,11 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> b
     Depth is checked before descending, so the recursion itself is bounded by MAX_DEPTH. The
     path is formatted only when there is a reason to give, and a text inside an object or array
     is checked in place rather than by a call of its own (this runs on every value of every
-    message).
+    message). A printable text holds nothing XML cannot carry (``str.isprintable``, cheaper than
+    the search), and a field name of the models is known to be fine.
     """
     if isinstance(value, str):
-        if find_not_xml(value) is not None:
+        if not value.isprintable() and find_not_xml(value) is not None:
             raise located(parts, _problem(value))
         return False
     if isinstance(value, dict | list | tuple):
@@ -382,10 +412,11 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> b
             if is_object:
                 if not isinstance(key, str):
                     raise located(parts, "object keys must be strings")
-                if find_not_xml(key) is not None:
+                if key not in _FIELD_NAMES and not key.isprintable() \
+                        and find_not_xml(key) is not None:
                     raise located(parts, f"a field name {_problem(key)}")
             if type(item) is str:
-                if find_not_xml(item) is not None:
+                if not item.isprintable() and find_not_xml(item) is not None:
                     raise located((*parts, key), _problem(item))
             else:
                 floats |= _check_json_value(item, (*parts, key), depth + 1)
