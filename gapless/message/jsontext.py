@@ -103,22 +103,26 @@ def _openings(text: str | bytes) -> int:
     return text.count("{") + text.count("[")
 
 
+#: What nests (a tuple: ``isinstance`` with one is cheaper than with a union).
+_CONTAINERS = (dict, list, tuple)
+
+
 def nests_within(value: Any, max_depth: int) -> bool:
-    """Whether ``value`` has at most ``max_depth`` levels of dicts and lists (iterative: any
-    depth is measured without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
+    """Whether ``value`` has at most ``max_depth`` levels of dicts and lists (level by level,
+    without recursion: any depth is measured; each level's containers are picked out by one
+    comprehension, not a visit of every value)."""
+    level: list[Any] = [value]
+    depth = 0
+    while True:
+        containers = [item for item in level if isinstance(item, _CONTAINERS)]
+        if not containers:
+            return True
         if depth >= max_depth:
             return False
-        stack.extend((child, depth + 1) for child in children)
-    return True
+        level = []
+        for container in containers:
+            level.extend(container.values() if isinstance(container, dict) else container)
+        depth += 1
 
 
 def _refuse_decimal(value: Any) -> Any:

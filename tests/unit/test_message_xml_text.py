@@ -27,7 +27,7 @@ from gapless.message import (
     parse_message,
     validate_message,
 )
-from gapless.message.jsontext import NotJson, TooDeep, dumps, loads, number_text
+from gapless.message.jsontext import NotJson, TooDeep, dumps, loads, nests_within, number_text
 
 #: XML 1.0's Char production excludes these (surrogates stand for the whole block).
 NOT_XML = [chr(c) for c in [*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20)]] + [
@@ -222,3 +222,23 @@ def test_nesting_is_bounded_without_recursion_errors() -> None:
         loads(b"<html>", max_depth=32)
     with pytest.raises(NotJson, match="not valid UTF-8"):
         loads(b"\"\xff\"", max_depth=32)
+
+
+def _depth(value: object) -> int:
+    """The levels of dicts and lists in ``value``, recursively (the reference)."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(item) for item in value.values()), default=0)
+    if isinstance(value, list | tuple):
+        return 1 + max((_depth(item) for item in value), default=0)
+    return 0
+
+
+_NESTED = st.recursive(st.none() | st.integers() | st.text(max_size=3),
+                       lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(st.text(max_size=3), inner, max_size=4),
+                       max_leaves=40)
+
+
+@given(_NESTED, st.integers(0, 8))
+def test_nests_within_agrees_with_the_recursive_depth(value: object, max_depth: int) -> None:
+    assert nests_within(value, max_depth) is (_depth(value) <= max_depth)
