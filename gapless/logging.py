@@ -34,7 +34,9 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write a line (PrintLogger writes the line and its newline apart: two system calls
+        # when stderr is unbuffered, as PYTHONUNBUFFERED=1 makes it in the image).
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import os
 import subprocess
 import sys
 
@@ -36,3 +38,32 @@ def test_json_log_lines_stay_json() -> None:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True)
     assert b"\x1b" not in result.stderr
     assert b'"reason": "a\\u001bb"' in result.stderr
+
+
+def test_a_log_line_is_one_write_even_when_stderr_is_unbuffered() -> None:
+    """Every issued invoice logs a line: written with its newline in one write, it is one
+    system call, also with PYTHONUNBUFFERED=1 (the image's setting), where writing the line and
+    its newline apart made two."""
+    script = (
+        "import sys\n"
+        "writes = []\n"
+        "class Recording:\n"
+        "    def write(self, text):\n"
+        "        writes.append(text)\n"
+        "        return len(text)\n"
+        "    def flush(self):\n"
+        "        pass\n"
+        "    def isatty(self):\n"
+        "        return False\n"
+        "sys.stderr = Recording()\n"
+        "from gapless.logging import configure_logging, get_logger\n"
+        "configure_logging('json')\n"
+        "log = get_logger('t')\n"
+        "log.info('invoice_issued', n=1)\n"
+        "log.info('invoice_issued', n=2)\n"
+        "sys.__stdout__.write(repr(writes))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    writes = ast.literal_eval(result.stdout.decode())
+    assert len(writes) == 2, writes
+    assert all(text.startswith("{") and text.endswith("}\n") for text in writes), writes
