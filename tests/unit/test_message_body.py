@@ -93,3 +93,15 @@ def test_unknown_fields_keep_their_exact_numbers_in_the_body() -> None:
     assert '"total":12.50' in text
     assert '"weight":0.1' in text
     assert '"count":3' in text
+
+
+def test_a_copy_with_a_series_chosen_has_the_body_of_its_payload() -> None:
+    """Routing copies a message with the series it chose: the copy's body is made anew, and is
+    its own payload's JSON too."""
+    [data] = sample_messages(1, tenant="acme", series="ABC", priority="user", seed=3)
+    del data["series"]
+    message = validate_message(data)
+    for update in ({"series": "EFA"}, {"series": "EAR", "priority": None}):
+        copy = message.model_copy(update=update)
+        assert copy.body() == dumps(copy.payload()).encode()
+        assert json.loads(copy.body())["series"] == update["series"]
