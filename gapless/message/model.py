@@ -60,20 +60,11 @@ from gapless.message.jsontext import MAX_NUMBER_TEXT, dumps, plain_length
 #: The payload leaves out a ``priority`` that is null.
 _NO_PRIORITY: set[str] = {"priority"}
 
-#: The field names of every model of a message: the walk of a message's values
-#: (:func:`_check_json_value`) knows that these keys are text XML can carry.
-_FIELD_NAMES: set[str] = set()
-
 
 class _Part(BaseModel):
     """A part of the message: immutable, and no field outside the contract."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        _FIELD_NAMES.update(cls.model_fields)
 
 
 class Address(_Part):
@@ -212,11 +203,6 @@ class Message(BaseModel):
     ``lines``)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        _FIELD_NAMES.update(cls.model_fields)
 
     #: The series channels that may number this kind of document.
     channels: ClassVar[frozenset[str]] = frozenset()
@@ -394,8 +380,8 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> b
     Depth is checked before descending, so the recursion itself is bounded by MAX_DEPTH. The
     path is formatted only when there is a reason to give, and a text inside an object or array
     is checked in place rather than by a call of its own (this runs on every value of every
-    message). A printable text holds nothing XML cannot carry (``str.isprintable``, cheaper than
-    the search), and a field name of the models is known to be fine.
+    message). A printable text (a value or a field name) holds nothing XML cannot carry
+    (``str.isprintable``, cheaper than the search).
     """
     if isinstance(value, str):
         if not value.isprintable() and find_not_xml(value) is not None:
@@ -412,8 +398,7 @@ def _check_json_value(value: Any, parts: tuple[str | int, ...], depth: int) -> b
             if is_object:
                 if not isinstance(key, str):
                     raise located(parts, "object keys must be strings")
-                if key not in _FIELD_NAMES and not key.isprintable() \
-                        and find_not_xml(key) is not None:
+                if not key.isprintable() and find_not_xml(key) is not None:
                     raise located(parts, f"a field name {_problem(key)}")
             if type(item) is str:
                 if not item.isprintable() and find_not_xml(item) is not None:
