@@ -34,11 +34,13 @@ CREATE FUNCTION gapless_take(p_id bigint, p_lease_s double precision, p_at times
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    inv invoices;
+    inv record;
     v_profile integer;
     s record;
 BEGIN
-    SELECT * INTO inv FROM invoices WHERE id = p_id;
+    -- The columns it decides by, not the whole row.
+    SELECT i.tenant, i.series, i.status, i.sending_since, i.reserved_no
+      INTO inv FROM invoices i WHERE i.id = p_id;
     IF inv.status IN ('ISSUED', 'CANCELLED', 'VOIDED') THEN
         RETURN 'final';
     ELSIF inv.status IN ('ERROR', 'REJECTED') THEN
@@ -57,7 +59,7 @@ BEGIN
     IF p_check_profile AND v_profile IS DISTINCT FROM p_profile_version THEN
         RETURN 'stale';
     END IF;
-    SELECT * INTO s FROM gapless_seal(inv.tenant, inv.series, p_at, p_id);
+    s := gapless_seal(inv.tenant, inv.series, p_at, p_id);
     UPDATE invoices
        SET reserved_no = s.reserved_no, number = s.number, period_key = s.period_key,
            reserved_at = s.sealed_at, profile_version = v_profile,

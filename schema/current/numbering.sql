@@ -93,10 +93,13 @@ END $$;
 -- row). The counter's upsert advances the chain head with the seal record's hash in the same row
 -- update, and the record is inserted before the function returns. A counter's first seal (a
 -- fresh row) links from the genesis in a second update, once per counter.
+-- One row, not a set: a PL/pgSQL caller assigns it (`s := gapless_seal(...)`), an expression
+-- evaluated in place, without the executor a query over a set-returning function starts.
 -- The counter row stays locked until the caller's transaction ends: pin the number at once.
 CREATE FUNCTION gapless_seal(p_tenant text, p_series text, p_at timestamptz,
-                             p_invoice_pk bigint DEFAULT NULL)
-RETURNS TABLE (reserved_no bigint, sealed_at timestamptz, period_key text, number text)
+                             p_invoice_pk bigint DEFAULT NULL,
+                             OUT reserved_no bigint, OUT sealed_at timestamptz,
+                             OUT period_key text, OUT number text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -157,7 +160,10 @@ BEGIN
                                number, invoice_id, uuid, message_sha256, at, hash)
     VALUES (p_tenant, p_series, v_period, v_seq, 'gapless-chain/1', 'seal', v_no, v_number,
             v_invoice_id, v_uuid, v_message, v_at, v_hash);
-    RETURN QUERY SELECT v_no, v_at, v_period, v_number;
+    reserved_no := v_no;
+    sealed_at := v_at;
+    period_key := v_period;
+    number := v_number;
 END $$;
 
 -- next_number: advance the counter of (tenant, series, period of p_at) and return the new value,
@@ -183,34 +189,52 @@ RETURNS TABLE (invoice_pk bigint, reserved_no bigint, number text, period_key te
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    inv invoices;
+    v_id bigint;
+    v_no bigint;
+    v_number text;
+    v_period text;
+    v_status text;
+    v_series text;
     s record;
 BEGIN
     IF p_lock_timeout_ms IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
     END IF;
-    SELECT * INTO inv FROM invoices i
+    -- The columns it decides by, not the whole row.
+    SELECT i.id, i.reserved_no, i.number, i.period_key, i.status, i.series
+      INTO v_id, v_no, v_number, v_period, v_status, v_series
+      FROM invoices i
      WHERE i.invoice_id = p_invoice_id AND i.tenant = p_tenant FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found',
             MESSAGE = 'no invoice with invoice_id ' || quote_literal(p_invoice_id)
             || ' for tenant ' || quote_literal(p_tenant);
     END IF;
-    IF inv.reserved_no IS NOT NULL THEN
-        RETURN QUERY SELECT inv.id, inv.reserved_no, inv.number, inv.period_key, false;
+    IF v_no IS NOT NULL THEN
+        invoice_pk := v_id;
+        reserved_no := v_no;
+        number := v_number;
+        period_key := v_period;
+        fresh := false;
+        RETURN NEXT;
         RETURN;
     END IF;
-    IF inv.status <> 'RECEIVED' THEN
+    IF v_status <> 'RECEIVED' THEN
         RAISE EXCEPTION USING ERRCODE = 'check_violation',
-            MESSAGE = 'invoice ' || quote_literal(p_invoice_id) || ' is ' || inv.status
+            MESSAGE = 'invoice ' || quote_literal(p_invoice_id) || ' is ' || v_status
             || ' and takes no number';
     END IF;
-    SELECT * INTO s FROM gapless_seal(inv.tenant, inv.series, p_at, inv.id);
+    s := gapless_seal(p_tenant, v_series, p_at, v_id);
     UPDATE invoices i
        SET reserved_no = s.reserved_no, number = s.number, period_key = s.period_key,
-           reserved_at = s.sealed_at, profile_version = gapless_profile_version(inv.tenant)
-     WHERE i.id = inv.id;
-    RETURN QUERY SELECT inv.id, s.reserved_no, s.number, s.period_key, true;
+           reserved_at = s.sealed_at, profile_version = gapless_profile_version(p_tenant)
+     WHERE i.id = v_id;
+    invoice_pk := v_id;
+    reserved_no := s.reserved_no;
+    number := s.number;
+    period_key := s.period_key;
+    fresh := true;
+    RETURN NEXT;
 END $$;
 
 -- reserve_number: reserve_tenant_number for an invoice_id that one tenant holds (the signature
