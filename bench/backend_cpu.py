@@ -29,9 +29,11 @@ sys.path.insert(0, os.environ.get("BENCH_TREE") or str(Path(__file__).resolve().
 import psycopg
 
 from bench.harness import (
+    CLOCK_TICKS,
     GAPLESS,
     ROOT,
     conninfo,
+    cpu_seconds,
     environment,
     issued_count,
     machine,
@@ -43,8 +45,6 @@ from bench.harness import (
 )
 from bench.issue import backlog_of, prepare
 from gapless.logging import configure_logging
-
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def server_pid(url: str) -> int | None:
@@ -59,18 +59,20 @@ def server_pid(url: str) -> int | None:
 
 def postgres_cpu_s(postmaster: int | None) -> float:
     """CPU seconds of every live postgres process, plus the exited children of ``postmaster``."""
-    ticks = 0
     pids = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True,
                           check=False).stdout.split()
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])
-        if postmaster is not None and int(pid) == postmaster:
-            ticks += int(fields[13]) + int(fields[14])
-    return ticks / TICKS
+    return sum(cpu_seconds(int(pid)) for pid in pids) + (
+        exited_children_cpu_s(postmaster) if postmaster is not None else 0.0)
+
+
+def exited_children_cpu_s(pid: int) -> float:
+    """CPU seconds of the children ``pid`` has waited for (Linux /proc: cutime + cstime; the
+    harness's :func:`cpu_seconds` reads the process's own)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
 
 
 def one_round(tree: Path, invoices: int) -> tuple[float, float]:

@@ -7,7 +7,6 @@
 -- stored yet; and sets ISSUED. One statement in autocommit: its own transaction, one round trip,
 -- one WAL flush for the whole batch. Returns the ids that became ISSUED (the others were settled
 -- already). The single-invoice writes are plain statements (gapless/ledger/queries/invoices.py).
-
 --
 -- Its statements take arrays, and PostgreSQL's plan cache found a custom plan for a batch of one
 -- cheaper than the generic plan, so it planned every statement anew at every call: a quarter of
