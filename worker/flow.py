@@ -9,9 +9,10 @@ called (I5):
    ``issue_date`` within the window, and for a tenant with an issuer profile a GİB-numbered series
    and every field the UBL-TR document needs. A message refused here is dead-lettered with the
    reason before any number is used;
-2. **intake** (one statement): store the draft by ``invoice_id`` — a duplicate maps to the same
-   row — lock it, seal a number if it has none (pinning the issuer profile in force), take the
-   sending lease, **commit**;
+2. **intake** (one statement, shared by the deliveries of the series that wait together:
+   :mod:`gapless.issuing.seals`): store the draft by ``invoice_id`` — a duplicate maps to the
+   same row — lock it, seal a number if it has none (pinning the issuer profile in force), take
+   the sending lease, **commit**;
 3. make the document: the bytes the invoice sent before, or a fresh rendering (UBL-TR for a
    profiled tenant, the message's JSON otherwise) — same number, same UUID, every time;
 4. call the integrator through the guard (retries and the circuit breaker live there);
@@ -63,6 +64,7 @@ from gapless.issuing.routing import (
     RoutingRefused,
     Unread,
 )
+from gapless.issuing.seals import SealQueue
 from gapless.ledger.catalog import Catalog
 from gapless.ledger.database import Database
 from gapless.ledger.invoices import (
@@ -71,7 +73,6 @@ from gapless.ledger.invoices import (
     Draft,
     Sending,
     cancel,
-    intake,
     invoice_state,
 )
 from gapless.ledger.refusals import record_refusal
@@ -94,9 +95,6 @@ log = get_logger("gapless.worker")
 #: How long an outcome write keeps retrying a lost database connection before giving up (the
 #: invoice then stays SENDING and recovery settles it once the lease is stale).
 OUTCOME_WRITE_BUDGET_S = 60.0
-#: Claims of one series a process runs at once: one holding the counter row, one queued behind
-#: it in PostgreSQL so the row never idles between them; the rest wait in the process.
-CLAIMS_PER_SERIES = 2
 #: How long recording a refusal may take before the message is dead-lettered without it.
 REFUSAL_RECORD_BUDGET_S = 5.0
 #: A seal that finds another issuer profile in force re-checks the message this many times.
@@ -173,11 +171,16 @@ class IssuingFlow:
         self.hooks = hooks
         self._clock = clock
         self._stopping = stopping
-        self._gates: dict[tuple[str, str], asyncio.Semaphore] = {}
+        #: Intakes of concurrent deliveries of one series share statements and commits (each
+        #: delivery gets its own claim, after the commit that holds it).
+        self.seals = SealQueue(
+            db, lease_s=settings.lease_s, lock_timeout_ms=settings.lock_timeout_ms,
+            before_commit=(self._before_reserve_commit
+                           if hooks.wants("before_reserve_commit") else None),
+            on_statement=_observe_seal)
         #: The integrator refused our credentials: no number is sealed until a probe passes
         #: (the consumer clears it when it resumes).
         self.credentials_refused = False
-        self._hook_claims = hooks.wants("before_reserve_commit")
 
     def _now(self) -> datetime:
         return self._clock() if self._clock is not None else datetime.now(UTC)
@@ -226,20 +229,7 @@ class IssuingFlow:
         draft = Draft(message.invoice_id, message.tenant, series.code,
                       priority_of(delivery.priority, message.priority), message.payload(),
                       message.body().decode())
-        async with self._gate(message.tenant, series.code):
-            if self._stopping():
-                # No number is sealed once a stop is requested; the message waits in the queue.
-                return self._requeue("worker_stopping", bound)
-            if not self.guard.accepting(message.tenant):
-                # The tenant's account's breaker is open: sealing now would only turn its
-                # messages into ERRORs. The consumer pauses when no account takes calls; while
-                # another does, this message waits a moment and comes back.
-                paused = not self.guard.accepting()
-                return self._requeue("breaker_open", bound, pause=paused,
-                                     backoff_s=0.0 if paused else 1.0)
-            if self.credentials_refused:
-                return self._requeue("credentials_refused", bound, pause=True)
-            claim = await self._intake(message, series, draft, profile, bound)
+        claim = await self._intake(message, series, draft, profile, bound)
         if isinstance(claim, Verdict):
             return claim
         return await self._after_claim(claim, message, bound)
@@ -317,31 +307,32 @@ class IssuingFlow:
 
     # -- the intake (steps 1 and 2) ---------------------------------------------------------------
 
-    def _gate(self, tenant: str, series: str) -> asyncio.Semaphore:
-        """At most CLAIMS_PER_SERIES claims of one series in flight from this process.
-
-        Claims of one series serialise on its counter row anyway. Letting every delivery wait
-        for that row inside PostgreSQL would park a pooled connection per waiter — starving
-        the outcome writes that free the slots — and lengthen the lock queue; they wait here
-        instead, holding nothing.
-        """
-        gate = self._gates.get((tenant, series))
-        if gate is None:
-            gate = self._gates[(tenant, series)] = asyncio.Semaphore(CLAIMS_PER_SERIES)
-        return gate
+    def _hold(self, tenant: str, bound: BoundLogger) -> Verdict | None:
+        """Why a draft must not be sealed now (None: it may). Checked when its turn in the
+        series' queue comes (:class:`gapless.issuing.seals.SealQueue`), not when it arrived."""
+        if self._stopping():
+            # No number is sealed once a stop is requested; the message waits in the queue.
+            return self._requeue("worker_stopping", bound)
+        if not self.guard.accepting(tenant):
+            # The tenant's account's breaker is open: sealing now would only turn its messages
+            # into ERRORs. The consumer pauses when no account takes calls; while another does,
+            # this message waits a moment and comes back.
+            paused = not self.guard.accepting()
+            return self._requeue("breaker_open", bound, pause=paused,
+                                 backoff_s=0.0 if paused else 1.0)
+        if self.credentials_refused:
+            return self._requeue("credentials_refused", bound, pause=True)
+        return None
 
     async def _intake(self, message: AnyMessage, series: SeriesSpec, draft: Draft,
                       profile: Profile | None, bound: BoundLogger) -> Claim | Verdict:
-        started = time.perf_counter()
+        hold = functools.partial(self._hold, message.tenant, bound)
         try:
             for _ in range(STALE_RETRIES + 1):
-                claim = await intake(
-                    self.db, draft, lease_s=self.settings.lease_s,
-                    lock_timeout_ms=self.settings.lock_timeout_ms,
-                    profile_version=None if profile is None else profile.version,
-                    at=None if self._clock is None else self._clock(),
-                    before_commit=self._before_reserve_commit if self._hook_claims else None)
-                if claim.kind is not ClaimKind.STALE:
+                claim = await self.seals.intake(
+                    draft, profile_version=None if profile is None else profile.version,
+                    at=None if self._clock is None else self._clock(), ready=hold)
+                if isinstance(claim, Verdict) or claim.kind is not ClaimKind.STALE:
                     return claim
                 # Another issuer profile is in force than the one the message was checked
                 # against: nothing was sealed; check again with the new one.
@@ -355,8 +346,6 @@ class IssuingFlow:
             bound.warning("reservation_lock_timeout",
                           lock_timeout_ms=self.settings.lock_timeout_ms)
             return self._requeue("lock_timeout", bound, backoff_s=1.0)
-        finally:
-            metrics.RESERVATION_SECONDS.observe(time.perf_counter() - started)
 
     async def _before_reserve_commit(self) -> None:
         await self.hooks.reached("before_reserve_commit")
@@ -482,3 +471,9 @@ class IssuingFlow:
     def _dead_letter(reason: str, bound: BoundLogger) -> Verdict:
         bound.info("message_refused", reason=reason)
         return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=reason)
+
+
+def _observe_seal(drafts: int, seconds: float) -> None:
+    """Metrics of one committed statement of the group seal."""
+    metrics.RESERVATION_SECONDS.observe(seconds)
+    metrics.SEAL_BATCH_SIZE.observe(drafts)

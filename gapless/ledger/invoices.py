@@ -13,7 +13,8 @@ tenant, so every function that finds an invoice by its id takes the tenant too (
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -168,17 +169,32 @@ def _claim(row: Any, payload: dict[str, Any] | None = None) -> Claim:
     return Claim(ClaimKind(row.kind), status, created=row.created)
 
 
-async def _claim_statement(db: Database, query: str, params: dict[str, Any],
-                           before_commit: Callable[[], Awaitable[None]] | None) -> Any:
+async def _claim_rows(db: Database, query: str, params: dict[str, Any],
+                      before_commit: Callable[[], Awaitable[None]] | None) -> list[Any]:
     """Run a claim statement; with ``before_commit`` (tests, fault injection) inside an explicit
     transaction, the hook awaited with the locks held, just before the commit."""
     if before_commit is None:
-        return await db.one(query, params)
+        return await db.all(query, params)
     async with db.transaction() as tx:
-        row = await tx.one(query, params)
-        if row is not None and row.kind in ("sealed", "send"):
+        rows = await tx.all(query, params)
+        if any(row.kind in ("sealed", "send") for row in rows):
             await before_commit()
-        return row
+        return rows
+
+
+@contextmanager
+def _intake_errors(tenant: str, series: str, what: str, lock_timeout_ms: int) -> Iterator[None]:
+    """An intake's driver errors as the domain's: UnknownSeriesError, ReservationLockTimeout
+    (``what`` names the invoices that waited)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
+            raise UnknownSeriesError(tenant, series) from exc
+        if is_lock_timeout(exc):
+            raise ReservationLockTimeout(
+                f"{what}: lock not granted within {lock_timeout_ms} ms") from exc
+        raise
 
 
 async def intake(db: Database, draft: Draft, *, lease_s: float, lock_timeout_ms: int,
@@ -198,17 +214,43 @@ async def intake(db: Database, draft: Draft, *, lease_s: float, lock_timeout_ms:
               "priority": draft.priority, "payload": draft.payload_text,
               "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
               "profile_version": profile_version, "at": at}
-    try:
-        row = await _claim_statement(db, q.INTAKE, params, before_commit)
-    except psycopg.Error as exc:
-        if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
-            raise UnknownSeriesError(draft.tenant, draft.series) from exc
-        if is_lock_timeout(exc):
-            raise ReservationLockTimeout(
-                f"invoice {draft.invoice_id!r}: lock not granted within {lock_timeout_ms} ms"
-            ) from exc
-        raise
+    with _intake_errors(draft.tenant, draft.series, f"invoice {draft.invoice_id!r}",
+                        lock_timeout_ms):
+        [row] = await _claim_rows(db, q.INTAKE, params, before_commit)
     return _claim(row, draft.payload if row.created else None)
+
+
+async def intake_many(db: Database, drafts: Sequence[Draft], *, lease_s: float,
+                      lock_timeout_ms: int, profile_versions: Sequence[int | None],
+                      at: datetime | None = None,
+                      before_commit: Callable[[], Awaitable[None]] | None = None) -> list[Claim]:
+    """:func:`intake` for many drafts of one series in one statement and one commit (the group
+    seal, ``intake_invoices``): the drafts are taken in order, so fresh seals number in that
+    order, and the n-th claim is the n-th draft's. ``profile_versions[n]`` is the issuer
+    profile the n-th message was checked against.
+
+    All or nothing: a lock not granted within ``lock_timeout_ms`` (ReservationLockTimeout), an
+    unknown series (UnknownSeriesError), a deadlock or any other error fails every draft, and
+    nothing is stored or consumed. Locks: each draft's invoice row and, from the first seal, the
+    series' counter row, until the commit.
+    """
+    if not drafts:
+        return []
+    first = drafts[0]
+    if any(d.tenant != first.tenant or d.series != first.series for d in drafts):
+        raise ValueError("intake_many: the drafts of one call share a tenant and a series")
+    if len(profile_versions) != len(drafts):
+        raise ValueError("intake_many: one profile version per draft")
+    params = {"invoice_ids": [d.invoice_id for d in drafts], "tenant": first.tenant,
+              "series": first.series, "priorities": [d.priority for d in drafts],
+              "payloads": [d.payload_text for d in drafts], "lease_s": lease_s,
+              "lock_timeout_ms": lock_timeout_ms, "profile_versions": list(profile_versions),
+              "at": at}
+    with _intake_errors(first.tenant, first.series,
+                        f"{len(drafts)} invoices of series {first.series!r}", lock_timeout_ms):
+        rows = await _claim_rows(db, q.INTAKE_MANY, params, before_commit)
+    return [_claim(row, draft.payload if row.created else None)
+            for row, draft in zip(rows, drafts, strict=True)]
 
 
 async def claim_for_sending(db: Database, invoice_id: str, *, tenant: str, lease_s: float,
@@ -224,15 +266,15 @@ async def claim_for_sending(db: Database, invoice_id: str, *, tenant: str, lease
     params = {"tenant": tenant, "invoice_id": invoice_id, "lease_s": lease_s,
               "lock_timeout_ms": lock_timeout_ms, "at": at}
     try:
-        row = await _claim_statement(db, q.CLAIM, params, before_commit)
+        rows = await _claim_rows(db, q.CLAIM, params, before_commit)
     except psycopg.Error as exc:
         if is_lock_timeout(exc):
             raise ReservationLockTimeout(
                 f"invoice {invoice_id!r}: lock not granted within {lock_timeout_ms} ms") from exc
         raise
-    if row is None:
+    if not rows:
         raise InvoiceNotFound(invoice_id)
-    return _claim(row)
+    return _claim(rows[0])
 
 
 def _document_params(pk: int, document: Document | None) -> dict[str, Any]:

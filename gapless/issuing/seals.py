@@ -1,0 +1,208 @@
+"""The group seal: the intakes of one series that wait together go in one statement.
+
+Claims of one series serialise on its counter row. A worker process runs many deliveries at once,
+and in a burst many of them wait for the same series; one statement each would cost each a round
+trip, an executor and a commit (a WAL flush). The queue lets at most ``per_series`` intakes of a
+series run at once (one holding the counter row, one queued behind it in PostgreSQL so the row
+never idles between them); the drafts that arrive meanwhile wait here, holding nothing, and go
+together in the next statement (``intake_invoices``, up to ``max_batch``): one commit for all,
+their fresh numbers in arrival order. No timer: a draft that finds fewer than ``per_series``
+intakes of its series running goes at once (a batch of one), so a quiet system adds no latency.
+
+A waiting draft's ``ready`` check runs when its batch is formed, not when it arrived: a stop
+requested or a breaker opened meanwhile holds it back with nothing sealed, and its caller gets
+the check's answer instead of a claim. Each caller gets its own draft's claim, after the commit
+that holds it.
+
+A batch that fails (nothing of it stored or consumed) fails every draft the same way when the
+cause is theirs alike: an unknown series, the database out of reach; each caller requeues. Any
+other failure — a lock on one invoice row not granted in time, a deadlock with another process's
+batch that holds a duplicate of one of its messages — is retried one draft per statement, so one
+row cannot fail its neighbours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from gapless.errors import UnknownSeriesError
+from gapless.ledger.database import Database
+from gapless.ledger.invoices import Claim, Draft, intake, intake_many
+from gapless.ledger.sqlstates import is_database_unavailable
+from gapless.logging import get_logger
+
+log = get_logger("gapless.issuing")
+
+#: Intakes of one series a process runs at once: one holding the counter row, one queued behind
+#: it in PostgreSQL so the row never idles between them; the rest wait in the process.
+PER_SERIES = 2
+#: Drafts in one statement at most (a worker's deliveries in flight are fewer by default).
+MAX_BATCH = 64
+
+H = TypeVar("H")
+
+
+@dataclass(eq=False)
+class _Waiting(Generic[H]):
+    """A draft waiting for its series' next statement, and its caller's future."""
+
+    draft: Draft
+    profile_version: int | None
+    at: datetime | None
+    ready: Callable[[], H | None]
+    future: asyncio.Future[Claim | H]
+
+
+class _Series:
+    """One series' drafts waiting, and how many of its statements are running."""
+
+    __slots__ = ("running", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting: deque[_Waiting[Any]] = deque()
+        self.running = 0
+
+
+class SealQueue:
+    """Intakes of many concurrent deliveries, grouped per series (one per worker process).
+
+    ``before_commit`` (tests, fault injection) runs each statement in an explicit transaction
+    and is awaited with its locks held, just before the commit, when it sealed or leased any.
+    ``on_statement(drafts, seconds)`` is told of every statement that committed (metrics).
+    """
+
+    def __init__(self, db: Database, *, lease_s: float, lock_timeout_ms: int,
+                 per_series: int = PER_SERIES, max_batch: int = MAX_BATCH,
+                 before_commit: Callable[[], Awaitable[None]] | None = None,
+                 on_statement: Callable[[int, float], None] | None = None) -> None:
+        if per_series < 1 or max_batch < 1:
+            raise ValueError("per_series and max_batch must be at least 1")
+        self._db = db
+        self._lease_s = lease_s
+        self._lock_timeout_ms = lock_timeout_ms
+        self._per_series = per_series
+        self._max_batch = max_batch
+        self._before_commit = before_commit
+        self._on_statement = on_statement
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def intake(self, draft: Draft, *, profile_version: int | None,
+                     at: datetime | None = None,
+                     ready: Callable[[], H | None] = lambda: None) -> Claim | H:
+        """The draft's claim (:func:`gapless.ledger.invoices.intake`), committed — or, when its
+        turn comes and ``ready()`` answers something, that answer, with nothing stored or sealed.
+        Raises what the intake raises (ReservationLockTimeout, UnknownSeriesError, a database
+        error)."""
+        key = (draft.tenant, draft.series)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series()
+        future: asyncio.Future[Claim | H] = asyncio.get_running_loop().create_future()
+        series.waiting.append(_Waiting(draft, profile_version, at, ready, future))
+        if series.running < self._per_series:
+            series.running += 1
+            task = asyncio.create_task(self._run(key, series))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await future
+
+    async def aclose(self) -> None:
+        """Wait for the statements in flight, if any."""
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._tasks)
+
+    async def _run(self, key: tuple[str, str], series: _Series) -> None:
+        batch: list[_Waiting[Any]] = []
+        try:
+            while series.waiting:
+                batch = self._take(series)
+                if batch:
+                    await self._seal(batch)
+        except BaseException as exc:
+            # Cancelled (the loop is closing): no caller is left waiting forever.
+            for waiting in (*batch, *series.waiting):
+                _fail(waiting.future, exc)
+            series.waiting.clear()
+            raise
+        finally:
+            series.running -= 1
+            if not series.running and not series.waiting:
+                self._series.pop(key, None)
+
+    def _take(self, series: _Series) -> list[_Waiting[Any]]:
+        """The next batch: waiting drafts in arrival order, up to max_batch, of one seal moment
+        (``at``); a draft whose caller is gone is dropped, one that is not ready answered."""
+        batch: list[_Waiting[Any]] = []
+        while series.waiting and len(batch) < self._max_batch:
+            waiting = series.waiting[0]
+            if batch and waiting.at != batch[0].at:
+                break
+            series.waiting.popleft()
+            if waiting.future.done():
+                continue  # the caller was cancelled while it waited: nothing of it is stored
+            try:
+                answer = waiting.ready()
+            except Exception as exc:
+                _fail(waiting.future, exc)
+                continue
+            if answer is not None:
+                waiting.future.set_result(answer)
+            else:
+                batch.append(waiting)
+        return batch
+
+    async def _seal(self, batch: list[_Waiting[Any]]) -> None:
+        started = time.perf_counter()
+        try:
+            claims = await intake_many(
+                self._db, [w.draft for w in batch], lease_s=self._lease_s,
+                lock_timeout_ms=self._lock_timeout_ms,
+                profile_versions=[w.profile_version for w in batch], at=batch[0].at,
+                before_commit=self._before_commit)
+        except Exception as exc:
+            if (len(batch) == 1 or isinstance(exc, UnknownSeriesError)
+                    or is_database_unavailable(exc)):
+                for waiting in batch:
+                    _fail(waiting.future, exc)
+                return
+            log.warning("seal_batch_failed", size=len(batch), error=type(exc).__name__)
+            await self._one_by_one(batch)
+            return
+        if self._on_statement is not None:
+            self._on_statement(len(batch), time.perf_counter() - started)
+        for waiting, claim in zip(batch, claims, strict=True):
+            if not waiting.future.done():  # the caller may have been cancelled meanwhile
+                waiting.future.set_result(claim)
+
+    async def _one_by_one(self, batch: list[_Waiting[Any]]) -> None:
+        for waiting in batch:
+            started = time.perf_counter()
+            try:
+                claim = await intake(self._db, waiting.draft, lease_s=self._lease_s,
+                                     lock_timeout_ms=self._lock_timeout_ms,
+                                     profile_version=waiting.profile_version, at=waiting.at,
+                                     before_commit=self._before_commit)
+            except Exception as exc:
+                _fail(waiting.future, exc)
+            else:
+                if self._on_statement is not None:
+                    self._on_statement(1, time.perf_counter() - started)
+                if not waiting.future.done():
+                    waiting.future.set_result(claim)
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(exc, asyncio.CancelledError):
+        future.cancel()
+    else:
+        future.set_exception(exc)

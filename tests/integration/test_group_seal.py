@@ -1,0 +1,262 @@
+"""The group seal against real PostgreSQL: ``intake_invoices`` (many drafts of one series in one
+statement and one commit) and the worker's :class:`gapless.issuing.seals.SealQueue`, which groups
+the intakes of concurrent deliveries — with real concurrent transactions on separate pools."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.errors import ReservationLockTimeout, UnknownSeriesError
+from gapless.issuing.seals import SealQueue
+from gapless.ledger.database import Database
+from gapless.ledger.invoices import Claim, ClaimKind, Draft, intake_many
+from gapless.ledger.series import add_series
+from gapless.numbers import build_series_spec
+from tests.helpers import ledger
+
+
+def draft(invoice_id: str, *, series: str = "ABC", payload: dict[str, Any] | None = None,
+          text_: str | None = None) -> Draft:
+    return Draft(invoice_id, "acme", series, 1, payload or {"invoice_id": invoice_id},
+                 text_)
+
+
+@pytest.fixture
+async def series(engine: AsyncEngine) -> None:
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "ABC"))
+        await add_series(tx, build_series_spec("acme", "XYZ"))
+
+
+@pytest.fixture
+async def pools(db_url: str) -> AsyncIterator[list[Database]]:
+    """Two pools of their own, as two worker processes have."""
+    opened = [await Database.open(db_url, actor="worker", size=4) for _ in range(2)]
+    try:
+        yield opened
+    finally:
+        for db in opened:
+            await db.close()
+
+
+async def numbers(engine: AsyncEngine, series: str = "ABC") -> dict[str, int]:
+    async with engine.connect() as conn:
+        result = await conn.execute(text(
+            "SELECT invoice_id, reserved_no FROM invoices WHERE series = :s"
+            " AND reserved_no IS NOT NULL"), {"s": series})
+        return {row.invoice_id: row.reserved_no for row in result}
+
+
+async def counter(engine: AsyncEngine, series: str = "ABC") -> int:
+    async with engine.connect() as conn:
+        value = await conn.scalar(text(
+            "SELECT coalesce(max(last_no), 0) FROM number_counters WHERE series = :s"),
+            {"s": series})
+    return int(value)
+
+
+def sealed(claims: list[Claim]) -> list[int]:
+    return [c.sending.reserved_no for c in claims if c.sending is not None and c.fresh_number]
+
+
+# -- intake_invoices -------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("series")
+async def test_many_drafts_are_sealed_in_their_order_in_one_statement(
+        engine: AsyncEngine) -> None:
+    drafts = [draft(f"m-{i}") for i in range(5)]
+    claims = await intake_many(ledger(engine), drafts, lease_s=300, lock_timeout_ms=5000,
+                               profile_versions=[None] * 5)
+    assert [c.kind for c in claims] == [ClaimKind.SEND] * 5
+    assert [c.sending.invoice_id for c in claims if c.sending] == [d.invoice_id for d in drafts]
+    assert sealed(claims) == [1, 2, 3, 4, 5]
+    assert all(c.created for c in claims)
+    assert await numbers(engine) == {f"m-{i}": i + 1 for i in range(5)}
+    assert await counter(engine) == 5
+
+
+@pytest.mark.usefixtures("series")
+async def test_a_batch_decides_each_draft_as_one_intake_would(engine: AsyncEngine) -> None:
+    db = ledger(engine)
+    [first] = await intake_many(db, [draft("d-1")], lease_s=300, lock_timeout_ms=5000,
+                                profile_versions=[None])
+    await intake_many(db, [draft("other", series="XYZ")], lease_s=300, lock_timeout_ms=5000,
+                      profile_versions=[None])
+    # A redelivery of d-1 (busy: its lease is fresh), a duplicate inside the batch (busy after
+    # its first copy's seal), a key that names an invoice of another series (conflict).
+    claims = await intake_many(
+        db, [draft("d-1"), draft("d-2"), draft("d-2"), draft("other"), draft("d-3")],
+        lease_s=300, lock_timeout_ms=5000, profile_versions=[None] * 5)
+    assert [c.kind for c in claims] == [ClaimKind.BUSY, ClaimKind.SEND, ClaimKind.BUSY,
+                                        ClaimKind.CONFLICT, ClaimKind.SEND]
+    assert [c.created for c in claims] == [False, True, False, False, True]
+    assert sealed(claims) == [2, 3]
+    assert first.sending is not None
+    assert first.sending.reserved_no == 1
+    assert await counter(engine) == 3
+
+
+@pytest.mark.usefixtures("series")
+async def test_a_stale_profile_seals_nothing_for_that_draft(engine: AsyncEngine) -> None:
+    claims = await intake_many(ledger(engine), [draft("s-1"), draft("s-2"), draft("s-3")],
+                               lease_s=300, lock_timeout_ms=5000,
+                               profile_versions=[None, 7, None])
+    assert [c.kind for c in claims] == [ClaimKind.SEND, ClaimKind.STALE, ClaimKind.SEND]
+    assert await numbers(engine) == {"s-1": 1, "s-3": 2}
+
+
+@pytest.mark.usefixtures("series")
+async def test_a_lock_not_granted_fails_the_whole_batch_and_consumes_nothing(
+        engine: AsyncEngine) -> None:
+    db = ledger(engine)
+    await intake_many(db, [draft("held")], lease_s=0, lock_timeout_ms=5000,
+                      profile_versions=[None])
+    async with engine.connect() as conn:
+        trans = await conn.begin()
+        await conn.execute(text("SELECT 1 FROM invoices WHERE invoice_id = 'held' FOR UPDATE"))
+        with pytest.raises(ReservationLockTimeout, match="3 invoices of series 'ABC'"):
+            await intake_many(db, [draft("a-1"), draft("held"), draft("a-2")], lease_s=0,
+                              lock_timeout_ms=200, profile_versions=[None] * 3)
+        await trans.rollback()
+    assert await numbers(engine) == {"held": 1}
+    assert await counter(engine) == 1
+    async with engine.connect() as conn:
+        assert await conn.scalar(text("SELECT count(*) FROM invoices")) == 1
+
+
+@pytest.mark.usefixtures("series")
+async def test_unknown_series_and_mismatched_arrays_are_refused(engine: AsyncEngine) -> None:
+    db = ledger(engine)
+    with pytest.raises(UnknownSeriesError):
+        await intake_many(db, [draft("u-1", series="NOPE")], lease_s=300, lock_timeout_ms=5000,
+                          profile_versions=[None])
+    with pytest.raises(ValueError, match="share a tenant and a series"):
+        await intake_many(db, [draft("u-1"), draft("u-2", series="XYZ")], lease_s=300,
+                          lock_timeout_ms=5000, profile_versions=[None, None])
+    async with engine.connect() as conn:
+        with pytest.raises(Exception, match="every array must have one element per invoice_id"):
+            await conn.execute(text(
+                "SELECT * FROM intake_invoices(ARRAY['x', 'y'], 'acme', 'ABC',"
+                " ARRAY[1]::smallint[], ARRAY['{}', '{}']::jsonb[], 300)"))
+    async with engine.connect() as conn:
+        empty = await conn.execute(text(
+            "SELECT * FROM intake_invoices(ARRAY[]::text[], 'acme', 'ABC',"
+            " ARRAY[]::smallint[], ARRAY[]::jsonb[], 300)"))
+        assert empty.all() == []
+    assert await counter(engine) == 0
+
+
+# -- the queue -------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("series")
+async def test_concurrent_intakes_share_statements_and_number_in_arrival_order(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    statements: list[int] = []
+    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000,
+                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    claims = await asyncio.gather(*(queue.intake(draft(f"q-{i}"), profile_version=None)
+                                    for i in range(40)))
+    assert all(isinstance(c, Claim) and c.kind is ClaimKind.SEND for c in claims)
+    assert [c.sending.reserved_no for c in claims if isinstance(c, Claim) and c.sending] == (
+        list(range(1, 41)))
+    assert sum(statements) == 40
+    assert len(statements) < 40, statements  # they waited together: fewer statements
+    assert max(statements) > 1
+
+
+@pytest.mark.usefixtures("series")
+async def test_a_draft_not_ready_when_its_turn_comes_is_answered_and_not_stored(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000)
+    results = await asyncio.gather(
+        queue.intake(draft("r-1"), profile_version=None),
+        queue.intake(draft("r-2"), profile_version=None),
+        *(queue.intake(draft(f"r-{i}"), profile_version=None, ready=lambda: "held back")
+          for i in range(3, 6)))
+    assert [r if isinstance(r, str) else r.kind for r in results] == [
+        ClaimKind.SEND, ClaimKind.SEND, "held back", "held back", "held back"]
+    assert await numbers(engine) == {"r-1": 1, "r-2": 2}
+    async with engine.connect() as conn:
+        assert await conn.scalar(text("SELECT count(*) FROM invoices")) == 2
+
+
+@pytest.mark.usefixtures("series")
+async def test_a_bad_draft_in_a_batch_does_not_fail_its_neighbours(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    statements: list[int] = []
+    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000, per_series=1,
+                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    # Payload text that PostgreSQL refuses as jsonb fails the statement it is in.
+    results = await asyncio.gather(
+        *(queue.intake(draft(f"b-{i}", text_="{not json" if i == 3 else None),
+                       profile_version=None) for i in range(6)),
+        return_exceptions=True)
+    assert isinstance(results[3], psycopg.errors.InvalidTextRepresentation)
+    good = [r for i, r in enumerate(results) if i != 3]
+    assert all(isinstance(r, Claim) and r.kind is ClaimKind.SEND for r in good)
+    assert sorted(await numbers(engine)) == sorted(f"b-{i}" for i in range(6) if i != 3)
+    assert sorted((await numbers(engine)).values()) == [1, 2, 3, 4, 5]
+    assert statements == [1] * 5  # the batch failed; then one statement per good draft
+
+
+@pytest.mark.usefixtures("series")
+async def test_a_lock_timeout_of_a_batch_reaches_every_draft_of_it(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    db = ledger(engine)
+    await intake_many(db, [draft("held")], lease_s=0, lock_timeout_ms=5000,
+                      profile_versions=[None])
+    queue = SealQueue(pools[0], lease_s=0, lock_timeout_ms=300, per_series=1)
+    async with engine.connect() as conn:
+        trans = await conn.begin()
+        await conn.execute(text("SELECT 1 FROM invoices WHERE invoice_id = 'held' FOR UPDATE"))
+        results = await asyncio.gather(
+            queue.intake(draft("held"), profile_version=None),
+            queue.intake(draft("t-1"), profile_version=None),
+            queue.intake(draft("t-2"), profile_version=None), return_exceptions=True)
+        await trans.rollback()
+    # The three went together and waited; the batch failed, and one by one only the held
+    # invoice's intake failed again: its neighbours were sealed.
+    assert isinstance(results[0], ReservationLockTimeout)
+    assert all(isinstance(r, Claim) and r.kind is ClaimKind.SEND for r in results[1:])
+    assert await numbers(engine) == {"held": 1, "t-1": 2, "t-2": 3}
+
+
+@pytest.mark.usefixtures("series")
+async def test_two_processes_sealing_the_same_messages_in_crossed_orders_lose_no_number(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    # Two pools are two worker processes; each gets every message (duplicated deliveries), in
+    # opposite orders, so their batches lock each other's fresh rows: PostgreSQL may find a
+    # deadlock and fail one batch, which the queue retries draft by draft.
+    ids = [f"x-{i}" for i in range(30)]
+    queues = [SealQueue(db, lease_s=300, lock_timeout_ms=10000) for db in pools]
+    results = await asyncio.gather(
+        *(queues[0].intake(draft(i), profile_version=None) for i in ids),
+        *(queues[1].intake(draft(i), profile_version=None) for i in reversed(ids)))
+    claims = [r for r in results if isinstance(r, Claim)]
+    assert len(claims) == 60
+    fresh = sorted(c.sending.invoice_id for c in claims if c.sending and c.fresh_number)
+    assert fresh == sorted(ids)  # each sealed once, by one of them
+    assert {c.kind for c in claims if not c.fresh_number} == {ClaimKind.BUSY}
+    assert sorted((await numbers(engine)).values()) == list(range(1, 31))
+    assert await counter(engine) == 30
+
+
+@pytest.mark.usefixtures("series")
+async def test_many_concurrent_sealers_of_one_series_leave_no_gap_and_no_duplicate(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    queues = [SealQueue(db, lease_s=300, lock_timeout_ms=10000) for db in pools]
+    claims = await asyncio.gather(*(queues[i % 2].intake(draft(f"c-{i}"), profile_version=None)
+                                    for i in range(300)))
+    assert all(isinstance(c, Claim) and c.fresh_number for c in claims)
+    got = await numbers(engine)
+    assert sorted(got.values()) == list(range(1, 301))
+    assert len(got) == 300
