@@ -139,6 +139,7 @@ class Worker:
                 await self._run(db, guard, install_signal_handlers)
             finally:
                 if self._flow is not None:
+                    await self._flow.seals.aclose()
                     await self._flow.issued.aclose()
                 await db.close()
         finally:

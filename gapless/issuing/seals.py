@@ -58,6 +58,8 @@ class _Waiting(Generic[H]):
     at: datetime | None
     ready: Callable[[], H | None]
     future: asyncio.Future[Claim | H]
+    #: Taken into a statement: from then on its caller waits for the statement's end.
+    sent: bool = False
 
 
 class _Series:
@@ -106,16 +108,36 @@ class SealQueue:
         if series is None:
             series = self._series[key] = _Series()
         future: asyncio.Future[Claim | H] = asyncio.get_running_loop().create_future()
-        series.waiting.append(_Waiting(draft, profile_version, at, ready, future))
+        waiting = _Waiting(draft, profile_version, at, ready, future)
+        series.waiting.append(waiting)
         if series.running < self._per_series:
             series.running += 1
             task = asyncio.create_task(self._run(key, series))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        return await future
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError as exc:
+            if not waiting.sent:
+                future.cancel()  # still waiting: nothing of it is sent, and nothing will be
+                raise
+            interrupted = exc
+        # Its statement is on its way: as for every statement (to_completion), the caller's
+        # cancellation takes effect once it has ended — a commit waiting for a synchronous
+        # standby is never abandoned half-way.
+        log.warning("database_cancel_deferred",
+                    detail="a sent statement is awaited to its end before the cancellation")
+        while not future.done():
+            try:
+                await asyncio.wait([future])
+            except asyncio.CancelledError as exc:
+                interrupted = exc
+        if not future.cancelled():
+            future.exception()  # retrieved: its outcome is the database's business now
+        raise interrupted
 
     async def aclose(self) -> None:
-        """Wait for the statements in flight, if any."""
+        """Wait for the statements in flight, if any (their callers may be gone)."""
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._tasks)
 
@@ -156,6 +178,7 @@ class SealQueue:
             if answer is not None:
                 waiting.future.set_result(answer)
             else:
+                waiting.sent = True
                 batch.append(waiting)
         return batch
 

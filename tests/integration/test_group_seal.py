@@ -19,7 +19,7 @@ from gapless.ledger.database import Database
 from gapless.ledger.invoices import Claim, ClaimKind, Draft, intake_many
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
-from tests.helpers import ledger
+from tests.helpers import await_until, ledger
 
 
 def draft(invoice_id: str, *, series: str = "ABC", payload: dict[str, Any] | None = None,
@@ -260,3 +260,44 @@ async def test_many_concurrent_sealers_of_one_series_leave_no_gap_and_no_duplica
     got = await numbers(engine)
     assert sorted(got.values()) == list(range(1, 301))
     assert len(got) == 300
+
+
+@pytest.mark.usefixtures("series")
+async def test_a_cancelled_caller_waits_for_a_sent_statement_and_leaves_a_waiting_draft_unsent(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    db = ledger(engine)
+    await intake_many(db, [draft("held")], lease_s=0, lock_timeout_ms=5000,
+                      profile_versions=[None])
+    queue = SealQueue(pools[0], lease_s=0, lock_timeout_ms=30000, per_series=1)
+    async with engine.connect() as conn:
+        trans = await conn.begin()
+        await conn.execute(text("SELECT 1 FROM invoices WHERE invoice_id = 'held' FOR UPDATE"))
+        sent = asyncio.create_task(queue.intake(draft("held"), profile_version=None))
+
+        async def blocked() -> bool:
+            async with engine.connect() as probe:
+                return bool(await probe.scalar(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%intake_invoices%'")))
+
+        await await_until(blocked, 10, message="the statement waits for the row lock")
+        behind = asyncio.create_task(queue.intake(draft("w-1"), profile_version=None))
+        await asyncio.sleep(0)  # queued behind the running statement
+        sent.cancel()
+        behind.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await behind  # never sent: gone at once
+        done, _ = await asyncio.wait([sent], timeout=0.5)
+        assert not done, "the caller of a sent statement waits for its end"
+        await trans.rollback()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(sent, 10)  # the statement ended; then the cancellation
+    await queue.aclose()
+    # The sent statement committed (the lease taken over); the draft that waited never went.
+    assert await numbers(engine) == {"held": 1}
+    async with engine.connect() as conn:
+        attempts = await conn.scalar(text(
+            "SELECT attempts FROM invoices WHERE invoice_id = 'held'"))
+        assert attempts == 2
+        assert await conn.scalar(text(
+            "SELECT count(*) FROM invoices WHERE invoice_id = 'w-1'")) == 0
