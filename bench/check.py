@@ -107,7 +107,7 @@ def feed_suite(args: argparse.Namespace) -> Values:
     variants = ("on", "off")
     with variant_databases(variants) as urls, feed_clients(urls):
         cells = asyncio.run(claim_rates(urls, alternating(variants), [(1, 1), (1, 8), (16, 8)],
-                                        args.claim_seconds, 0.5, 1500))
+                                        args.claim_seconds, 0.5, 3000))
     return {f"on_vs_off_{n}x{s}": rate["on"] / rate["off"] for n, s, rate, _ in cells}
 
 

@@ -568,7 +568,7 @@ def main() -> None:
     parser.add_argument("--series", default="1,8")
     parser.add_argument("--slice", type=float, default=0.5,
                         help="seconds per interleaved slice of one variant")
-    parser.add_argument("--estimate", type=int, default=1500,
+    parser.add_argument("--estimate", type=int, default=3000,
                         help="claims/s the fastest cell might reach (drafts are made ahead)")
     parser.add_argument("--pg-estimate", type=int, default=4000,
                         help="claims/s pgbench might reach (drafts are made ahead)")
