@@ -5,11 +5,14 @@ the intakes of concurrent deliveries — with real concurrent transactions on se
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -301,3 +304,58 @@ async def test_a_cancelled_caller_waits_for_a_sent_statement_and_leaves_a_waitin
         assert attempts == 2
         assert await conn.scalar(text(
             "SELECT count(*) FROM invoices WHERE invoice_id = 'w-1'")) == 0
+
+
+# -- any mix of intakes ----------------------------------------------------------------------
+
+ACTIONS = ("go", "held back", "cancel")
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=st.lists(st.tuples(st.integers(0, 11), st.sampled_from(ACTIONS)), min_size=1,
+                       max_size=30),
+       per_series=st.integers(1, 3), max_batch=st.integers(1, 8))
+async def test_any_mix_of_intakes_leaves_each_invoice_one_number_and_no_gap(
+        engine: AsyncEngine, pools: list[Database], script: list[tuple[int, str]],
+        per_series: int, max_batch: int) -> None:
+    # Two processes' queues, duplicated messages (12 invoices at most), drafts held back when
+    # their turn comes, callers cancelled while they wait or while their statement runs. Each
+    # example has a series and invoice ids of its own (the database is the test's).
+    code = f"P{uuid.uuid4().hex[:8]}"
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", code))
+    queues = [SealQueue(db, lease_s=300, lock_timeout_ms=10000, per_series=per_series,
+                        max_batch=max_batch) for db in pools]
+    tasks = []
+    for k, (n, action) in enumerate(script):
+        ready = (lambda: "held back") if action == "held back" else (lambda: None)
+        tasks.append(asyncio.create_task(queues[k % 2].intake(
+            draft(f"{code}-{n}", series=code), profile_version=None, ready=ready)))
+    await asyncio.sleep(0)  # every intake queued; the first statements are on their way
+    for task, (_, action) in zip(tasks, script, strict=True):
+        if action == "cancel":
+            task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for queue in queues:
+        await queue.aclose()
+
+    got = await numbers(engine, code)
+    assert sorted(got.values()) == list(range(1, len(got) + 1)), got  # no gap, none twice
+    assert await counter(engine, code) == len(got)
+    fresh: dict[str, int] = {}
+    for (_, action), result in zip(script, results, strict=True):
+        if action == "held back":
+            assert result == "held back"
+        elif action == "go":
+            assert isinstance(result, Claim), result
+            assert result.kind in (ClaimKind.SEND, ClaimKind.BUSY)
+        else:
+            assert isinstance(result, asyncio.CancelledError | Claim), result
+        if isinstance(result, Claim) and result.fresh_number and result.sending:
+            assert result.sending.invoice_id not in fresh, "sealed twice"
+            fresh[result.sending.invoice_id] = result.sending.reserved_no
+    # Every seal a caller saw is the database's; a seal nobody saw was a cancelled caller's.
+    assert all(got[invoice_id] == number for invoice_id, number in fresh.items())
+    went = {f"{code}-{n}" for n, action in script if action == "go"}
+    assert went <= set(got)
