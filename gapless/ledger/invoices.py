@@ -241,6 +241,11 @@ async def intake_many(db: Database, drafts: Sequence[Draft], *, lease_s: float,
         raise ValueError("intake_many: the drafts of one call share a tenant and a series")
     if len(profile_versions) != len(drafts):
         raise ValueError("intake_many: one profile version per draft")
+    if len(drafts) == 1:
+        # The one-draft statement: the same decisions, without arrays to build and unpack.
+        return [await intake(db, first, lease_s=lease_s, lock_timeout_ms=lock_timeout_ms,
+                             profile_version=profile_versions[0], at=at,
+                             before_commit=before_commit)]
     params = {"invoice_ids": [d.invoice_id for d in drafts], "tenant": first.tenant,
               "series": first.series, "priorities": [d.priority for d in drafts],
               "payloads": [d.payload_text for d in drafts], "lease_s": lease_s,

@@ -281,7 +281,7 @@ async def test_a_cancelled_caller_waits_for_a_sent_statement_and_leaves_a_waitin
             async with engine.connect() as probe:
                 return bool(await probe.scalar(text(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%intake_invoices%'")))
+                    " AND query LIKE '%intake_invoice%'")))
 
         await await_until(blocked, 10, message="the statement waits for the row lock")
         behind = asyncio.create_task(queue.intake(draft("w-1"), profile_version=None))
