@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from gapless.errors import UnknownSeriesError
-from gapless.ledger.database import Database
+from gapless.ledger.database import Database, outlast
 from gapless.ledger.invoices import Claim, Draft, intake, intake_many
 from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.logging import get_logger
@@ -121,20 +121,11 @@ class SealQueue:
             if not waiting.sent:
                 future.cancel()  # still waiting: nothing of it is sent, and nothing will be
                 raise
-            interrupted = exc
-        # Its statement is on its way: as for every statement (to_completion), the caller's
-        # cancellation takes effect once it has ended — a commit waiting for a synchronous
-        # standby is never abandoned half-way.
-        log.warning("database_cancel_deferred",
-                    detail="a sent statement is awaited to its end before the cancellation")
-        while not future.done():
-            try:
-                await asyncio.wait([future])
-            except asyncio.CancelledError as exc:
-                interrupted = exc
-        if not future.cancelled():
-            future.exception()  # retrieved: its outcome is the database's business now
-        raise interrupted
+            # Its statement is on its way: as for every statement (to_completion), the
+            # caller's cancellation takes effect once it has ended — a commit waiting for a
+            # synchronous standby is never abandoned half-way.
+            await outlast(future, exc)
+            raise  # outlast always raises; for the type checker
 
     async def aclose(self) -> None:
         """Wait for the statements in flight, if any (their callers may be gone)."""

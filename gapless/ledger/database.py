@@ -24,7 +24,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg.rows import namedtuple_row
@@ -166,16 +166,23 @@ async def to_completion(statement: Awaitable[T]) -> T:
     except asyncio.CancelledError as exc:
         if task.cancelled():
             raise  # the statement's own task was cancelled, not the caller: nothing to wait for
-        interrupted = exc
+        await outlast(task, exc)
+        raise  # outlast always raises; for the type checker
+
+
+async def outlast(sent: asyncio.Future[Any], interrupted: BaseException) -> NoReturn:
+    """The rest of :func:`to_completion` for a caller cancelled (``interrupted``) while ``sent``
+    (its statement, already on its way) runs: wait for ``sent`` to end, cancelled again or not,
+    then raise the caller's cancellation. ``sent``'s own outcome is the database's business."""
     log.warning("database_cancel_deferred",
                 detail="a sent statement is awaited to its end before the cancellation")
-    while not task.done():
+    while not sent.done():
         try:
-            await asyncio.wait([task])
+            await asyncio.wait([sent])
         except asyncio.CancelledError as exc:
             interrupted = exc
-    if not task.cancelled():
-        task.exception()  # retrieved: its outcome is the database's business now
+    if not sent.cancelled():
+        sent.exception()  # retrieved: its outcome is the database's business now
     raise interrupted
 
 
