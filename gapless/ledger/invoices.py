@@ -183,14 +183,16 @@ async def _claim_rows(db: Database, query: str, params: dict[str, Any],
 
 
 @contextmanager
-def _intake_errors(tenant: str, series: str, what: str, lock_timeout_ms: int) -> Iterator[None]:
-    """An intake's driver errors as the domain's: UnknownSeriesError, ReservationLockTimeout
-    (``what`` names the invoices that waited)."""
+def _claim_errors(what: str, lock_timeout_ms: int,
+                  series: tuple[str, str] | None = None) -> Iterator[None]:
+    """A claim's driver errors as the domain's: ReservationLockTimeout (``what`` names the
+    invoices that waited), and for an intake, which stores drafts of ``series`` (tenant, code),
+    UnknownSeriesError."""
     try:
         yield
     except psycopg.Error as exc:
-        if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
-            raise UnknownSeriesError(tenant, series) from exc
+        if series is not None and sqlstate(exc) == FOREIGN_KEY_VIOLATION:
+            raise UnknownSeriesError(*series) from exc
         if is_lock_timeout(exc):
             raise ReservationLockTimeout(
                 f"{what}: lock not granted within {lock_timeout_ms} ms") from exc
@@ -214,8 +216,8 @@ async def intake(db: Database, draft: Draft, *, lease_s: float, lock_timeout_ms:
               "priority": draft.priority, "payload": draft.payload_text,
               "lease_s": lease_s, "lock_timeout_ms": lock_timeout_ms,
               "profile_version": profile_version, "at": at}
-    with _intake_errors(draft.tenant, draft.series, f"invoice {draft.invoice_id!r}",
-                        lock_timeout_ms):
+    with _claim_errors(f"invoice {draft.invoice_id!r}", lock_timeout_ms,
+                       (draft.tenant, draft.series)):
         [row] = await _claim_rows(db, q.INTAKE, params, before_commit)
     return _claim(row, draft.payload if row.created else None)
 
@@ -251,8 +253,8 @@ async def intake_many(db: Database, drafts: Sequence[Draft], *, lease_s: float,
               "payloads": [d.payload_text for d in drafts], "lease_s": lease_s,
               "lock_timeout_ms": lock_timeout_ms, "profile_versions": list(profile_versions),
               "at": at}
-    with _intake_errors(first.tenant, first.series,
-                        f"{len(drafts)} invoices of series {first.series!r}", lock_timeout_ms):
+    with _claim_errors(f"{len(drafts)} invoices of series {first.series!r}", lock_timeout_ms,
+                       (first.tenant, first.series)):
         rows = await _claim_rows(db, q.INTAKE_MANY, params, before_commit)
     return [_claim(row, draft.payload if row.created else None)
             for row, draft in zip(rows, drafts, strict=True)]
@@ -270,13 +272,8 @@ async def claim_for_sending(db: Database, invoice_id: str, *, tenant: str, lease
     """
     params = {"tenant": tenant, "invoice_id": invoice_id, "lease_s": lease_s,
               "lock_timeout_ms": lock_timeout_ms, "at": at}
-    try:
+    with _claim_errors(f"invoice {invoice_id!r}", lock_timeout_ms):
         rows = await _claim_rows(db, q.CLAIM, params, before_commit)
-    except psycopg.Error as exc:
-        if is_lock_timeout(exc):
-            raise ReservationLockTimeout(
-                f"invoice {invoice_id!r}: lock not granted within {lock_timeout_ms} ms") from exc
-        raise
     if not rows:
         raise InvoiceNotFound(invoice_id)
     return _claim(rows[0])
