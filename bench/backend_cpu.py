@@ -29,7 +29,6 @@ sys.path.insert(0, os.environ.get("BENCH_TREE") or str(Path(__file__).resolve().
 import psycopg
 
 from bench.harness import (
-    CLOCK_TICKS,
     GAPLESS,
     ROOT,
     conninfo,
@@ -62,17 +61,7 @@ def postgres_cpu_s(postmaster: int | None) -> float:
     pids = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True,
                           check=False).stdout.split()
     return sum(cpu_seconds(int(pid)) for pid in pids) + (
-        exited_children_cpu_s(postmaster) if postmaster is not None else 0.0)
-
-
-def exited_children_cpu_s(pid: int) -> float:
-    """CPU seconds of the children ``pid`` has waited for (Linux /proc: cutime + cstime; the
-    harness's :func:`cpu_seconds` reads the process's own)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+        cpu_seconds(postmaster, children=True) if postmaster is not None else 0.0)
 
 
 def one_round(tree: Path, invoices: int) -> tuple[float, float]:

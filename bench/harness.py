@@ -227,13 +227,15 @@ def wait_for_port(port: int, timeout: float = 30.0, *,
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux /proc; 0 once it is gone)."""
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc; 0 once it is gone);
+    with ``children``, those of its children it has waited for instead (cutime + cstime)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    first = 13 if children else 11
+    return (int(fields[first]) + int(fields[first + 1])) / CLOCK_TICKS
 
 
 #: The roles :func:`cpu_by_role` reports, in table order; ``other`` is the rest of the machine.
