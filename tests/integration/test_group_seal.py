@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -65,6 +66,21 @@ async def counter(engine: AsyncEngine, series: str = "ABC") -> int:
     return int(value)
 
 
+@asynccontextmanager
+async def held(engine: AsyncEngine) -> AsyncIterator[None]:
+    """Invoice 'held' sealed (number 1, its lease already stale), its row locked by another
+    transaction until the block ends."""
+    await intake_many(ledger(engine), [draft("held")], lease_s=0, lock_timeout_ms=5000,
+                      profile_versions=[None])
+    async with engine.connect() as conn:
+        trans = await conn.begin()
+        await conn.execute(text("SELECT 1 FROM invoices WHERE invoice_id = 'held' FOR UPDATE"))
+        try:
+            yield
+        finally:
+            await trans.rollback()
+
+
 def sealed(claims: list[Claim]) -> list[int]:
     return [c.sending.reserved_no for c in claims if c.sending is not None and c.fresh_number]
 
@@ -119,16 +135,10 @@ async def test_a_stale_profile_seals_nothing_for_that_draft(engine: AsyncEngine)
 @pytest.mark.usefixtures("series")
 async def test_a_lock_not_granted_fails_the_whole_batch_and_consumes_nothing(
         engine: AsyncEngine) -> None:
-    db = ledger(engine)
-    await intake_many(db, [draft("held")], lease_s=0, lock_timeout_ms=5000,
-                      profile_versions=[None])
-    async with engine.connect() as conn:
-        trans = await conn.begin()
-        await conn.execute(text("SELECT 1 FROM invoices WHERE invoice_id = 'held' FOR UPDATE"))
+    async with held(engine):
         with pytest.raises(ReservationLockTimeout, match="3 invoices of series 'ABC'"):
-            await intake_many(db, [draft("a-1"), draft("held"), draft("a-2")], lease_s=0,
-                              lock_timeout_ms=200, profile_versions=[None] * 3)
-        await trans.rollback()
+            await intake_many(ledger(engine), [draft("a-1"), draft("held"), draft("a-2")],
+                              lease_s=0, lock_timeout_ms=200, profile_versions=[None] * 3)
     assert await numbers(engine) == {"held": 1}
     assert await counter(engine) == 1
     async with engine.connect() as conn:
@@ -214,18 +224,12 @@ async def test_a_bad_draft_in_a_batch_does_not_fail_its_neighbours(
 @pytest.mark.usefixtures("series")
 async def test_a_lock_timeout_of_a_batch_reaches_every_draft_of_it(
         engine: AsyncEngine, pools: list[Database]) -> None:
-    db = ledger(engine)
-    await intake_many(db, [draft("held")], lease_s=0, lock_timeout_ms=5000,
-                      profile_versions=[None])
     queue = SealQueue(pools[0], lease_s=0, lock_timeout_ms=300, per_series=1)
-    async with engine.connect() as conn:
-        trans = await conn.begin()
-        await conn.execute(text("SELECT 1 FROM invoices WHERE invoice_id = 'held' FOR UPDATE"))
+    async with held(engine):
         results = await asyncio.gather(
             queue.intake(draft("held"), profile_version=None),
             queue.intake(draft("t-1"), profile_version=None),
             queue.intake(draft("t-2"), profile_version=None), return_exceptions=True)
-        await trans.rollback()
     # The three went together and waited; the batch failed, and one by one only the held
     # invoice's intake failed again: its neighbours were sealed.
     assert isinstance(results[0], ReservationLockTimeout)
@@ -268,13 +272,8 @@ async def test_many_concurrent_sealers_of_one_series_leave_no_gap_and_no_duplica
 @pytest.mark.usefixtures("series")
 async def test_a_cancelled_caller_waits_for_a_sent_statement_and_leaves_a_waiting_draft_unsent(
         engine: AsyncEngine, pools: list[Database]) -> None:
-    db = ledger(engine)
-    await intake_many(db, [draft("held")], lease_s=0, lock_timeout_ms=5000,
-                      profile_versions=[None])
     queue = SealQueue(pools[0], lease_s=0, lock_timeout_ms=30000, per_series=1)
-    async with engine.connect() as conn:
-        trans = await conn.begin()
-        await conn.execute(text("SELECT 1 FROM invoices WHERE invoice_id = 'held' FOR UPDATE"))
+    async with held(engine):
         sent = asyncio.create_task(queue.intake(draft("held"), profile_version=None))
 
         async def blocked() -> bool:
@@ -292,7 +291,6 @@ async def test_a_cancelled_caller_waits_for_a_sent_statement_and_leaves_a_waitin
             await behind  # never sent: gone at once
         done, _ = await asyncio.wait([sent], timeout=0.5)
         assert not done, "the caller of a sent statement waits for its end"
-        await trans.rollback()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(sent, 10)  # the statement ended; then the cancellation
     await queue.aclose()
