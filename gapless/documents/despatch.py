@@ -29,8 +29,8 @@ from gapless.documents.checks import MAX_AMOUNT, check_customer
 from gapless.documents.codes import CURRENCY_CODES, UNIT_CODES
 from gapless.documents.lines import DEFAULT_UNIT
 from gapless.documents.parties import Issuer
-from gapless.documents.ubl_tr import unsigned
-from gapless.documents.xml import CAC, CBC, EXT, Element, cac, cbc
+from gapless.documents.ubl_tr import OPENING
+from gapless.documents.xml import CAC, CBC, EXT, cac, cbc
 from gapless.message import (
     IDENTIFIERS,
     Despatch,
@@ -100,139 +100,137 @@ def _amount(line: DespatchLine) -> Decimal | None:
 # ------------------------------------------------------------------------------------ parts
 
 
-def header(root: Element, message: DespatchMessage, *, number: str, uuid: uuid_module.UUID,
-           local: datetime) -> None:
+def header(message: DespatchMessage, *, number: str, uuid: uuid_module.UUID,
+           local: datetime) -> str:
     """Identity, dates, type, note and line count, in the order of the schema."""
-    unsigned(root)
-    cbc(root, "UBLVersionID", "2.1")
-    cbc(root, "CustomizationID", "TR1.2")
-    cbc(root, "ProfileID", message.despatch.profile_code)
-    cbc(root, "ID", number)
-    cbc(root, "CopyIndicator", "false")
-    cbc(root, "UUID", str(uuid))
-    cbc(root, "IssueDate", local.strftime("%Y-%m-%d"))
-    cbc(root, "IssueTime", local.strftime("%H:%M:%S"))
-    cbc(root, "DespatchAdviceTypeCode", message.despatch.type_code)
-    if message.note and message.note.strip():
-        cbc(root, "Note", message.note)
-    cbc(root, "LineCountNumeric", str(len(message.lines)))
+    return "".join((
+        OPENING,
+        cbc("ProfileID", message.despatch.profile_code),
+        cbc("ID", number),
+        cbc("CopyIndicator", "false"),
+        cbc("UUID", str(uuid)),
+        cbc("IssueDate", local.strftime("%Y-%m-%d")),
+        cbc("IssueTime", local.strftime("%H:%M:%S")),
+        cbc("DespatchAdviceTypeCode", message.despatch.type_code),
+        cbc("Note", message.note) if message.note and message.note.strip() else "",
+        cbc("LineCountNumeric", str(len(message.lines)))))
 
 
-def references(root: Element, despatch: Despatch) -> None:
+def references(despatch: Despatch) -> str:
     """The buyer's order, and the paper note a MATBUDAN note registers."""
-    if despatch.order is not None:
-        order = cac(root, "OrderReference")
-        cbc(order, "ID", despatch.order.number)
-        cbc(order, "IssueDate", despatch.order.issue_date.isoformat())
-    if despatch.printed is not None:
-        printed_reference(root, despatch.printed)
+    order = despatch.order
+    return "".join((
+        "" if order is None else cac("OrderReference",
+                                     cbc("ID", order.number),
+                                     cbc("IssueDate", order.issue_date.isoformat())),
+        "" if despatch.printed is None else printed_reference(despatch.printed)))
 
 
-def printed_reference(root: Element, printed: Printed) -> None:
-    reference = cac(root, "AdditionalDocumentReference")
-    cbc(reference, "ID", printed.number)
-    cbc(reference, "IssueDate", printed.issue_date.isoformat())
-    cbc(reference, "DocumentTypeCode", PRINTED_TYPE)
+def printed_reference(printed: Printed) -> str:
+    return cac("AdditionalDocumentReference",
+               cbc("ID", printed.number),
+               cbc("IssueDate", printed.issue_date.isoformat()),
+               cbc("DocumentTypeCode", PRINTED_TYPE))
 
 
-def supplier_parts(root: Element, message: DespatchMessage, issuer: Issuer) -> None:
+def supplier_parts(message: DespatchMessage, issuer: Issuer) -> str:
     """Who signs, and the issuer as the despatch supplier (with an IDIS note's shipment
     number)."""
     sevkiyat = message.despatch.sevkiyat_no
     if sevkiyat is None:
-        for part in parties.issuer_parts(issuer, "DespatchSupplierParty"):
-            root.append(part)
-        return
-    parties.signature(root, issuer)
+        return parties.issuer_parts(issuer, "DespatchSupplierParty")
     scheme = IDENTIFIERS["sevkiyat_no"].scheme
     assert scheme is not None
-    parties.supplier(root, issuer, tag="DespatchSupplierParty",
-                     identifications=((scheme, sevkiyat),))
+    return parties.signature(issuer) + parties.supplier(
+        issuer, tag="DespatchSupplierParty", identifications=((scheme, sevkiyat),))
 
 
-def shipment(root: Element, message: DespatchMessage, issuer: Issuer,
-             prices: list[Decimal | None]) -> None:
+def shipment(message: DespatchMessage, issuer: Issuer, prices: list[Decimal | None]) -> str:
     """The shipment: the goods' value (when the lines have prices), the stage, the delivery, the
     trailers."""
     despatch = message.despatch
-    element = cac(root, "Shipment")
-    cbc(element, "ID", SHIPMENT_ID)
     priced = [amount for amount in prices if amount is not None]
-    if priced:
-        cbc(cac(element, "GoodsItem"), "ValueAmount", amount_text(sum(priced, Decimal(0))),
-            currencyID=message.currency or DEFAULT_CURRENCY)
-    stage(element, despatch)
-    delivery(element, despatch, issuer)
-    trailers(element, despatch)
+    return cac("Shipment",
+               cbc("ID", SHIPMENT_ID),
+               cac("GoodsItem", xml.amount("ValueAmount", amount_text(sum(priced, Decimal(0))),
+                                       message.currency or DEFAULT_CURRENCY))
+               if priced else "",
+               stage(despatch),
+               delivery(despatch, issuer),
+               trailers(despatch))
 
 
-def stage(element: Element, despatch: Despatch) -> None:
+def stage(despatch: Despatch) -> str:
     """The vehicle (its plate, in its scheme) and its drivers."""
     if despatch.license_plate is None and not despatch.drivers:
-        return
-    part = cac(element, "ShipmentStage")
-    if despatch.license_plate is not None:
-        road = cac(cac(part, "TransportMeans"), "RoadTransport")
-        cbc(road, "LicensePlateID", despatch.license_plate, schemeID=despatch.scheme.name)
-    for driver in despatch.drivers or ():
-        parties.driver(part, driver.first_name, driver.family_name, driver.tckn)
+        return ""
+    return cac("ShipmentStage",
+               "" if despatch.license_plate is None else cac("TransportMeans", cac(
+                   "RoadTransport",
+                   cbc("LicensePlateID", despatch.license_plate,
+                       schemeID=despatch.scheme.name))),
+               *[parties.driver(driver.first_name, driver.family_name, driver.tckn)
+                 for driver in despatch.drivers or ()])
 
 
-def delivery(element: Element, despatch: Despatch, issuer: Issuer) -> None:
+def delivery(despatch: Despatch, issuer: Issuer) -> str:
     """Where the goods go, who carries them (a carrier company) and when they leave."""
-    part = cac(element, "Delivery")
-    parties.message_address(part, despatch.delivery_address, tag="DeliveryAddress")
     carrier = despatch.carrier
-    if carrier is not None:
-        parties.party(part, "CarrierParty", tax_id=carrier.tax_id, name=carrier.name,
-                      postal=carrier.address, fallback=issuer)
-    leaves = cac(part, "Despatch")
-    cbc(leaves, "ActualDespatchDate", despatch.despatch_date.isoformat())
-    cbc(leaves, "ActualDespatchTime", despatch.despatch_time.strftime("%H:%M:%S"))
+    return cac("Delivery",
+               parties.message_address(despatch.delivery_address, tag="DeliveryAddress"),
+               "" if carrier is None else parties.party(
+                   "CarrierParty", tax_id=carrier.tax_id, name=carrier.name,
+                   postal=carrier.address, fallback=issuer),
+               cac("Despatch",
+                   cbc("ActualDespatchDate", despatch.despatch_date.isoformat()),
+                   cbc("ActualDespatchTime", despatch.despatch_time.strftime("%H:%M:%S"))))
 
 
-def trailers(element: Element, despatch: Despatch) -> None:
+def trailers(despatch: Despatch) -> str:
     if not despatch.trailer_plates:
-        return
-    unit = cac(element, "TransportHandlingUnit")
-    for plate in despatch.trailer_plates:
-        cbc(cac(unit, "TransportEquipment"), "ID", plate, schemeID=despatch.scheme.trailer)
+        return ""
+    return cac("TransportHandlingUnit",
+               *[cac("TransportEquipment", cbc("ID", plate, schemeID=despatch.scheme.trailer))
+                 for plate in despatch.trailer_plates])
 
 
-def despatch_line(root: Element, number: int, line: DespatchLine, amount: Decimal | None,
-                  currency: str) -> None:
+def despatch_line(number: int, line: DespatchLine, amount: Decimal | None,
+                  currency: str) -> str:
     """One line: the quantity delivered, the goods and their identifiers, and — when the line
     has a price — its value as the invoice line it will be billed as."""
-    element = cac(root, "DespatchLine")
-    cbc(element, "ID", str(number))
     unit = line.unit_code or DEFAULT_UNIT
     quantity = number_text(Decimal(line.quantity))
-    cbc(element, "DeliveredQuantity", quantity, unitCode=unit)
-    cbc(cac(element, "OrderLineReference"), "LineID", str(number))
-    item(element, line)
-    if amount is None or line.unit_price is None:
-        return
-    line_shipment = cac(element, "Shipment")
-    cbc(line_shipment, "ID", str(number))
-    goods = cac(line_shipment, "GoodsItem")
-    invoice_line = cac(goods, "InvoiceLine")
-    cbc(invoice_line, "ID", str(number))
-    cbc(invoice_line, "InvoicedQuantity", quantity, unitCode=unit)
-    cbc(invoice_line, "LineExtensionAmount", amount_text(amount), currencyID=currency)
-    cbc(cac(invoice_line, "Item"), "Name", line.description)
-    cbc(cac(invoice_line, "Price"), "PriceAmount", number_text(Decimal(line.unit_price)),
-        currencyID=currency)
+    priced = ""
+    if amount is not None and line.unit_price is not None:
+        priced = cac("Shipment",
+                     cbc("ID", str(number)),
+                     cac("GoodsItem", cac(
+                         "InvoiceLine",
+                         cbc("ID", str(number)),
+                         cbc("InvoicedQuantity", quantity, unitCode=unit),
+                         xml.amount("LineExtensionAmount", amount_text(amount), currency),
+                         cac("Item", cbc("Name", line.description)),
+                         cac("Price", xml.amount("PriceAmount",
+                                                 number_text(Decimal(line.unit_price)),
+                                                 currency)))))
+    return cac("DespatchLine",
+               cbc("ID", str(number)),
+               cbc("DeliveredQuantity", quantity, unitCode=unit),
+               cac("OrderLineReference", cbc("LineID", str(number))),
+               item(line),
+               priced)
 
 
-def item(element: Element, line: DespatchLine) -> None:
+def item(line: DespatchLine) -> str:
     """The goods: their name, and the HKS künye or IDIS label number a profile needs."""
-    goods = cac(element, "Item")
-    cbc(goods, "Name", line.description)
+    identifications = []
     for field in ("kunye_no", "etiket_no"):
         value = getattr(line, field)
         scheme = IDENTIFIERS[field].scheme
         if value is not None and scheme is not None:
-            cbc(cac(goods, "AdditionalItemIdentification"), "ID", value, schemeID=scheme)
+            identifications.append(cac("AdditionalItemIdentification",
+                                       cbc("ID", value, schemeID=scheme)))
+    return cac("Item", cbc("Name", line.description), *identifications)
 
 
 # ------------------------------------------------------------------------------------ render
@@ -251,12 +249,12 @@ def render_despatch(message: DespatchMessage, *, number: str, uuid: uuid_module.
     local = sealed_at.astimezone(ZoneInfo(tz))
     currency = message.currency or DEFAULT_CURRENCY
     amounts = [_amount(line) for line in message.lines]
-    root = xml.root("DespatchAdvice", NSMAP)
-    header(root, message, number=number, uuid=uuid, local=local)
-    references(root, message.despatch)
-    supplier_parts(root, message, issuer)
-    parties.customer(root, message.customer, tag="DeliveryCustomerParty")
-    shipment(root, message, issuer, amounts)
-    for number_of_line, (line, amount) in enumerate(zip(message.lines, amounts, strict=True), 1):
-        despatch_line(root, number_of_line, line, amount, currency)
-    return xml.tostring(root)
+    return xml.document("DespatchAdvice", NSMAP, (
+        header(message, number=number, uuid=uuid, local=local),
+        references(message.despatch),
+        supplier_parts(message, issuer),
+        parties.customer(message.customer, tag="DeliveryCustomerParty"),
+        shipment(message, issuer, amounts),
+        *[despatch_line(number_of_line, line, amount, currency)
+          for number_of_line, (line, amount) in enumerate(zip(message.lines, amounts,
+                                                              strict=True), 1)]))

@@ -13,7 +13,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from gapless.documents.xml import Element, cac, cbc, written
+from gapless.documents.xml import cac, cbc
 from gapless.errors import GaplessError
 from gapless.message import Address, Customer
 
@@ -124,142 +124,142 @@ class CustomsOffice:
 CUSTOMS_OFFICE = CustomsOffice()
 
 
-def address(parent: Element, *, street: str | None, district: str, city: str,
-            postal_zone: str | None, country: str | None, tag: str = "PostalAddress") -> None:
-    element = cac(parent, tag)
-    if street:
-        cbc(element, "StreetName", street)
-    cbc(element, "CitySubdivisionName", district)
-    cbc(element, "CityName", city)
-    if postal_zone:
-        cbc(element, "PostalZone", postal_zone)
-    cbc(cac(element, "Country"), "Name", country or DEFAULT_COUNTRY)
+def address(*, street: str | None, district: str, city: str, postal_zone: str | None,
+            country: str | None, tag: str = "PostalAddress") -> str:
+    return cac(tag,
+               cbc("StreetName", street) if street else "",
+               cbc("CitySubdivisionName", district),
+               cbc("CityName", city),
+               cbc("PostalZone", postal_zone) if postal_zone else "",
+               cac("Country", cbc("Name", country or DEFAULT_COUNTRY)))
 
 
-def message_address(parent: Element, value: Address | None, *,
-                    tag: str = "PostalAddress") -> None:
+def message_address(value: Address | None, *, tag: str = "PostalAddress") -> str:
     """An address of the message (the checks made sure it has a district and a city)."""
     assert value is not None
     assert value.district is not None
     assert value.city is not None
-    address(parent, street=value.street, district=value.district, city=value.city,
-            postal_zone=value.postal_zone, country=value.country, tag=tag)
+    return address(street=value.street, district=value.district, city=value.city,
+                   postal_zone=value.postal_zone, country=value.country, tag=tag)
 
 
-def issuer_address(parent: Element, issuer: Issuer) -> None:
-    address(parent, street=issuer.street, district=issuer.district, city=issuer.city,
-            postal_zone=issuer.postal_zone, country=issuer.country)
+def issuer_address(issuer: Issuer) -> str:
+    return address(street=issuer.street, district=issuer.district, city=issuer.city,
+                   postal_zone=issuer.postal_zone, country=issuer.country)
 
 
-def _identification(parent: Element, tax_id: str) -> None:
-    cbc(cac(parent, "PartyIdentification"), "ID", tax_id,
-        schemeID="TCKN" if len(tax_id) == 11 else "VKN")
+def _identification(tax_id: str) -> str:
+    return cac("PartyIdentification",
+               cbc("ID", tax_id, schemeID="TCKN" if len(tax_id) == 11 else "VKN"))
 
 
-def _tax_scheme(parent: Element, tax_office: str | None) -> None:
-    if tax_office:
-        cbc(cac(cac(parent, "PartyTaxScheme"), "TaxScheme"), "Name", tax_office)
+def _tax_scheme(tax_office: str | None) -> str:
+    if not tax_office:
+        return ""
+    return cac("PartyTaxScheme", cac("TaxScheme", cbc("Name", tax_office)))
 
 
-def _person(parent: Element, first: str, family: str) -> None:
-    person = cac(parent, "Person")
-    cbc(person, "FirstName", first)
-    cbc(person, "FamilyName", family)
+def _person(first: str, family: str) -> str:
+    return cac("Person", cbc("FirstName", first), cbc("FamilyName", family))
 
 
-def supplier(root: Element, issuer: Issuer, *, tag: str = "AccountingSupplierParty",
-             identifications: tuple[tuple[str, str], ...] = ()) -> None:
+def supplier(issuer: Issuer, *, tag: str = "AccountingSupplierParty",
+             identifications: tuple[tuple[str, str], ...] = ()) -> str:
     """The issuer as the supplier party under ``tag`` (an invoice's AccountingSupplierParty, a
     dispatch note's DespatchSupplierParty), with further ``(schemeID, ID)`` identifications
     after its tax id (an IDIS dispatch note's SEVKIYATNO)."""
-    party = cac(cac(root, tag), "Party")
-    _identification(party, issuer.tax_id)
-    for scheme, value in identifications:
-        cbc(cac(party, "PartyIdentification"), "ID", value, schemeID=scheme)
-    if not issuer.is_person:
-        cbc(cac(party, "PartyName"), "Name", issuer.name)
-    issuer_address(party, issuer)
-    _tax_scheme(party, issuer.tax_office)
-    if issuer.email:
-        cbc(cac(party, "Contact"), "ElectronicMail", issuer.email)
-    if issuer.is_person:
-        _person(party, *split_person_name(issuer.name))
+    person = issuer.is_person
+    return cac(tag, cac(
+        "Party",
+        _identification(issuer.tax_id),
+        *[cac("PartyIdentification", cbc("ID", value, schemeID=scheme))
+          for scheme, value in identifications],
+        "" if person else cac("PartyName", cbc("Name", issuer.name)),
+        issuer_address(issuer),
+        _tax_scheme(issuer.tax_office),
+        cac("Contact", cbc("ElectronicMail", issuer.email)) if issuer.email else "",
+        _person(*split_person_name(issuer.name)) if person else ""))
 
 
-def customer(root: Element, buyer: Customer, *, tag: str = "AccountingCustomerParty") -> None:
+def customer(buyer: Customer, *, tag: str = "AccountingCustomerParty") -> str:
     """The buyer as the customer party under ``tag`` (an invoice's AccountingCustomerParty, a
     dispatch note's DeliveryCustomerParty): a company (VKN, name, tax office) or a person
     (TCKN)."""
-    party = cac(cac(root, tag), "Party")
-    person = len(buyer.tax_id) == 11
-    _identification(party, buyer.tax_id)
-    if not person:
-        cbc(cac(party, "PartyName"), "Name", buyer.name)
-    message_address(party, buyer.address)
-    _tax_scheme(party, buyer.tax_office)
-    if person:
+    if len(buyer.tax_id) == 11:
         assert buyer.person is not None  # check_ubl_inputs
-        _person(party, buyer.person.first_name, buyer.person.family_name)
+        name = ""
+        person = _person(buyer.person.first_name, buyer.person.family_name)
+    else:
+        name = cac("PartyName", cbc("Name", buyer.name))
+        person = ""
+    return cac(tag, cac("Party",
+                        _identification(buyer.tax_id),
+                        name,
+                        message_address(buyer.address),
+                        _tax_scheme(buyer.tax_office),
+                        person))
 
 
-def export_parties(root: Element, buyer: Customer) -> None:
+def export_parties(buyer: Customer) -> str:
     """An export: the customs office is the customer party, the foreign buyer the buyer party
     (identified by PARTYTYPE ``EXPORT``, with its registered name), as GİB wants."""
-    office = cac(cac(root, "AccountingCustomerParty"), "Party")
-    _identification(office, CUSTOMS_OFFICE.tax_id)
-    cbc(cac(office, "PartyName"), "Name", CUSTOMS_OFFICE.name)
-    address(office, street=None, district=CUSTOMS_OFFICE.district, city=CUSTOMS_OFFICE.city,
-            postal_zone=None, country=None)
-    _tax_scheme(office, CUSTOMS_OFFICE.tax_office)
-    party = cac(cac(root, "BuyerCustomerParty"), "Party")
-    cbc(cac(party, "PartyIdentification"), "ID", "EXPORT", schemeID="PARTYTYPE")
-    cbc(cac(party, "PartyName"), "Name", buyer.name)
-    message_address(party, buyer.address)
-    cbc(cac(party, "PartyLegalEntity"), "RegistrationName", buyer.name)
+    return _CUSTOMS_PARTY + cac("BuyerCustomerParty", cac(
+        "Party",
+        cac("PartyIdentification", cbc("ID", "EXPORT", schemeID="PARTYTYPE")),
+        cac("PartyName", cbc("Name", buyer.name)),
+        message_address(buyer.address),
+        cac("PartyLegalEntity", cbc("RegistrationName", buyer.name))))
 
 
-def signature(root: Element, issuer: Issuer) -> None:
+#: The customs office as the customer party of every export.
+_CUSTOMS_PARTY = cac("AccountingCustomerParty", cac(
+    "Party",
+    _identification(CUSTOMS_OFFICE.tax_id),
+    cac("PartyName", cbc("Name", CUSTOMS_OFFICE.name)),
+    address(street=None, district=CUSTOMS_OFFICE.district, city=CUSTOMS_OFFICE.city,
+            postal_zone=None, country=None),
+    _tax_scheme(CUSTOMS_OFFICE.tax_office)))
+
+
+def signature(issuer: Issuer) -> str:
     """Who signs the document (the issuer), and where the XAdES signature will be."""
-    element = cac(root, "Signature")
-    cbc(element, "ID", issuer.tax_id, schemeID="VKN_TCKN")
-    signatory = cac(element, "SignatoryParty")
-    _identification(signatory, issuer.tax_id)
-    issuer_address(signatory, issuer)
-    cbc(cac(cac(element, "DigitalSignatureAttachment"), "ExternalReference"), "URI", "#Signature")
+    return cac("Signature",
+               cbc("ID", issuer.tax_id, schemeID="VKN_TCKN"),
+               cac("SignatoryParty", _identification(issuer.tax_id), issuer_address(issuer)),
+               cac("DigitalSignatureAttachment",
+                   cac("ExternalReference", cbc("URI", "#Signature"))))
 
 
-def party(parent: Element, tag: str, *, tax_id: str, name: str,
-          postal: Address | None, fallback: Issuer) -> None:
+def party(tag: str, *, tax_id: str, name: str, postal: Address | None,
+          fallback: Issuer) -> str:
     """A party known by tax id and name (e.g. an internet sale's carrier); without an address of
     its own it is given ``fallback``'s (where the goods leave)."""
-    element = cac(parent, tag)
-    _identification(element, tax_id)
-    cbc(cac(element, "PartyName"), "Name", name)
     if postal is not None and postal.district and postal.city:
-        message_address(element, postal)
+        where = message_address(postal)
     else:
-        issuer_address(element, fallback)
+        where = issuer_address(fallback)
+    person = ""
     if len(tax_id) == 11:
-        _person(element, *(split_person_name(name) if all(split_person_name(name))
+        person = _person(*(split_person_name(name) if all(split_person_name(name))
                            else (name, name)))
+    return cac(tag,
+               _identification(tax_id),
+               cac("PartyName", cbc("Name", name)),
+               where,
+               person)
 
 
-def driver(parent: Element, first: str, family: str, tckn: str) -> None:
+def driver(first: str, family: str, tckn: str) -> str:
     """A driver of the vehicle (cac:DriverPerson): names, and the TCKN as NationalityID."""
-    person = cac(parent, "DriverPerson")
-    cbc(person, "FirstName", first)
-    cbc(person, "FamilyName", family)
-    cbc(person, "NationalityID", tckn)
+    return cac("DriverPerson",
+               cbc("FirstName", first),
+               cbc("FamilyName", family),
+               cbc("NationalityID", tckn))
 
 
 @functools.lru_cache(maxsize=1024)
-def issuer_parts(issuer: Issuer, tag: str = "AccountingSupplierParty") -> tuple[str, ...]:
+def issuer_parts(issuer: Issuer, tag: str = "AccountingSupplierParty") -> str:
     """The signature and the supplier party (under ``tag``) of ``issuer``'s documents, written
-    out once: every document of a profile has the same (a profile never changes; a new one is a
+    once: every document of a profile has the same (a profile never changes; a new one is a
     new Issuer)."""
-
-    def make(holder: Element) -> None:
-        signature(holder, issuer)
-        supplier(holder, issuer, tag=tag)
-
-    return tuple(written(make))
+    return signature(issuer) + supplier(issuer, tag=tag)

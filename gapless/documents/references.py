@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import date
 
 from gapless.documents.parties import Issuer, party
-from gapless.documents.xml import Element, cac, cbc
+from gapless.documents.xml import cac, cbc
 from gapless.message import EArsiv, InvoiceMessage, Payment
 
 #: The document type code of a returned invoice's reference (schematron IADEInvioceCheck-1).
@@ -22,67 +22,68 @@ IS_DESPATCH_ID = "."
 BANK_TRANSFER = "42"
 
 
-def billing_references(root: Element, message: InvoiceMessage) -> None:
+def billing_references(message: InvoiceMessage) -> str:
     """One BillingReference per returned invoice: its number and date exactly as given."""
-    for reference in message.billing_reference or ():
-        document = cac(cac(root, "BillingReference"), "InvoiceDocumentReference")
-        cbc(document, "ID", reference.number)
-        cbc(document, "IssueDate", reference.issue_date.isoformat())
-        cbc(document, "DocumentTypeCode", RETURNED)
+    return "".join([cac("BillingReference", cac("InvoiceDocumentReference",
+                                                cbc("ID", reference.number),
+                                                cbc("IssueDate", reference.issue_date.isoformat()),
+                                                cbc("DocumentTypeCode", RETURNED)))
+                    for reference in message.billing_reference or ()])
 
 
-def despatch_references(root: Element, message: InvoiceMessage) -> None:
+def despatch_references(message: InvoiceMessage) -> str:
     """One DespatchDocumentReference per dispatch note the invoice bills, in the message's
     order: its number and date exactly as given."""
-    for reference in message.despatch_references or ():
-        document = cac(root, "DespatchDocumentReference")
-        cbc(document, "ID", reference.number)
-        cbc(document, "IssueDate", reference.issue_date.isoformat())
+    return "".join([cac("DespatchDocumentReference",
+                        cbc("ID", reference.number),
+                        cbc("IssueDate", reference.issue_date.isoformat()))
+                    for reference in message.despatch_references or ()])
 
 
-def _additional(root: Element, value: str, kind: str, issued: date) -> None:
-    reference = cac(root, "AdditionalDocumentReference")
-    cbc(reference, "ID", value)
-    cbc(reference, "IssueDate", issued.isoformat())
-    cbc(reference, "DocumentTypeCode", kind)
+def _additional(value: str, kind: str, issued: date) -> str:
+    return cac("AdditionalDocumentReference",
+               cbc("ID", value),
+               cbc("IssueDate", issued.isoformat()),
+               cbc("DocumentTypeCode", kind))
 
 
-def earsiv_references(root: Element, earsiv: EArsiv | None, issued: date) -> None:
+def earsiv_references(earsiv: EArsiv | None, issued: date) -> str:
     """The e-Arşiv references: SEND_TYPE (ELEKTRONIK unless the message says KAGIT),
     IS_DESPATCH when the invoice travels with the goods instead of a dispatch note and, for an
     internet sale, the web site, payment method and payment date."""
     send_type = (earsiv.send_type if earsiv is not None else None) or DEFAULT_SEND_TYPE
-    _additional(root, send_type, "SEND_TYPE", issued)
+    parts = [_additional(send_type, "SEND_TYPE", issued)]
     if earsiv is not None and earsiv.is_despatch:
-        _additional(root, IS_DESPATCH_ID, "IS_DESPATCH", issued)
+        parts.append(_additional(IS_DESPATCH_ID, "IS_DESPATCH", issued))
     sale = earsiv.internet_sale if earsiv is not None else None
-    if sale is None:
-        return
-    _additional(root, "true", "IS_INTERNET", issued)
-    _additional(root, sale.website, "INT_WEBSITE", issued)
-    _additional(root, sale.payment_method, "INT_PAYMENT_METHOD", issued)
-    _additional(root, sale.payment_date.isoformat(), "INT_PAYMENTDATE", issued)
+    if sale is not None:
+        parts += (_additional("true", "IS_INTERNET", issued),
+                  _additional(sale.website, "INT_WEBSITE", issued),
+                  _additional(sale.payment_method, "INT_PAYMENT_METHOD", issued),
+                  _additional(sale.payment_date.isoformat(), "INT_PAYMENTDATE", issued))
+    return "".join(parts)
 
 
-def shipment(root: Element, earsiv: EArsiv | None, issuer: Issuer) -> None:
+def shipment(earsiv: EArsiv | None, issuer: Issuer) -> str:
     """An internet sale's delivery: the carrier and the shipment date."""
     sale = earsiv.internet_sale if earsiv is not None else None
     if sale is None or (sale.carrier is None and sale.shipment_date is None):
-        return
-    delivery = cac(root, "Delivery")
-    if sale.carrier is not None:
-        party(delivery, "CarrierParty", tax_id=sale.carrier.tax_id, name=sale.carrier.name,
-              postal=sale.carrier.address, fallback=issuer)
-    if sale.shipment_date is not None:
-        cbc(cac(delivery, "Despatch"), "ActualDespatchDate", sale.shipment_date.isoformat())
+        return ""
+    carrier = sale.carrier
+    return cac("Delivery",
+               "" if carrier is None else party("CarrierParty", tax_id=carrier.tax_id,
+                                                name=carrier.name, postal=carrier.address,
+                                                fallback=issuer),
+               "" if sale.shipment_date is None else cac(
+                   "Despatch", cbc("ActualDespatchDate", sale.shipment_date.isoformat())))
 
 
-def payment_means(root: Element, payment: Payment | None, currency: str) -> None:
+def payment_means(payment: Payment | None, currency: str) -> str:
     """Payment to the supplier's bank account (the IBAN a KAMU invoice must carry)."""
     if payment is None:
-        return
-    means = cac(root, "PaymentMeans")
-    cbc(means, "PaymentMeansCode", BANK_TRANSFER)
-    account = cac(means, "PayeeFinancialAccount")
-    cbc(account, "ID", payment.iban)
-    cbc(account, "CurrencyCode", currency)
+        return ""
+    return cac("PaymentMeans",
+               cbc("PaymentMeansCode", BANK_TRANSFER),
+               cac("PayeeFinancialAccount",
+                   cbc("ID", payment.iban),
+                   cbc("CurrencyCode", currency)))

@@ -10,68 +10,66 @@ from decimal import Decimal
 
 from gapless.documents.amounts import TaxGroup, Totals, Withheld, amount_text, number_text
 from gapless.documents.codes import EXEMPTION_CODES, VAT_CODE, VAT_NAME, WITHHOLDING_CODES
-from gapless.documents.xml import Element, cac, cbc, written
-
-
-def _tax_scheme(category: Element, name: str, code: str) -> None:
-    category.append(_written_scheme(name, code))
+from gapless.documents.xml import amount, cac, cbc
 
 
 @functools.cache  # bounded: the names and codes of GİB's tables (VAT, the withholding codes)
-def _written_scheme(name: str, code: str) -> str:
+def _tax_scheme(name: str, code: str) -> str:
     """A TaxScheme as written: the same in every tax category of its tax."""
-
-    def make(holder: Element) -> None:
-        scheme = cac(holder, "TaxScheme")
-        cbc(scheme, "Name", name)
-        cbc(scheme, "TaxTypeCode", code)
-    return written(make)[0]
+    return cac("TaxScheme", cbc("Name", name), cbc("TaxTypeCode", code))
 
 
-def vat_total(parent: Element, currency: str, groups: Iterable[TaxGroup],
-              reasons: Mapping[str, str]) -> None:
+def vat_total(currency: str, groups: Iterable[TaxGroup], reasons: Mapping[str, str]) -> str:
     """A TaxTotal of KDV subtotals. A zero VAT carries its exemption code and reason (the
     message's text for the code, else GİB's name of it)."""
     groups = list(groups)
-    total = cac(parent, "TaxTotal")
-    cbc(total, "TaxAmount", amount_text(sum((g.tax for g in groups), Decimal(0))),
-        currencyID=currency)
+    scheme = _tax_scheme(VAT_NAME, VAT_CODE)
+    subtotals = []
     for group in groups:
-        subtotal = cac(total, "TaxSubtotal")
-        cbc(subtotal, "TaxableAmount", amount_text(group.taxable), currencyID=currency)
-        cbc(subtotal, "TaxAmount", amount_text(group.tax), currencyID=currency)
-        cbc(subtotal, "Percent", number_text(group.rate))
-        category = cac(subtotal, "TaxCategory")
-        if group.exemption is not None:
-            cbc(category, "TaxExemptionReasonCode", group.exemption)
-            cbc(category, "TaxExemptionReason",
-                reasons.get(group.exemption) or EXEMPTION_CODES[group.exemption].name)
-        _tax_scheme(category, VAT_NAME, VAT_CODE)
+        exemption = group.exemption
+        if exemption is None:
+            category = cac("TaxCategory", scheme)
+        else:
+            category = cac("TaxCategory",
+                           cbc("TaxExemptionReasonCode", exemption),
+                           cbc("TaxExemptionReason",
+                               reasons.get(exemption) or EXEMPTION_CODES[exemption].name),
+                           scheme)
+        subtotals.append(cac("TaxSubtotal",
+                             amount("TaxableAmount", amount_text(group.taxable), currency),
+                             amount("TaxAmount", amount_text(group.tax), currency),
+                             cbc("Percent", number_text(group.rate)),
+                             category))
+    return cac("TaxTotal",
+               amount("TaxAmount", amount_text(sum((g.tax for g in groups), Decimal(0))),
+                      currency),
+               *subtotals)
 
 
-def withholding_total(parent: Element, currency: str, withheld: Iterable[Withheld]) -> None:
+def withholding_total(currency: str, withheld: Iterable[Withheld]) -> str:
     """A WithholdingTaxTotal: per code, the VAT it applies to, the amount withheld and the
     code's percent."""
     withheld = list(withheld)
-    total = cac(parent, "WithholdingTaxTotal")
-    cbc(total, "TaxAmount", amount_text(sum((w.amount for w in withheld), Decimal(0))),
-        currencyID=currency)
-    for item in withheld:
-        subtotal = cac(total, "TaxSubtotal")
-        cbc(subtotal, "TaxableAmount", amount_text(item.base), currencyID=currency)
-        cbc(subtotal, "TaxAmount", amount_text(item.amount), currencyID=currency)
-        cbc(subtotal, "Percent", number_text(item.percent))
-        _tax_scheme(cac(subtotal, "TaxCategory"), WITHHOLDING_CODES[item.code].name, item.code)
+    return cac("WithholdingTaxTotal",
+               amount("TaxAmount", amount_text(sum((w.amount for w in withheld), Decimal(0))),
+                      currency),
+               *[cac("TaxSubtotal",
+                     amount("TaxableAmount", amount_text(item.base), currency),
+                     amount("TaxAmount", amount_text(item.amount), currency),
+                     cbc("Percent", number_text(item.percent)),
+                     cac("TaxCategory",
+                         _tax_scheme(WITHHOLDING_CODES[item.code].name, item.code)))
+                 for item in withheld])
 
 
-def monetary_total(root: Element, currency: str, amounts: Totals) -> None:
+def monetary_total(currency: str, amounts: Totals) -> str:
     """LegalMonetaryTotal, as Turkish invoices show it: goods and services before discounts
     (LineExtensionAmount), the discounts (AllowanceTotalAmount), the VAT base, with VAT, and the
     amount payable after withholding."""
-    total = cac(root, "LegalMonetaryTotal")
-    for name, value in (("LineExtensionAmount", amounts.line_extension),
-                        ("TaxExclusiveAmount", amounts.tax_exclusive),
-                        ("TaxInclusiveAmount", amounts.tax_inclusive),
-                        ("AllowanceTotalAmount", amounts.allowance),
-                        ("PayableAmount", amounts.payable)):
-        cbc(total, name, amount_text(value), currencyID=currency)
+    return cac("LegalMonetaryTotal",
+               *[amount(name, amount_text(value), currency)
+                 for name, value in (("LineExtensionAmount", amounts.line_extension),
+                                     ("TaxExclusiveAmount", amounts.tax_exclusive),
+                                     ("TaxInclusiveAmount", amounts.tax_inclusive),
+                                     ("AllowanceTotalAmount", amounts.allowance),
+                                     ("PayableAmount", amounts.payable))])

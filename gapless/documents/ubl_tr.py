@@ -34,7 +34,7 @@ from gapless.documents.lines import invoice_lines
 from gapless.documents.parties import Issuer
 from gapless.documents.taxes import monetary_total, vat_total, withholding_total
 from gapless.documents.words import amount_in_words
-from gapless.documents.xml import CAC, CBC, INV, NS, NSMAP, Element, cac, cbc
+from gapless.documents.xml import CAC, CBC, INV, NS, NSMAP, cac, cbc
 from gapless.message import PROFILES, InvoiceMessage
 
 #: The rendering's version: bumped whenever the bytes for the same inputs change (2: the
@@ -48,42 +48,40 @@ PLACEHOLDER_NS = "urn:gapless:ubl-tr:unsigned"
 __all__ = ["CAC", "CBC", "FORMAT", "INV", "PLACEHOLDER_NS", "render_ubl_tr", "summarize"]
 
 
-def unsigned(root: Element) -> None:
-    """The extension where the XAdES signature goes, holding the unsigned placeholder (module
-    docstring)."""
-    extension = xml.child(xml.child(root, "ext:UBLExtensions"), "ext:UBLExtension")
-    content = xml.child(extension, "ext:ExtensionContent")
-    xml.child(content, "gapless:Unsigned", **{"xmlns:gapless": PLACEHOLDER_NS})
+#: The extension where the XAdES signature goes, holding the unsigned placeholder (module
+#: docstring).
+UNSIGNED = xml.element("ext:UBLExtensions", xml.element("ext:UBLExtension", xml.element(
+    "ext:ExtensionContent", xml.element("gapless:Unsigned", **{"xmlns:gapless": PLACEHOLDER_NS}))))
+#: What every document starts with: the extension, the UBL version and the customization.
+OPENING = UNSIGNED + cbc("UBLVersionID", "2.1") + cbc("CustomizationID", "TR1.2")
 
 
-def _header(root: Element, message: InvoiceMessage, amounts: Totals, *, number: str,
-            uuid: uuid_module.UUID, local: datetime) -> None:
+def _header(message: InvoiceMessage, amounts: Totals, *, number: str, uuid: uuid_module.UUID,
+            local: datetime) -> str:
     """Identity, dates, type, notes and currency, in the order of the UBL-TR schema."""
-    unsigned(root)
-    cbc(root, "UBLVersionID", "2.1")
-    cbc(root, "CustomizationID", "TR1.2")
-    cbc(root, "ProfileID", message.profile or PROFILES[0])
-    cbc(root, "ID", number)
-    cbc(root, "CopyIndicator", "false")
-    cbc(root, "UUID", str(uuid))  # RFC 4122: output in lower case
-    cbc(root, "IssueDate", local.strftime("%Y-%m-%d"))
-    cbc(root, "IssueTime", local.strftime("%H:%M:%S"))
-    cbc(root, "InvoiceTypeCode", message.invoice_type)
-    if message.note and message.note.strip():
-        cbc(root, "Note", message.note)
-    cbc(root, "Note", amount_in_words(amounts.payable, message.currency))
-    cbc(root, "DocumentCurrencyCode", message.currency)
-    cbc(root, "LineCountNumeric", str(len(message.lines)))
+    return "".join((
+        OPENING,
+        cbc("ProfileID", message.profile or PROFILES[0]),
+        cbc("ID", number),
+        cbc("CopyIndicator", "false"),
+        cbc("UUID", str(uuid)),  # RFC 4122: output in lower case
+        cbc("IssueDate", local.strftime("%Y-%m-%d")),
+        cbc("IssueTime", local.strftime("%H:%M:%S")),
+        cbc("InvoiceTypeCode", message.invoice_type),
+        cbc("Note", message.note) if message.note and message.note.strip() else "",
+        cbc("Note", amount_in_words(amounts.payable, message.currency)),
+        cbc("DocumentCurrencyCode", message.currency),
+        cbc("LineCountNumeric", str(len(message.lines)))))
 
 
-def _exchange_rate(root: Element, message: InvoiceMessage) -> None:
+def _exchange_rate(message: InvoiceMessage) -> str:
     if message.currency == "TRY":
-        return
-    rate = cac(root, "PricingExchangeRate")
-    cbc(rate, "SourceCurrencyCode", message.currency)
-    cbc(rate, "TargetCurrencyCode", "TRY")
+        return ""
     assert message.exchange_rate is not None  # check_ubl_inputs
-    cbc(rate, "CalculationRate", number_text(Decimal(message.exchange_rate)))
+    return cac("PricingExchangeRate",
+               cbc("SourceCurrencyCode", message.currency),
+               cbc("TargetCurrencyCode", "TRY"),
+               cbc("CalculationRate", number_text(Decimal(message.exchange_rate))))
 
 
 def render_ubl_tr(message: InvoiceMessage, *, number: str, uuid: uuid_module.UUID,
@@ -102,27 +100,21 @@ def render_ubl_tr(message: InvoiceMessage, *, number: str, uuid: uuid_module.UUI
     export = message.export if "export" in profile.needs else None
     reasons = {line.vat_exemption_code: line.vat_exemption_reason for line in reversed(
         message.lines) if line.vat_exemption_code and line.vat_exemption_reason}
-    root = xml.root("Invoice", NSMAP)
-    _header(root, message, amounts, number=number, uuid=uuid, local=local)
-    references.billing_references(root, message)
-    references.despatch_references(root, message)
-    if profile.earsiv:
-        references.earsiv_references(root, message.earsiv, local.date())
-    for part in parties.issuer_parts(issuer):
-        root.append(part)
-    if export is not None:
-        parties.export_parties(root, message.customer)
-    else:
-        parties.customer(root, message.customer)
-    references.shipment(root, message.earsiv, issuer)
-    references.payment_means(root, message.payment, currency)
-    _exchange_rate(root, message)
-    vat_total(root, currency, amounts.taxes, reasons)
-    if amounts.withholdings:
-        withholding_total(root, currency, amounts.withholdings)
-    monetary_total(root, currency, amounts)
-    invoice_lines(root, message, amounts, reasons, export)
-    return xml.tostring(root)
+    return xml.document("Invoice", NSMAP, (
+        _header(message, amounts, number=number, uuid=uuid, local=local),
+        references.billing_references(message),
+        references.despatch_references(message),
+        references.earsiv_references(message.earsiv, local.date()) if profile.earsiv else "",
+        parties.issuer_parts(issuer),
+        parties.customer(message.customer) if export is None
+        else parties.export_parties(message.customer),
+        references.shipment(message.earsiv, issuer),
+        references.payment_means(message.payment, currency),
+        _exchange_rate(message),
+        vat_total(currency, amounts.taxes, reasons),
+        withholding_total(currency, amounts.withholdings) if amounts.withholdings else "",
+        monetary_total(currency, amounts),
+        invoice_lines(message, amounts, reasons, export)))
 
 
 # ----------------------------------------------------------------------------------- summary

@@ -1,21 +1,28 @@
-"""The XML vocabulary of UBL-TR 2.1 documents: namespaces, the element makers every part of a
-document is built with, and the writer that turns the tree into bytes.
+"""The XML vocabulary of UBL-TR 2.1 documents: namespaces, and the element makers every part of a
+document is written with.
 
-A document is built once, in schema order, and written out: nothing reads it back while it is
-being made. So the tree is a plain one (an :class:`Element` is a tag, a text, attributes and
-children), written with the fixed prefixes below, about twice as fast as building an lxml tree
-(lxml looks each namespace up again for every element). A basic component (``cbc:``) never has
-children, so it is written out as it is made: a child may be text that is XML already. The
-bytes are exactly what lxml writes for the same tree — the same declaration, the same escapes
-(text: ``& < >`` and carriage return; attributes: also ``"`` and tab, line feed and carriage
-return as character references) and ``<tag/>`` for an element with neither text nor children;
-a test holds the writer to lxml's parse-and-write of its own output. Documents are read back
-with lxml (:data:`NS`).
+A document is written once, in schema order, and nothing reads it back while it is being made.
+So there is no tree: each maker returns its element as XML text, made of its children's text,
+and a part of a document is an expression shaped like the XML it writes::
+
+    cac("TaxCategory",
+        cbc("TaxExemptionReasonCode", code) if code else "",
+        scheme)
+
+A part that is absent is the empty string, which adds nothing; an aggregate left with no
+content is written ``<cac:Name/>``. A part the same in many documents (the issuer's parties,
+the same in every document of a tenant; a tax scheme) is written once and placed as it is. The
+text is written with the fixed prefixes below, about three times as fast as a tree of element
+objects and eight times as fast as an lxml tree. The bytes are exactly what lxml writes for the
+same tree — the same declaration, the same escapes (text: ``& < >`` and carriage return;
+attributes: also ``"`` and tab, line feed and carriage return as character references) and
+``<tag/>`` for an element with neither text nor children; a test holds the writer to lxml's
+parse-and-write of its own output. Documents are read back with lxml (:data:`NS`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable
 
 INV = "urn:oasis:names:specification:ubl:schema:xsd:Invoice-2"
 CAC = "urn:oasis:names:specification:ubl:schema:xsd:CommonAggregateComponents-2"
@@ -29,107 +36,50 @@ NS = {"cac": CAC, "cbc": CBC}
 DECLARATION = "<?xml version='1.0' encoding='UTF-8'?>\n"
 
 
-class Element:
-    """One element: its qualified tag (``cbc:Name``), text, attributes and children, in order;
-    a child is an element, or a part written out already (XML text, placed as it is).
-
-    Its start tag (without the closing ``>``) is written when it is made: the attributes are
-    given then and never change."""
-
-    __slots__ = ("attrib", "children", "start", "tag", "text")
-
-    def __init__(self, tag: str, text: str | None = None,
-                 attrib: dict[str, str] | None = None) -> None:
-        self.tag = tag
-        self.text = text
-        self.attrib = attrib
-        self.start = _start(tag, attrib)
-        self.children: list[Element | str] = []
-
-    def append(self, child: Element | str) -> None:
-        self.children.append(child)
-
-    def __iter__(self) -> Iterator[Element | str]:
-        return iter(self.children)
-
-    def __len__(self) -> int:
-        return len(self.children)
-
-
-def root(tag: str, namespaces: dict[str | None, str]) -> Element:
-    """A document's root element, declaring ``namespaces`` (prefix None: the default one)."""
-    return Element(tag, attrib={("xmlns" if prefix is None else f"xmlns:{prefix}"): uri
-                                for prefix, uri in namespaces.items()})
-
-
-def child(parent: Element, tag: str, text: str | None = None, **attrib: str) -> Element:
-    """An element of any prefix (``ext:UBLExtensions``), appended to ``parent``."""
-    element = Element(tag, text, attrib or None)
-    parent.children.append(element)
-    return element
-
-
-def cbc(parent: Element, name: str, text: str, **attrib: str) -> None:
-    """A basic component (``cbc:name``) with its text, written out and appended to ``parent``
-    (a basic component has no children)."""
+def cbc(name: str, text: str, **attrib: str) -> str:
+    """A basic component (``cbc:name``) with its text (a basic component has no children)."""
     if attrib:
-        parent.children.append(f"<cbc:{name}{_attributes(attrib)}>{_text(text)}</cbc:{name}>")
-    else:
-        parent.children.append(f"<cbc:{name}>{_text(text)}</cbc:{name}>")
+        return f"<cbc:{name}{_attributes(attrib)}>{escape(text)}</cbc:{name}>"
+    return f"<cbc:{name}>{escape(text)}</cbc:{name}>"
 
 
-def cac(parent: Element, name: str) -> Element:
-    """An aggregate component (``cac:name``), appended to ``parent``."""
-    element = Element("cac:" + name)
-    parent.children.append(element)
-    return element
+def amount(name: str, text: str, currency: str) -> str:
+    """A basic component with a ``currencyID`` (an amount): ``cbc(name, text,
+    currencyID=currency)``, the most frequent element of a document, made without the keyword
+    arguments' dict."""
+    attribute = _CURRENCY_IDS.get(currency)
+    if attribute is None:
+        attribute = _attributes({"currencyID": currency})
+        if len(_CURRENCY_IDS) < _WRITTEN_ATTRIBUTES_MAX:
+            _CURRENCY_IDS[currency] = attribute
+    return f"<cbc:{name}{attribute}>{escape(text)}</cbc:{name}>"
 
 
-def written(make: Callable[[Element], None]) -> list[str]:
-    """The parts ``make`` appends to a parent, each written out once: a part the same in many
-    documents (the issuer's parties, the same in every document of a tenant) is then placed as
-    it is (``parent.append(part)``)."""
-    holder = Element("holder")
-    make(holder)
-    return [item if isinstance(item, str) else _xml(item) for item in holder.children]
+def cac(name: str, *parts: str) -> str:
+    """An aggregate component (``cac:name``) holding ``parts`` (elements as written; an empty
+    part adds nothing)."""
+    inner = "".join(parts)
+    if inner:
+        return f"<cac:{name}>{inner}</cac:{name}>"
+    return f"<cac:{name}/>"
 
 
-def tostring(element: Element) -> bytes:
-    """The document rooted at ``element``: UTF-8 with the XML declaration, as lxml writes it."""
-    parts = [DECLARATION]
-    _write(element, parts)
-    return "".join(parts).encode()
+def element(tag: str, *parts: str, **attrib: str) -> str:
+    """An element of any prefix (``ext:UBLExtensions``) holding ``parts`` (elements as written,
+    or text escaped with :func:`escape`), with attributes."""
+    start = f"<{tag}{_attributes(attrib)}" if attrib else f"<{tag}"
+    inner = "".join(parts)
+    if inner:
+        return f"{start}>{inner}</{tag}>"
+    return start + "/>"
 
 
-def _xml(element: Element) -> str:
-    parts: list[str] = []
-    _write(element, parts)
-    return "".join(parts)
-
-
-def _write(element: Element, out: list[str]) -> None:
-    """Append the parts of ``element``'s XML to ``out`` (one list for the whole document: no
-    string is joined twice)."""
-    text = element.text
-    if element.children:
-        out.append(element.start + ">" if text is None else f"{element.start}>{_text(text)}")
-        for item in element.children:
-            if type(item) is str:
-                out.append(item)
-            else:
-                _write(item, out)  # type: ignore[arg-type]
-        out.append(f"</{element.tag}>")
-    elif text is None:
-        out.append(element.start + "/>")
-    else:
-        out.append(f"{element.start}>{_text(text)}</{element.tag}>")
-
-
-def _start(tag: str, attrib: dict[str, str] | None) -> str:
-    """An element's start tag without its closing ``>`` (an empty element ends it ``/>``)."""
-    if not attrib:
-        return "<" + tag
-    return "<" + tag + _attributes(attrib)
+def document(tag: str, namespaces: dict[str | None, str], parts: Iterable[str]) -> bytes:
+    """The document whose root ``tag`` declares ``namespaces`` (prefix None: the default one) and
+    holds ``parts``: UTF-8 with the XML declaration, as lxml writes it."""
+    root = element(tag, "".join(parts), **{("xmlns" if prefix is None else f"xmlns:{prefix}"): uri
+                                           for prefix, uri in namespaces.items()})
+    return (DECLARATION + root).encode()
 
 
 #: Attributes written before (a few distinct ones recur in every document: currencies, unit
@@ -137,6 +87,8 @@ def _start(tag: str, attrib: dict[str, str] | None) -> str:
 #: messages.
 _WRITTEN_ATTRIBUTES: dict[tuple[tuple[str, str], ...], str] = {}
 _WRITTEN_ATTRIBUTES_MAX = 4096
+#: The ``currencyID`` attribute as written, by currency.
+_CURRENCY_IDS: dict[str, str] = {}
 
 
 def _attributes(attrib: dict[str, str]) -> str:
@@ -151,7 +103,8 @@ def _attributes(attrib: dict[str, str]) -> str:
     return text
 
 
-def _text(value: str) -> str:
+def escape(value: str) -> str:
+    """``value`` as the text of an element."""
     if "&" in value:
         value = value.replace("&", "&amp;")
     if "<" in value:
@@ -164,7 +117,7 @@ def _text(value: str) -> str:
 
 
 def _attribute(value: str) -> str:
-    value = _text(value)
+    value = escape(value)
     if '"' in value:
         value = value.replace('"', "&quot;")
     if "\n" in value:
