@@ -202,6 +202,24 @@ async def _execute(conn: psycopg.AsyncConnection[Any], query: str, params: Param
 Connect = Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]]
 
 
+def _lender(pool: AsyncConnectionPool) -> Connect:
+    """Lends ``pool``'s connections: ``pool.connection()`` without its ``async with conn``,
+    whose COMMIT (or ROLLBACK) is a no-op for connections in autocommit mode that still takes
+    the connection's lock and runs a generator at every statement. A connection that comes
+    back inside a transaction all the same (a failure between BEGIN and COMMIT) is rolled back
+    by the pool, or discarded if a statement is still running."""
+
+    @asynccontextmanager
+    async def lend() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        conn = await pool.getconn()
+        try:
+            yield conn
+        finally:
+            await pool.putconn(conn)
+
+    return lend
+
+
 @asynccontextmanager
 async def _transaction(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[Database]:
     """A transaction on ``conn`` (a savepoint if one is open), and a Database bound to it."""
@@ -259,7 +277,7 @@ class Database:
             check=None if idle is None else idle.check,
             reset=None if idle is None else idle.reset)
         await pool.open(wait=False)
-        return cls(pool.connection, pool=pool)
+        return cls(_lender(pool), pool=pool)
 
     @classmethod
     def borrowing(cls, engine: AsyncEngine) -> Database:

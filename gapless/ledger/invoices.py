@@ -31,6 +31,7 @@ from gapless.errors import (
     UnknownSeriesError,
 )
 from gapless.integrator.base import Document, DuplicateOfAnother, Receipt
+from gapless.ledger.arrays import BigintArray, BytesArray, IntegerArray, SmallintArray, TextArray
 from gapless.ledger.database import Database
 from gapless.ledger.queries import invoices as q
 from gapless.ledger.sqlstates import is_lock_timeout, sqlstate
@@ -248,11 +249,11 @@ async def intake_many(db: Database, drafts: Sequence[Draft], *, lease_s: float,
         return [await intake(db, first, lease_s=lease_s, lock_timeout_ms=lock_timeout_ms,
                              profile_version=profile_versions[0], at=at,
                              before_commit=before_commit)]
-    params = {"invoice_ids": [d.invoice_id for d in drafts], "tenant": first.tenant,
-              "series": first.series, "priorities": [d.priority for d in drafts],
-              "payloads": [d.payload_text for d in drafts], "lease_s": lease_s,
-              "lock_timeout_ms": lock_timeout_ms, "profile_versions": list(profile_versions),
-              "at": at}
+    params = {"invoice_ids": TextArray([d.invoice_id for d in drafts]), "tenant": first.tenant,
+              "series": first.series, "priorities": SmallintArray([d.priority for d in drafts]),
+              "payloads": TextArray([d.payload_text for d in drafts]), "lease_s": lease_s,
+              "lock_timeout_ms": lock_timeout_ms,
+              "profile_versions": IntegerArray(profile_versions), "at": at}
     with _claim_errors(f"{len(drafts)} invoices of series {first.series!r}", lock_timeout_ms,
                        (first.tenant, first.series)):
         rows = await _claim_rows(db, q.INTAKE_MANY, params, before_commit)
@@ -317,9 +318,11 @@ async def mark_issued_many(db: Database,
     pks = sorted(outcomes)
     docs = [_document_params(pk, outcomes[pk][1]) for pk in pks]
     rows = await db.all(q.MARK_ISSUED_MANY, {
-        "pks": pks, "refs": [outcomes[pk][0] for pk in pks],
-        "shas": [d["sha256"] for d in docs], "media_types": [d["media_type"] for d in docs],
-        "formats": [d["format"] for d in docs], "bodies": [d["body"] for d in docs]})
+        "pks": BigintArray(pks), "refs": TextArray([outcomes[pk][0] for pk in pks]),
+        "shas": TextArray([d["sha256"] for d in docs]),
+        "media_types": TextArray([d["media_type"] for d in docs]),
+        "formats": TextArray([d["format"] for d in docs]),
+        "bodies": BytesArray([d["body"] for d in docs])})
     return {row.id for row in rows}
 
 
