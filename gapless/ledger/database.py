@@ -20,10 +20,12 @@ This module only opens connections and runs statements; driver errors are classi
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 import psycopg
@@ -202,22 +204,55 @@ async def _execute(conn: psycopg.AsyncConnection[Any], query: str, params: Param
 Connect = Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]]
 
 
-def _lender(pool: AsyncConnectionPool) -> Connect:
-    """Lends ``pool``'s connections: ``pool.connection()`` without its ``async with conn``,
-    whose COMMIT (or ROLLBACK) is a no-op for connections in autocommit mode that still takes
-    the connection's lock and runs a generator at every statement. A connection that comes
+class _Loan:
+    """One connection of ``pool`` for one use: ``pool.connection()`` without its ``async with
+    conn``, whose COMMIT (or ROLLBACK) is a no-op for connections in autocommit mode that still
+    takes the connection's lock and runs a generator at every statement. A connection that comes
     back inside a transaction all the same (a failure between BEGIN and COMMIT) is rolled back
-    by the pool, or discarded if a statement is still running."""
+    by the pool, or discarded if a statement is still running. A class, not a generator: it is
+    entered once per statement."""
 
-    @asynccontextmanager
-    async def lend() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        conn = await pool.getconn()
+    __slots__ = ("_conn", "_pool")
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self._pool = pool
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        self._conn: psycopg.AsyncConnection[Any] = await self._pool.getconn()
+        return self._conn
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._pool.putconn(self._conn)
+
+
+class _Use:
+    """:meth:`Database._connection`: a connection from the database's ``connect`` for one use.
+    On a driver error that leaves it useless but open (a read-only server, a shutdown under
+    way), a pooled connection is closed, so the pool drops it and connects again from the URL;
+    a broken or closed one has the pool test its idle ones."""
+
+    __slots__ = ("_conn", "_db", "_lent")
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        self._lent = self._db._connect()
+        self._conn: psycopg.AsyncConnection[Any] = await self._lent.__aenter__()
+        return self._conn
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, traceback: TracebackType | None) -> bool | None:
         try:
-            yield conn
+            if isinstance(exc, psycopg.Error):
+                conn = self._conn
+                if self._db._pool is not None and must_discard(exc) and not conn.closed:
+                    await conn.close()
+                if conn.broken or conn.closed:
+                    self._db._check_pool()
         finally:
-            await pool.putconn(conn)
-
-    return lend
+            handled = await self._lent.__aexit__(exc_type, exc, traceback)
+        return handled
 
 
 @asynccontextmanager
@@ -277,7 +312,7 @@ class Database:
             check=None if idle is None else idle.check,
             reset=None if idle is None else idle.reset)
         await pool.open(wait=False)
-        return cls(_lender(pool), pool=pool)
+        return cls(functools.partial(_Loan, pool), pool=pool)
 
     @classmethod
     def borrowing(cls, engine: AsyncEngine) -> Database:
@@ -311,19 +346,8 @@ class Database:
 
         return cls(connect)
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        async with self._connect() as conn:
-            try:
-                yield conn
-            except psycopg.Error as exc:
-                if self._pool is not None and must_discard(exc) and not conn.closed:
-                    # Still open, yet useless (a read-only server, a shutdown under way):
-                    # closed, the pool drops it and connects again from the URL.
-                    await conn.close()
-                if conn.broken or conn.closed:
-                    self._check_pool()
-                raise
+    def _connection(self) -> _Use:
+        return _Use(self)
 
     def _check_pool(self) -> None:
         """A connection broke (the server restarted, or dropped it): test the idle ones in the
