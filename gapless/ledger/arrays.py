@@ -3,14 +3,15 @@ by a dumper that knows the element type.
 
 psycopg dumps a plain ``list`` by inspecting it at every call — the element type, the
 dimensions, the dumper of the elements, the smallest integer type that holds the numbers —
-once to choose the parameter's type and once to write it: about 12 µs of the worker's CPU per
-array, 70 µs for the ISSUED group commit's six arrays, more than the rest of the statement's
-client work. The group statements (``intake_invoices``, ``gapless_mark_issued_many``) know
-their arrays' element types, so they pass each list as the array it is (:class:`TextArray`,
-:class:`BytesArray`, :class:`BigintArray`, :class:`IntegerArray`, :class:`SmallintArray`);
-its dumper, registered for psycopg's binary format on every connection, writes the bytes at
-once. A ``None`` element is an SQL NULL; the array's type is the element type's array type
-whatever the values (the statements cast them anyway).
+once to choose the parameter's type and once to write it: about 10 µs of the worker's CPU per
+array, 60 µs to convert and write the ISSUED group commit's six arrays (25 µs with the dumpers
+here; docs/benchmarks.md, "Documents written as text, typed arrays"). The group statements
+(``intake_invoices``, ``gapless_mark_issued_many``) know their arrays' element types, so they
+pass each list as the array it is (:class:`TextArray`, :class:`BytesArray`,
+:class:`BigintArray`, :class:`IntegerArray`, :class:`SmallintArray`); its dumper, registered
+for psycopg's binary format on every connection, writes the bytes at once. A ``None`` element
+is an SQL NULL; the array's type is the element type's array type whatever the values (the
+statements cast them anyway).
 
 The binary format (PostgreSQL's ``array_recv``): the number of dimensions (1, or 0 for an empty
 array), a flag saying whether any element is NULL, the element type's oid, then per dimension
