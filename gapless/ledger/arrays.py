@@ -4,8 +4,8 @@ by a dumper that knows the element type.
 psycopg dumps a plain ``list`` by inspecting it at every call — the element type, the
 dimensions, the dumper of the elements, the smallest integer type that holds the numbers —
 once to choose the parameter's type and once to write it: about 10 µs of the worker's CPU per
-array, 60 µs to convert and write the ISSUED group commit's six arrays (25 µs with the dumpers
-here; docs/benchmarks.md, "Documents written as text, typed arrays"). The group statements
+array, 58–64 µs to convert and write the ISSUED group commit's six arrays (23–31 µs with the
+dumpers here; docs/benchmarks.md, "Documents written as text, typed arrays"). The group statements
 (``intake_invoices``, ``gapless_mark_issued_many``) know their arrays' element types, so they
 pass each list as the array it is (:class:`TextArray`, :class:`BytesArray`,
 :class:`BigintArray`, :class:`IntegerArray`, :class:`SmallintArray`); its dumper, registered
