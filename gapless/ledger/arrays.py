@@ -32,6 +32,8 @@ _HEADER = struct.Struct("!iiIii")
 _EMPTY = struct.Struct("!iiI")
 _LENGTH = struct.Struct("!i")
 _NULL = _LENGTH.pack(-1)
+_TEXT = types["text"]
+_BYTEA = types["bytea"]
 
 
 class TextArray(list[str | None]):
@@ -69,7 +71,7 @@ def _array(element_oid: int, items: list[bytes | None]) -> bytes:
 
 class _TextArrayDumper(Dumper):
     format = Format.BINARY
-    oid = types["text"].array_oid
+    oid = _TEXT.array_oid
 
     def __init__(self, cls: type, context: Any = None) -> None:
         super().__init__(cls, context)
@@ -77,17 +79,15 @@ class _TextArrayDumper(Dumper):
 
     def dump(self, obj: Any) -> bytes:
         encoding = self._encoding
-        return _array(types["text"].oid,
-                      [None if item is None else item.encode(encoding) for item in obj])
+        return _array(_TEXT.oid, [None if item is None else item.encode(encoding) for item in obj])
 
 
 class _BytesArrayDumper(Dumper):
     format = Format.BINARY
-    oid = types["bytea"].array_oid
+    oid = _BYTEA.array_oid
 
     def dump(self, obj: Any) -> bytes:
-        return _array(types["bytea"].oid,
-                      [None if item is None else bytes(item) for item in obj])
+        return _array(_BYTEA.oid, [None if item is None else bytes(item) for item in obj])
 
 
 def _integers(name: str, code: str) -> type[Dumper]:
