@@ -65,6 +65,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float, *, interval: float 
                               error=AssertionError)
 
 
+def at_once(check: Callable[[], object]) -> Callable[[], Awaitable[object]]:
+    """A predicate for :func:`await_until` that checks this process's own state (no I/O)."""
+    async def predicate() -> object:
+        return check()
+    return predicate
+
+
 async def await_until(predicate: Callable[[], Awaitable[Any]], timeout: float, *,
                       interval: float = 0.05, message: str = "condition") -> Any:
     """Async twin of :func:`wait_until`."""

@@ -36,7 +36,9 @@ from gapless.errors import GaplessError
 from gapless.integrator.accounts import Accounts
 from gapless.integrator.base import IntegratorAuthError, TransientIntegratorError
 from gapless.issuing.outcome import PROBE_TENANT, PROBE_UUID, credentials_refused
+from gapless.issuing.routing import NOTICE_CHANNEL
 from gapless.ledger.database import Database, check_cluster
+from gapless.ledger.notices import Notices
 from gapless.ledger.queries import config as config_queries
 from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.logging import get_logger
@@ -92,6 +94,8 @@ class Worker:
         self._dead_letters: Publisher | None = None
         self._guard: Accounts | None = None
         self._flow: IssuingFlow | None = None
+        #: The listener of the recipient cache's change notices (while running).
+        self.notices: Notices | None = None
         #: When the broker connection was lost (None while connected).
         self._amqp_lost_at: float | None = None
         #: The task running :meth:`run` (what /healthz looks at).
@@ -184,6 +188,11 @@ class Worker:
         self._guard = guard
         self._flow = IssuingFlow(db, self._guard, settings, hooks=self.hooks, clock=self.clock,
                                  stopping=lambda: self.stopping)
+        # The recipient answers the flow keeps in memory are trusted while this listens.
+        memory = self._flow.recipients
+        self.notices = Notices(settings.database_url, NOTICE_CHANNEL, on_notice=memory.heard,
+                               on_listening=memory.listening, on_deaf=memory.deaf)
+        self.notices.start()
         server = None
         if self.metrics_port is not None:
             # /metrics, /healthz and /readyz in this event loop.
@@ -194,6 +203,7 @@ class Worker:
         finally:
             if server is not None:
                 await server.stop()
+            await self.notices.aclose()
 
     async def _consume(self, settings: Settings) -> None:
         if self.hooks is not NO_HOOKS:

@@ -35,6 +35,7 @@ Logging: one info event per delivery's outcome; the steps in between log at debu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -47,7 +48,7 @@ from structlog.stdlib import BoundLogger
 
 from gapless.constants import TERMINAL_STATUSES, Status
 from gapless.errors import InvalidTransition, ReservationLockTimeout, UnknownSeriesError
-from gapless.integrator.base import Document, IntegratorAuthError, Recipient
+from gapless.integrator.base import Document, IntegratorAuthError
 from gapless.integrator.guard import Guard
 from gapless.issuing import outcome
 from gapless.issuing.admission import numbering_problem
@@ -57,12 +58,11 @@ from gapless.issuing.outcome import WORKER_EVENTS, Outcomes, Settled
 from gapless.issuing.render import Renderer, RenderError
 from gapless.issuing.routing import (
     ASKS_RECIPIENT,
-    UNREAD,
+    RecipientMemory,
     RecipientUnavailable,
     Route,
     Router,
     RoutingRefused,
-    Unread,
 )
 from gapless.issuing.seals import SealQueue
 from gapless.ledger.catalog import Catalog
@@ -160,7 +160,10 @@ class IssuingFlow:
         self.settings = settings
         self.catalog = catalog or Catalog(db)
         self.renderer = Renderer(self.catalog)
-        self.router = Router(db, self.catalog, guard, settings.recipient_ttl_s)
+        #: The recipient answers this process read, kept while it listens to the table's change
+        #: notices (the consumer runs the listener; without one every answer is read again).
+        self.recipients = RecipientMemory()
+        self.router = Router(db, self.catalog, guard, settings.recipient_ttl_s, self.recipients)
         self.corrector = ChannelCorrector(db, self.catalog, self.router, settings)
         #: ISSUED outcomes of concurrent deliveries share commits (each delivery is acked only
         #: after the commit that holds its own outcome).
@@ -218,7 +221,8 @@ class IssuingFlow:
         bound.debug("message_received", priority=delivery.priority,
                     redelivered=delivery.redelivered)
         profile = await self.catalog.profile_in_force(message.tenant)
-        routed = await self._route(message, profile, bound)
+        routable = profile is not None and await self._may_route(message)
+        routed = await self._route(message, profile, routable, bound)
         if isinstance(routed, Verdict):
             return routed
         message, series = routed.message, routed.series
@@ -230,38 +234,42 @@ class IssuingFlow:
                       priority_of(delivery.priority, message.priority), message.payload(),
                       message.body().decode())
         claim = await self._intake(message, series, draft, profile, bound)
+        if (routable and isinstance(claim, Claim) and claim.kind is ClaimKind.CONFLICT
+                and claim.number is not None and claim.series is not None):
+            # A numbered invoice (a redelivery, a duplicate) keeps the route it was sealed with,
+            # whatever the routing answers now: the claim is taken in its own series.
+            sealed = await self._sealed_route(message, claim.series)
+            if sealed is not None:
+                draft = dataclasses.replace(draft, series=sealed.series.code)
+                claim = await self._intake(sealed.message, sealed.series, draft, profile, bound)
         if isinstance(claim, Verdict):
             return claim
         return await self._after_claim(claim, message, bound)
 
     # -- routing and checks before any number is used --------------------------------------------
 
-    async def _route(self, message: AnyMessage, profile: Profile | None,
+    async def _route(self, message: AnyMessage, profile: Profile | None, routable: bool,
                      bound: BoundLogger) -> Route | Verdict:
         """The message's series, and for a routed tenant its channel, profile and alias (see
         :mod:`gapless.issuing.routing`). A message that contradicts the routing, or names a series
         that does not exist, is dead-lettered — unless its invoice is numbered already (a redelivery
-        goes on as sealed); when the integrator cannot answer the recipient check, it waits."""
-        cached: Recipient | Unread | None = UNREAD
-        if profile is not None and await self._may_route(message):
-            # A numbered invoice (a redelivery, a duplicate) keeps the route it was sealed with.
-            # Its state and the customer's cached recipient answer are read together.
-            known = await self.router.known(message)
-            state, cached = known.state, known.recipient
-            if state is not None and state.number is not None:
-                spec = await self.catalog.series(message.tenant, state.series)
-                if spec is not None:
-                    return Route(message.model_copy(update={"series": state.series}), spec,
-                                 spec.channel)
+        goes on as sealed); when the integrator cannot answer the recipient check, it waits.
+
+        Nothing but the routing is read first: a redelivery of a numbered invoice that the
+        routing now sends elsewhere is found by its seal (CONFLICT, then :meth:`_sealed_route`),
+        and only a routing that fails reads the invoice's state."""
         try:
-            return await self.router.route(message, profiled=profile is not None,
-                                           cached=cached)
+            return await self.router.route(message, profiled=profile is not None)
         except UnknownSeriesError as exc:
             return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=str(exc))
         except RoutingRefused as exc:
+            if routable and (sealed := await self._sealed_route(message)) is not None:
+                return sealed
             await self._numbered_already(message, exc.reason, bound)  # cancels an unsealed draft
             return self._dead_letter(exc.reason, bound)
         except RecipientUnavailable as exc:
+            if routable and (sealed := await self._sealed_route(message)) is not None:
+                return sealed  # numbered already: its route needs no answer
             refused = isinstance(exc.__cause__, IntegratorAuthError)
             if refused:
                 self.credentials_refused = True
@@ -270,6 +278,18 @@ class IssuingFlow:
             return self._requeue("recipient_check_unavailable", bound, backoff_s=1.0,
                                  pause=refused or not self.guard.accepting())
 
+    async def _sealed_route(self, message: AnyMessage, series: str | None = None) -> Route | None:
+        """The route a numbered invoice was sealed with (its series: ``series`` when the claim
+        told it, else read), or None when the invoice has no number."""
+        if series is None:
+            state = await invoice_state(self.db, message.invoice_id, tenant=message.tenant)
+            if state is None or state.number is None:
+                return None
+            series = state.series
+        spec = await self.catalog.series(message.tenant, series)
+        if spec is None:
+            return None
+        return Route(message.model_copy(update={"series": series}), spec, spec.channel)
 
     async def _may_route(self, message: AnyMessage) -> bool:
         """Whether routing may choose this message's series: it names none, or one of a routed

@@ -26,13 +26,17 @@ The choice is written into the message itself (``series``, ``profile``, ``custom
 before its draft is stored, so it is pinned with the number: every resend renders and sends the
 same. Answers are cached in PostgreSQL (``recipients``, per integrator account) for
 ``GAPLESS_RECIPIENT_TTL_S``, shared by every worker, and never read or written inside the
-transaction that seals a number.
+transaction that seals a number. A worker also keeps the answers it read in memory
+(:class:`RecipientMemory`), for no longer than their TTL and only while it listens to the table's
+change notices: an answer changed by any process or client is dropped at once, and while the
+worker cannot listen every answer is read from the table again.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from gapless.constants import EARSIV_PROFILE, Channel
 from gapless.errors import GaplessError, UnknownSeriesError
@@ -76,21 +80,6 @@ class RecipientSource(Protocol):
         ...
 
 
-class Unread:
-    """The cached answer was not read yet (``cached``'s default: read it)."""
-
-
-UNREAD = Unread()
-
-
-class _State(NamedTuple):
-    """An invoice's status, number and series (as ``invoice_state`` reads them)."""
-
-    status: str
-    number: str | None
-    series: str
-
-
 @dataclass(frozen=True)
 class Route:
     """Where a message's document goes: its series, channel (``any``: not routed) and the
@@ -101,37 +90,104 @@ class Route:
     channel: Channel
 
 
-@dataclass(frozen=True)
-class Known:
-    """What the database holds for a message before it is routed, read in one round trip: its
-    invoice's state (None: no invoice yet) and the cached recipient answer (None: none fresh)."""
+#: Answers one process keeps in memory at most (the oldest kept goes first).
+MEMORY_ENTRIES = 100_000
+#: The notification channel the table ``recipients`` announces its changes on
+#: (schema/current/routing.sql; payload ``account<TAB>tax_id``, or ``*`` for every answer).
+NOTICE_CHANNEL = "gapless_recipients"
 
-    state: _State | None
-    recipient: Recipient | None
+
+class RecipientMemory:
+    """The recipient answers one process has read, kept until their TTL ends or the table says
+    they changed (:class:`gapless.ledger.notices.Notices` on :data:`NOTICE_CHANNEL`).
+
+    It starts deaf: nothing is kept or answered until :meth:`listening` (the LISTEN is in
+    place); :meth:`deaf` (the connection lost) forgets everything. An answer read from the table
+    is kept only if nothing was heard since its read began (:attr:`generation` unchanged): a
+    change committed while the read was on its way may not be in what it read.
+    """
+
+    def __init__(self, max_entries: int = MEMORY_ENTRIES) -> None:
+        self._answers: dict[tuple[str, str], tuple[float, Recipient]] = {}
+        self._max_entries = max_entries
+        self._on = False
+        #: Moves on with everything heard (a change, deafness, listening again).
+        self.generation = 0
+
+    def get(self, account: str, tax_id: str) -> Recipient | None:
+        """The kept answer, if any and not past its TTL."""
+        kept = self._answers.get((account, tax_id))
+        if kept is None:
+            return None
+        if kept[0] <= time.monotonic():
+            self._answers.pop((account, tax_id), None)
+            return None
+        return kept[1]
+
+    def keep(self, account: str, recipient: Recipient, *, until: float,
+             generation: int) -> None:
+        """Keep an answer read from the table until ``until`` (monotonic clock) — if the memory
+        listens and heard nothing since ``generation`` was taken, before the read."""
+        if not self._on or generation != self.generation:
+            return
+        if len(self._answers) >= self._max_entries:
+            self._answers.pop(next(iter(self._answers)))
+        self._answers[(account, recipient.tax_id)] = (until, recipient)
+
+    def heard(self, payload: str) -> None:
+        """A change announced by the table: ``account<TAB>tax_id``, or ``*`` (every answer)."""
+        account, _, tax_id = payload.partition("\t")
+        if payload == "*" or not tax_id:
+            self.generation += 1
+            self._answers.clear()
+        else:
+            self.forget(account, tax_id)
+
+    def forget(self, account: str, tax_id: str) -> None:
+        """Drop one answer (changed), and any read of it on its way."""
+        self.generation += 1
+        self._answers.pop((account, tax_id), None)
+
+    def listening(self) -> None:
+        self.generation += 1
+        self._answers.clear()
+        self._on = True
+
+    def deaf(self) -> None:
+        self.generation += 1
+        self._on = False
+        self._answers.clear()
 
 
 class RecipientCache:
-    """The integrator's recipient answers in PostgreSQL, reused for ``ttl_s`` by every worker."""
+    """The integrator's recipient answers in PostgreSQL, reused for ``ttl_s`` by every worker;
+    with ``memory``, also kept in this process (read from the table once per TTL or change)."""
 
-    def __init__(self, db: Database, ttl_s: float) -> None:
+    def __init__(self, db: Database, ttl_s: float,
+                 memory: RecipientMemory | None = None) -> None:
         self._db = db
         self._ttl_s = ttl_s
-
-    async def known(self, account: str, message: AnyMessage) -> Known:
-        """The message's invoice state and the account's fresh answer for its customer."""
-        tax_id = message.customer.tax_id
-        row = await self._db.one(q.STATE_AND_RECIPIENT, {
-            "invoice_id": message.invoice_id, "tenant": message.tenant, "account": account,
-            "tax_id": tax_id, "ttl_s": self._ttl_s})
-        state = None if row.status is None else _State(row.status, row.number, row.series)
-        return Known(state, _recipient(tax_id, row) if row.cached else None)
+        self.memory = memory
 
     async def fresh(self, account: str, tax_id: str) -> Recipient | None:
-        """The account's cached answer if it is younger than the TTL (one indexed read, no
-        lock)."""
+        """The account's cached answer if it is younger than the TTL: from memory, or one
+        indexed read (no lock)."""
+        memory = self.memory
+        generation = 0
+        if memory is not None:
+            kept = memory.get(account, tax_id)
+            if kept is not None:
+                return kept
+            generation = memory.generation
         row = await self._db.one(q.FRESH_RECIPIENT, {"account": account, "tax_id": tax_id,
                                                      "ttl_s": self._ttl_s})
-        return None if row is None else _recipient(tax_id, row)
+        if row is None:
+            return None
+        answer = _recipient(tax_id, row)
+        if memory is not None:
+            memory.keep(account, answer, until=time.monotonic() + self._ttl_s - row.age_s,
+                        generation=generation)
+        return answer
 
     async def store(self, account: str, recipient: Recipient) -> None:
         """Keep an account's answer (the newest wins; one short autocommit statement)."""
@@ -140,10 +196,13 @@ class RecipientCache:
             "aliases": list(recipient.aliases),
             "despatch_registered": recipient.despatch_registered,
             "despatch_aliases": list(recipient.despatch_aliases)})
+        if self.memory is not None:
+            # This process reads its own change from now on, before the table's notice comes.
+            self.memory.forget(account, recipient.tax_id)
 
 
 def _recipient(tax_id: str, row: Any) -> Recipient:
-    """A cached answer from its row (FRESH_RECIPIENT's columns, or STATE_AND_RECIPIENT's)."""
+    """A cached answer from its row (FRESH_RECIPIENT's columns)."""
     return Recipient(tax_id, row.registered, tuple(row.aliases), row.despatch_registered,
                      tuple(row.despatch_aliases))
 
@@ -152,30 +211,22 @@ class Router:
     """Routes messages of one worker process (safe for any number of concurrent tasks)."""
 
     def __init__(self, db: Database, catalog: Catalog, source: RecipientSource,
-                 ttl_s: float) -> None:
+                 ttl_s: float, memory: RecipientMemory | None = None) -> None:
         self._db = db
         self._catalog = catalog
         self._source = source
-        self.cache = RecipientCache(db, ttl_s)
+        self.cache = RecipientCache(db, ttl_s, memory)
 
-    async def known(self, message: AnyMessage) -> Known:
-        """The message's invoice state and the cached answer for its customer, in one read
-        (pass :attr:`Known.recipient` to :meth:`route` as ``cached``)."""
-        return await self.cache.known(self._source.registry_of(message.tenant), message)
-
-    async def recipient(self, tenant: str, tax_id: str, *, refresh: bool = False,
-                        cached: Recipient | Unread | None = UNREAD) -> Recipient:
+    async def recipient(self, tenant: str, tax_id: str, *, refresh: bool = False) -> Recipient:
         """The recipient answer: cached if fresh (unless ``refresh``), else asked of
         ``tenant``'s integrator account and stored. The cache is per account: a test account and
-        a live one answer from different registries. ``cached``: the fresh answer already read
-        (:meth:`known`; None: there was none), so the cache is not read again.
+        a live one answer from different registries.
 
         Raises RecipientUnavailable when the integrator cannot answer.
         """
         account = self._source.registry_of(tenant)
         if not refresh:
-            if isinstance(cached, Unread):
-                cached = await self.cache.fresh(account, tax_id)
+            cached = await self.cache.fresh(account, tax_id)
             if cached is not None:
                 return cached
         try:
@@ -196,17 +247,14 @@ class Router:
             raise UnknownSeriesError(tenant, code)
         return spec
 
-    async def route(self, message: AnyMessage, *, profiled: bool,
-                    cached: Recipient | Unread | None = UNREAD) -> Route:
+    async def route(self, message: AnyMessage, *, profiled: bool) -> Route:
         """Choose the message's series (and, when routed, channel, profile and alias).
-        ``cached``: the customer's fresh cached answer, when the caller read it already
-        (:meth:`known`).
 
         Raises UnknownSeriesError (the named series does not exist), RoutingRefused (dead-letter)
         or RecipientUnavailable (wait).
         """
         if isinstance(message, DespatchMessage):
-            return await self._route_despatch(message, profiled=profiled, cached=cached)
+            return await self._route_despatch(message, profiled=profiled)
         tenant = message.tenant
         defaults: dict[Channel, str] = {}
         if message.series is not None:
@@ -225,7 +273,7 @@ class Router:
                                          "series)")
                 spec = await self._series(tenant, code)
                 return Route(message.model_copy(update={"series": code}), spec, Channel.ANY)
-        recipient = await self.recipient(tenant, message.customer.tax_id, cached=cached)
+        recipient = await self.recipient(tenant, message.customer.tax_id)
         channel = Channel.EFATURA if recipient.registered else Channel.EARSIV
         profile = _profile(message, channel)
         alias = _alias(message, recipient, channel)
@@ -249,8 +297,7 @@ class Router:
                                             "customer": customer})
         return Route(routed, spec, channel)
 
-    async def _route_despatch(self, message: DespatchMessage, *, profiled: bool,
-                              cached: Recipient | Unread | None) -> Route:
+    async def _route_despatch(self, message: DespatchMessage, *, profiled: bool) -> Route:
         """A dispatch note's series (channel ``edespatch``) and alias (the customer's e-İrsaliye
         alias, or GİB's box)."""
         tenant = message.tenant
@@ -269,7 +316,7 @@ class Router:
             spec = await self._series(tenant, code)
         if not profiled:
             raise RoutingRefused(NEEDS_PROFILE.format(tenant=tenant))
-        recipient = await self.recipient(tenant, message.customer.tax_id, cached=cached)
+        recipient = await self.recipient(tenant, message.customer.tax_id)
         alias = _despatch_alias(message, recipient)
         customer = message.customer
         if alias != customer.alias:

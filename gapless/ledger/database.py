@@ -82,7 +82,7 @@ class IdleCheck:
             await AsyncConnectionPool.check_connection(conn)
 
 
-def _connect_kwargs(actor: str | None, application_name: str | None) -> dict[str, Any]:
+def connect_kwargs(actor: str | None, application_name: str | None) -> dict[str, Any]:
     """The connection parameters gapless adds to the URL's (a connect timeout, and who the
     backend works for: ``application_name`` and the ``gapless.actor`` setting)."""
     kwargs: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
@@ -117,10 +117,10 @@ def make_engine(database_url: str, *, actor: str = "sql", application_name: str 
     """
     url = libpq_url(database_url)
     conninfo_parts(url)
-    connect_kwargs = _connect_kwargs(actor, application_name)
+    connect_params = connect_kwargs(actor, application_name)
 
     async def connect() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(url, **connect_kwargs)
+        return await psycopg.AsyncConnection.connect(url, **connect_params)
 
     engine = create_async_engine(
         "postgresql+psycopg://", async_creator=connect, pool_size=pool_size,
@@ -134,10 +134,10 @@ def make_sync_engine(database_url: str, **kwargs: Any) -> Engine:
     ``connect()``, made by psycopg from the URL itself (multi-host URLs included)."""
     url = libpq_url(database_url)
     conninfo_parts(url)
-    connect_kwargs = _connect_kwargs(None, None)
+    connect_params = connect_kwargs(None, None)
 
     def connect() -> psycopg.Connection[Any]:
-        return psycopg.connect(url, **connect_kwargs)
+        return psycopg.connect(url, **connect_params)
 
     engine = create_engine("postgresql+psycopg://", creator=connect, poolclass=NullPool,
                            **kwargs)
@@ -302,7 +302,7 @@ class Database:
         connection as a passing database error and retry)."""
         conninfo = driver_conninfo(database_url)
         kwargs: dict[str, Any] = {"autocommit": True,
-                                  **_connect_kwargs(actor, application_name)}
+                                  **connect_kwargs(actor, application_name)}
         probe = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
         await probe.close()
         idle = None if check_idle_s is None else IdleCheck(check_idle_s)

@@ -133,11 +133,16 @@ class Sending:
 
 @dataclass(frozen=True)
 class Claim:
+    """What an intake decided for a draft. ``series`` and ``number``: the invoice's as stored
+    (for CONFLICT, those of the invoice the producer key already names)."""
+
     kind: ClaimKind
     status: Status | None
     sending: Sending | None = None
     fresh_number: bool = False
     created: bool = False
+    series: str | None = None
+    number: str | None = None
 
 
 def _stored(row: Any) -> StoredDocument | None:
@@ -165,9 +170,11 @@ def _sending(row: Any, payload: dict[str, Any] | None = None) -> Sending:
 def _claim(row: Any, payload: dict[str, Any] | None = None) -> Claim:
     if row.kind in ("sealed", "send"):
         return Claim(ClaimKind.SEND, Status.SENDING, _sending(row, payload),
-                     fresh_number=row.kind == "sealed", created=row.created)
+                     fresh_number=row.kind == "sealed", created=row.created, series=row.series,
+                     number=row.number)
     status = Status(row.status) if row.status is not None else None
-    return Claim(ClaimKind(row.kind), status, created=row.created)
+    return Claim(ClaimKind(row.kind), status, created=row.created, series=row.series,
+                 number=row.number)
 
 
 async def _claim_rows(db: Database, query: str, params: dict[str, Any],

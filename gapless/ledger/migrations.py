@@ -229,7 +229,7 @@ def migrate(database_url: str, cluster_id: int) -> MigrateResult:
 #: tables first (they call no function), then each concern; a trigger, or a SQL-language function,
 #: comes after the functions it names (PL/pgSQL bodies are resolved when they run).
 CURRENT_FILES = ("tables.sql", "ids.sql", "numbering.sql", "intake.sql", "history.sql",
-                 "chain.sql", "feed.sql", "gib.sql", "outcomes.sql")
+                 "chain.sql", "feed.sql", "gib.sql", "outcomes.sql", "routing.sql")
 
 
 def current_files() -> list[Path]:

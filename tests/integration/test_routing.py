@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.constants import HEADER_DEAD_REASON
 from gapless.demo.samples import vkn
 from gapless.settings import Settings
-from tests.helpers import await_until, ledger, run_gapless
+from tests.helpers import at_once, await_until, ledger, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, field
 from tests.worker_support import (
@@ -28,6 +28,7 @@ from tests.worker_support import (
     routed_tenant,
     rows,
     running_worker,
+    take_queue,
 )
 from tests.worker_support import (
     routed_message as message,
@@ -128,7 +129,8 @@ async def test_a_numbered_invoice_sent_again_keeps_the_route_it_was_sealed_with(
     """A duplicate of an invoice numbered in e-Arşiv, arriving after its customer registered
     for e-Fatura and the cached answer went stale, is the same invoice: acked as final, never
     routed anew (that would name the EFA series and be refused as another series' invoice).
-    The invoice's state and the cached answer are read in one statement before routing."""
+    Its seal in EFA finds the invoice numbered in EAR (a CONFLICT, nothing sealed), and the
+    claim is taken again in EAR."""
     tax_id = "4840847211"
     settings = worker_settings.with_overrides(recipient_ttl_s=0.5)
     async with running_worker(settings, concurrency=1):
@@ -419,3 +421,135 @@ async def await_sql_due(engine: AsyncEngine) -> None:
                 "SELECT bool_and(next_attempt_at <= now()) FROM invoices "
                 "WHERE status = 'ERROR'"))).scalar_one())
     await await_until(due, 30, message="the ERROR invoice due again")
+
+
+# -- the answers a worker keeps in memory ---------------------------------------------------------
+
+
+async def sql(engine: AsyncEngine, statement: str, **params: Any) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text(statement), params)
+
+
+async def silently(engine: AsyncEngine, statement: str, **params: Any) -> None:
+    """Change the table with its triggers off (no change notice): what only a worker that serves
+    from memory would not see."""
+    async with engine.begin() as conn:
+        await conn.execute(text("SET LOCAL session_replication_role = replica"))
+        await conn.execute(text(statement), params)
+
+
+@pytest.mark.usefixtures("routed")
+async def test_a_worker_routes_on_the_answers_it_keeps_and_drops_one_the_table_says_changed(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    """The answer read once is kept in memory: a change made without a notice is not seen (the
+    proof it is not read again per message); a notice — any writer's change, here a bare
+    pg_notify — drops it at once, long before its TTL. (The first message asks the integrator
+    and stores the answer; the next reads it from the table, and keeps it.)"""
+    tax_id = "4840847211"
+    async with running_worker(worker_settings, concurrency=1) as worker:
+        assert worker.notices is not None
+        await await_until(at_once(lambda: worker.notices.listening), 10, message="listening")
+        await publish(worker_settings, message("m-0", tax_id), message("m-1", tax_id))
+        await await_until(lambda: all_in(engine, {"m-0", "m-1"}, "ISSUED"), 30,
+                          message="m-0, m-1 ISSUED")
+        memory = worker._flow.recipients  # type: ignore[union-attr]
+        await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10, message="kept")
+        await silently(engine, "UPDATE recipients SET registered = true, "
+                               "aliases = ARRAY['urn:mail:defaultpk@new.example'] "
+                               "WHERE tax_id = :tax_id", tax_id=tax_id)
+        await publish(worker_settings, message("m-2", tax_id))
+        await await_until(lambda: all_in(engine, {"m-2"}, "ISSUED"), 30, message="m-2 ISSUED")
+        mock_integrator.set_recipients({tax_id: ["urn:mail:defaultpk@new.example"]})
+        await sql(engine, "SELECT pg_notify('gapless_recipients', E'\\t' || :tax_id)",
+                  tax_id=tax_id)
+        await await_until(at_once(lambda: memory.get("", tax_id) is None), 10, message="dropped")
+        await publish(worker_settings, message("m-3", tax_id))
+        await await_until(lambda: all_in(engine, {"m-3"}, "ISSUED"), 30, message="m-3 ISSUED")
+    stored = await documents(engine)
+    assert [stored[f"m-{n}"].series for n in (1, 2, 3)] == ["EAR", "EAR", "EFA"]
+    assert [entry["invoice_id"] for entry in mock_integrator.ledger()] == [
+        "m-0", "m-1", "m-2", "m-3"]  # none refused, none corrected
+
+
+@pytest.mark.usefixtures("routed")
+async def test_an_operator_change_of_the_table_reaches_a_running_worker_by_its_trigger(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    tax_id = "4840847211"
+    async with running_worker(worker_settings, concurrency=1) as worker:
+        assert worker.notices is not None
+        await await_until(at_once(lambda: worker.notices.listening), 10, message="listening")
+        await publish(worker_settings, message("o-0", tax_id), message("o-1", tax_id))
+        await await_until(lambda: all_in(engine, {"o-0", "o-1"}, "ISSUED"), 30,
+                          message="o-0, o-1 ISSUED")
+        memory = worker._flow.recipients  # type: ignore[union-attr]
+        await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10, message="kept")
+        mock_integrator.set_recipients({tax_id: ["urn:mail:opk@op.example"]})
+        await sql(engine, "UPDATE recipients SET registered = true, "
+                          "aliases = ARRAY['urn:mail:opk@op.example'] WHERE tax_id = :tax_id",
+                  tax_id=tax_id)
+        await await_until(at_once(lambda: memory.get("", tax_id) is None), 10, message="dropped")
+        await publish(worker_settings, message("o-2", tax_id))
+        await await_until(lambda: all_in(engine, {"o-2"}, "ISSUED"), 30, message="o-2 ISSUED")
+        await sql(engine, "TRUNCATE recipients")
+        await await_until(at_once(lambda: memory.get("", tax_id) is None), 10, message="dropped")
+    stored = await documents(engine)
+    assert [stored[f"o-{n}"].series for n in (1, 2)] == ["EAR", "EFA"]
+    assert stored["o-2"].payload["customer"]["alias"] == "urn:mail:opk@op.example"
+
+
+@pytest.mark.usefixtures("routed")
+async def test_a_worker_whose_listener_is_cut_forgets_what_it_kept_and_listens_again(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    """While the listening connection is gone a change could pass unheard: everything kept is
+    dropped, nothing is kept until the LISTEN is back."""
+    tax_id = "4840847211"
+    async with running_worker(worker_settings, concurrency=1) as worker:
+        notices = worker.notices
+        assert notices is not None
+        await await_until(at_once(lambda: notices.listening), 10, message="listening")
+        await publish(worker_settings, message("c-0", tax_id), message("c-1", tax_id))
+        await await_until(lambda: all_in(engine, {"c-0", "c-1"}, "ISSUED"), 30,
+                          message="c-0, c-1 ISSUED")
+        memory = worker._flow.recipients  # type: ignore[union-attr]
+        await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10, message="kept")
+        mock_integrator.set_recipients({tax_id: ["urn:mail:defaultpk@new.example"]})
+        await silently(engine, "DELETE FROM recipients WHERE tax_id = :tax_id", tax_id=tax_id)
+        await sql(engine, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE application_name = 'gapless-worker-listen' "
+                          "AND datname = current_database()")
+        await await_until(at_once(lambda: notices.sessions >= 2 and notices.listening), 20,
+                          message="listening again")
+        assert memory.get("", tax_id) is None
+        await publish(worker_settings, message("c-2", tax_id))
+        await await_until(lambda: all_in(engine, {"c-2"}, "ISSUED"), 30, message="c-2 ISSUED")
+    stored = await documents(engine)
+    assert [stored[f"c-{n}"].series for n in (1, 2)] == ["EAR", "EFA"]
+
+
+@pytest.mark.usefixtures("routed")
+async def test_a_numbered_invoice_goes_on_while_the_recipient_check_is_down(
+        engine: AsyncEngine, worker_settings: Settings,
+        mock_integrator: MockIntegratorClient) -> None:
+    """A duplicate of a numbered invoice needs no recipient answer: when the check cannot answer
+    (its cached answer stale, the integrator down), the invoice's own route is read and the
+    duplicate is settled by it (acked: final) instead of waiting for the integrator."""
+    from gapless.worker import metrics
+
+    tax_id = "4840847211"
+    settings = worker_settings.with_overrides(recipient_ttl_s=0.5)
+    final = metrics.MESSAGES.labels(outcome="already_final")
+    async with running_worker(settings, concurrency=1):
+        await publish(settings, message("u-1", tax_id))
+        await await_until(lambda: all_in(engine, {"u-1"}, "ISSUED"), 30, message="u-1 ISSUED")
+        await await_sql_age(engine, tax_id, 0.5)
+        mock_integrator.set_faults(down=True)
+        before = final._value.get()
+        await publish(settings, message("u-1", tax_id))
+        await await_until(at_once(lambda: final._value.get() > before), 30,
+                          message="the duplicate settled as final")
+    assert await take_queue(settings) == []  # acked, not waiting
+    assert await drain_dead(settings, 0) == []

@@ -6,23 +6,13 @@ autocommit: none is ever part of the transaction that seals a number.
 """
 
 #: A cached recipient answer of one integrator account (:account, '' for the global one) younger
-#: than :ttl_s seconds (no lock).
+#: than :ttl_s seconds, and its age in seconds by the database's clock (no lock).
 FRESH_RECIPIENT = """
-    SELECT registered, aliases, despatch_registered, despatch_aliases FROM recipients
+    SELECT registered, aliases, despatch_registered, despatch_aliases,
+           extract(epoch FROM now() - checked_at)::float8 AS age_s
+      FROM recipients
      WHERE account = %(account)s AND tax_id = %(tax_id)s
        AND checked_at > now() - make_interval(secs => %(ttl_s)s)
-"""
-
-#: Before routing a message: its invoice's state (a numbered one keeps its route) and the
-#: account's cached recipient answer younger than :ttl_s seconds, in one round trip (no lock).
-#: Always one row; its columns are NULL where there is no invoice or no fresh answer.
-STATE_AND_RECIPIENT = """
-    SELECT i.status, i.number, i.series, r.tax_id IS NOT NULL AS cached, r.registered,
-           r.aliases, r.despatch_registered, r.despatch_aliases
-      FROM (SELECT 1) AS one
-      LEFT JOIN invoices i ON i.invoice_id = %(invoice_id)s AND i.tenant = %(tenant)s
-      LEFT JOIN recipients r ON r.account = %(account)s AND r.tax_id = %(tax_id)s
-                            AND r.checked_at > now() - make_interval(secs => %(ttl_s)s)
 """
 
 #: Keep an account's newest answer for a tax id (one row lock, released by its own commit).
