@@ -6,8 +6,10 @@ integrator cannot answer."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gapless.constants import HEADER_DEAD_REASON
 from gapless.demo.samples import vkn
+from gapless.issuing.routing import RecipientMemory
 from gapless.settings import Settings
+from gapless.worker.consumer import Worker
 from tests.helpers import at_once, await_until, ledger, run_gapless
 from tests.mock_client import MockIntegratorClient
 from tests.ubl import assert_valid, field
@@ -439,6 +443,31 @@ async def silently(engine: AsyncEngine, statement: str, **params: Any) -> None:
         await conn.execute(text(statement), params)
 
 
+async def issue(engine: AsyncEngine, settings: Settings, tax_id: str, *ids: str) -> None:
+    """Publish routed messages for ``tax_id`` and wait until each is ISSUED."""
+    await publish(settings, *(message(invoice_id, tax_id) for invoice_id in ids))
+    await await_until(lambda: all_in(engine, set(ids), "ISSUED"), 30,
+                      message=f"{', '.join(ids)} ISSUED")
+
+
+@contextlib.asynccontextmanager
+async def remembering(engine: AsyncEngine, settings: Settings, prefix: str,
+                      tax_id: str) -> AsyncIterator[tuple[Worker, RecipientMemory]]:
+    """A worker (one delivery at a time) that keeps ``tax_id``'s answer in memory: the first
+    message (``prefix``-0) asks the integrator and stores the answer, the next (``prefix``-1)
+    reads it from the table and keeps it."""
+    async with running_worker(settings, concurrency=1) as worker:
+        notices, flow = worker.notices, worker._flow
+        assert notices is not None
+        assert flow is not None
+        await await_until(at_once(lambda: notices.listening), 10, message="listening")
+        await issue(engine, settings, tax_id, f"{prefix}-0", f"{prefix}-1")
+        memory = flow.recipients
+        await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10,
+                          message="kept")
+        yield worker, memory
+
+
 @pytest.mark.usefixtures("routed")
 async def test_a_worker_routes_on_the_answers_it_keeps_and_drops_one_the_table_says_changed(
         engine: AsyncEngine, worker_settings: Settings,
@@ -448,25 +477,16 @@ async def test_a_worker_routes_on_the_answers_it_keeps_and_drops_one_the_table_s
     pg_notify — drops it at once, long before its TTL. (The first message asks the integrator
     and stores the answer; the next reads it from the table, and keeps it.)"""
     tax_id = "4840847211"
-    async with running_worker(worker_settings, concurrency=1) as worker:
-        assert worker.notices is not None
-        await await_until(at_once(lambda: worker.notices.listening), 10, message="listening")
-        await publish(worker_settings, message("m-0", tax_id), message("m-1", tax_id))
-        await await_until(lambda: all_in(engine, {"m-0", "m-1"}, "ISSUED"), 30,
-                          message="m-0, m-1 ISSUED")
-        memory = worker._flow.recipients  # type: ignore[union-attr]
-        await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10, message="kept")
+    async with remembering(engine, worker_settings, "m", tax_id) as (_, memory):
         await silently(engine, "UPDATE recipients SET registered = true, "
                                "aliases = ARRAY['urn:mail:defaultpk@new.example'] "
                                "WHERE tax_id = :tax_id", tax_id=tax_id)
-        await publish(worker_settings, message("m-2", tax_id))
-        await await_until(lambda: all_in(engine, {"m-2"}, "ISSUED"), 30, message="m-2 ISSUED")
+        await issue(engine, worker_settings, tax_id, "m-2")
         mock_integrator.set_recipients({tax_id: ["urn:mail:defaultpk@new.example"]})
         await sql(engine, "SELECT pg_notify('gapless_recipients', E'\\t' || :tax_id)",
                   tax_id=tax_id)
         await await_until(at_once(lambda: memory.get("", tax_id) is None), 10, message="dropped")
-        await publish(worker_settings, message("m-3", tax_id))
-        await await_until(lambda: all_in(engine, {"m-3"}, "ISSUED"), 30, message="m-3 ISSUED")
+        await issue(engine, worker_settings, tax_id, "m-3")
     stored = await documents(engine)
     assert [stored[f"m-{n}"].series for n in (1, 2, 3)] == ["EAR", "EAR", "EFA"]
     assert [entry["invoice_id"] for entry in mock_integrator.ledger()] == [
@@ -478,21 +498,15 @@ async def test_an_operator_change_of_the_table_reaches_a_running_worker_by_its_t
         engine: AsyncEngine, worker_settings: Settings,
         mock_integrator: MockIntegratorClient) -> None:
     tax_id = "4840847211"
-    async with running_worker(worker_settings, concurrency=1) as worker:
-        assert worker.notices is not None
-        await await_until(at_once(lambda: worker.notices.listening), 10, message="listening")
-        await publish(worker_settings, message("o-0", tax_id), message("o-1", tax_id))
-        await await_until(lambda: all_in(engine, {"o-0", "o-1"}, "ISSUED"), 30,
-                          message="o-0, o-1 ISSUED")
-        memory = worker._flow.recipients  # type: ignore[union-attr]
-        await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10, message="kept")
+    async with remembering(engine, worker_settings, "o", tax_id) as (_, memory):
         mock_integrator.set_recipients({tax_id: ["urn:mail:opk@op.example"]})
         await sql(engine, "UPDATE recipients SET registered = true, "
                           "aliases = ARRAY['urn:mail:opk@op.example'] WHERE tax_id = :tax_id",
                   tax_id=tax_id)
         await await_until(at_once(lambda: memory.get("", tax_id) is None), 10, message="dropped")
-        await publish(worker_settings, message("o-2", tax_id))
-        await await_until(lambda: all_in(engine, {"o-2"}, "ISSUED"), 30, message="o-2 ISSUED")
+        await issue(engine, worker_settings, tax_id, "o-2")  # read from the table: kept again
+        await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10,
+                          message="kept again")
         await sql(engine, "TRUNCATE recipients")
         await await_until(at_once(lambda: memory.get("", tax_id) is None), 10, message="dropped")
     stored = await documents(engine)
@@ -507,15 +521,9 @@ async def test_a_worker_whose_listener_is_cut_forgets_what_it_kept_and_listens_a
     """While the listening connection is gone a change could pass unheard: everything kept is
     dropped, nothing is kept until the LISTEN is back."""
     tax_id = "4840847211"
-    async with running_worker(worker_settings, concurrency=1) as worker:
+    async with remembering(engine, worker_settings, "c", tax_id) as (worker, memory):
         notices = worker.notices
         assert notices is not None
-        await await_until(at_once(lambda: notices.listening), 10, message="listening")
-        await publish(worker_settings, message("c-0", tax_id), message("c-1", tax_id))
-        await await_until(lambda: all_in(engine, {"c-0", "c-1"}, "ISSUED"), 30,
-                          message="c-0, c-1 ISSUED")
-        memory = worker._flow.recipients  # type: ignore[union-attr]
-        await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10, message="kept")
         mock_integrator.set_recipients({tax_id: ["urn:mail:defaultpk@new.example"]})
         await silently(engine, "DELETE FROM recipients WHERE tax_id = :tax_id", tax_id=tax_id)
         await sql(engine, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -524,8 +532,7 @@ async def test_a_worker_whose_listener_is_cut_forgets_what_it_kept_and_listens_a
         await await_until(at_once(lambda: notices.sessions >= 2 and notices.listening), 20,
                           message="listening again")
         assert memory.get("", tax_id) is None
-        await publish(worker_settings, message("c-2", tax_id))
-        await await_until(lambda: all_in(engine, {"c-2"}, "ISSUED"), 30, message="c-2 ISSUED")
+        await issue(engine, worker_settings, tax_id, "c-2")
     stored = await documents(engine)
     assert [stored[f"c-{n}"].series for n in (1, 2)] == ["EAR", "EFA"]
 
