@@ -190,8 +190,17 @@ class Worker:
                                  stopping=lambda: self.stopping)
         # The recipient answers the flow keeps in memory are trusted while this listens.
         memory = self._flow.recipients
+
+        def listening() -> None:
+            memory.listening()
+            metrics.RECIPIENT_MEMORY_LISTENING.set(1)
+
+        def deaf() -> None:
+            memory.deaf()
+            metrics.RECIPIENT_MEMORY_LISTENING.set(0)
+
         self.notices = Notices(settings.database_url, NOTICE_CHANNEL, on_notice=memory.heard,
-                               on_listening=memory.listening, on_deaf=memory.deaf)
+                               on_listening=listening, on_deaf=deaf)
         self.notices.start()
         server = None
         if self.metrics_port is not None:

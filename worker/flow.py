@@ -163,7 +163,8 @@ class IssuingFlow:
         #: The recipient answers this process read, kept while it listens to the table's change
         #: notices (the consumer runs the listener; without one every answer is read again).
         self.recipients = RecipientMemory()
-        self.router = Router(db, self.catalog, guard, settings.recipient_ttl_s, self.recipients)
+        self.router = Router(db, self.catalog, guard, settings.recipient_ttl_s, self.recipients,
+                             on_answer=_observe_answer)
         self.corrector = ChannelCorrector(db, self.catalog, self.router, settings)
         #: ISSUED outcomes of concurrent deliveries share commits (each delivery is acked only
         #: after the commit that holds its own outcome).
@@ -491,6 +492,11 @@ class IssuingFlow:
     def _dead_letter(reason: str, bound: BoundLogger) -> Verdict:
         bound.info("message_refused", reason=reason)
         return Verdict(Action.DEAD_LETTER, "dead_lettered", reason=reason)
+
+
+def _observe_answer(source: str) -> None:
+    """Metrics of one recipient answer routing used (memory, table or integrator)."""
+    metrics.RECIPIENT_ANSWERS[source].inc()
 
 
 def _observe_seal(drafts: int, seconds: float) -> None:

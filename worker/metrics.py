@@ -47,6 +47,19 @@ _INTEGRATOR_SECONDS = Histogram(
 #: The send duration histogram of each result.
 INTEGRATOR_SECONDS = {result: _INTEGRATOR_SECONDS.labels(result=result)
                       for result in SEND_RESULTS}
+#: Where the recipient answers routing used came from (gapless.issuing.routing).
+RECIPIENT_SOURCES = ("memory", "table", "integrator")
+_RECIPIENT_ANSWERS = Counter(
+    "gapless_worker_recipient_answers_total",
+    "Recipient answers routing used, by where they came from: the worker's memory, the shared "
+    "table recipients, or the integrator (asked, then stored)", ["source"])
+#: The counter of each source.
+RECIPIENT_ANSWERS = {source: _RECIPIENT_ANSWERS.labels(source=source)
+                     for source in RECIPIENT_SOURCES}
+RECIPIENT_MEMORY_LISTENING = Gauge(
+    "gapless_worker_recipient_memory_listening",
+    "1 while the worker hears the recipient table's change notices (answers kept in memory are "
+    "used), 0 while it does not (every answer is read from the table)")
 IN_FLIGHT = Gauge("gapless_worker_in_flight", "Deliveries being processed")
 CONSUMING = Gauge("gapless_worker_consuming", "1 while the worker takes messages, 0 when paused")
 

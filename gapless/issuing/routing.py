@@ -35,6 +35,7 @@ worker cannot listen every answer is read from the table again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -164,10 +165,13 @@ class RecipientCache:
     with ``memory``, also kept in this process (read from the table once per TTL or change)."""
 
     def __init__(self, db: Database, ttl_s: float,
-                 memory: RecipientMemory | None = None) -> None:
+                 memory: RecipientMemory | None = None,
+                 on_answer: Callable[[str], None] | None = None) -> None:
         self._db = db
         self._ttl_s = ttl_s
         self.memory = memory
+        #: Told where each answer used came from: ``memory``, ``table`` or ``integrator``.
+        self.on_answer = on_answer or _unobserved
 
     async def fresh(self, account: str, tax_id: str) -> Recipient | None:
         """The account's cached answer if it is younger than the TTL: from memory, or one
@@ -177,6 +181,7 @@ class RecipientCache:
         if memory is not None:
             kept = memory.get(account, tax_id)
             if kept is not None:
+                self.on_answer("memory")
                 return kept
             generation = memory.generation
         row = await self._db.one(q.FRESH_RECIPIENT, {"account": account, "tax_id": tax_id,
@@ -184,6 +189,7 @@ class RecipientCache:
         if row is None:
             return None
         answer = _recipient(tax_id, row)
+        self.on_answer("table")
         if memory is not None:
             memory.keep(account, answer, until=time.monotonic() + self._ttl_s - row.age_s,
                         generation=generation)
@@ -201,6 +207,10 @@ class RecipientCache:
             self.memory.forget(account, recipient.tax_id)
 
 
+def _unobserved(source: str) -> None:
+    """Where an answer came from, told to nobody."""
+
+
 def _recipient(tax_id: str, row: Any) -> Recipient:
     """A cached answer from its row (FRESH_RECIPIENT's columns)."""
     return Recipient(tax_id, row.registered, tuple(row.aliases), row.despatch_registered,
@@ -211,11 +221,12 @@ class Router:
     """Routes messages of one worker process (safe for any number of concurrent tasks)."""
 
     def __init__(self, db: Database, catalog: Catalog, source: RecipientSource,
-                 ttl_s: float, memory: RecipientMemory | None = None) -> None:
+                 ttl_s: float, memory: RecipientMemory | None = None,
+                 on_answer: Callable[[str], None] | None = None) -> None:
         self._db = db
         self._catalog = catalog
         self._source = source
-        self.cache = RecipientCache(db, ttl_s, memory)
+        self.cache = RecipientCache(db, ttl_s, memory, on_answer)
 
     async def recipient(self, tenant: str, tax_id: str, *, refresh: bool = False) -> Recipient:
         """The recipient answer: cached if fresh (unless ``refresh``), else asked of
@@ -233,6 +244,7 @@ class Router:
             answer = await self._source.recipient(tenant, tax_id)
         except IntegratorError as exc:  # transient, breaker open, auth: the message waits
             raise RecipientUnavailable(f"recipient check: {type(exc).__name__}") from exc
+        self.cache.on_answer("integrator")
         await self.cache.store(account, answer)
         return answer
 

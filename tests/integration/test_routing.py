@@ -20,6 +20,7 @@ from gapless.constants import HEADER_DEAD_REASON
 from gapless.demo.samples import vkn
 from gapless.issuing.routing import RecipientMemory
 from gapless.settings import Settings
+from gapless.worker import metrics
 from gapless.worker.consumer import Worker
 from tests.helpers import at_once, await_until, ledger, run_gapless
 from tests.mock_client import MockIntegratorClient
@@ -461,6 +462,7 @@ async def remembering(engine: AsyncEngine, settings: Settings, prefix: str,
         assert notices is not None
         assert flow is not None
         await await_until(at_once(lambda: notices.listening), 10, message="listening")
+        assert metrics.RECIPIENT_MEMORY_LISTENING._value.get() == 1
         await issue(engine, settings, tax_id, f"{prefix}-0", f"{prefix}-1")
         memory = flow.recipients
         await await_until(at_once(lambda: memory.get("", tax_id) is not None), 10,
@@ -477,16 +479,21 @@ async def test_a_worker_routes_on_the_answers_it_keeps_and_drops_one_the_table_s
     pg_notify — drops it at once, long before its TTL. (The first message asks the integrator
     and stores the answer; the next reads it from the table, and keeps it.)"""
     tax_id = "4840847211"
+    answers = metrics.RECIPIENT_ANSWERS
     async with remembering(engine, worker_settings, "m", tax_id) as (_, memory):
         await silently(engine, "UPDATE recipients SET registered = true, "
                                "aliases = ARRAY['urn:mail:defaultpk@new.example'] "
                                "WHERE tax_id = :tax_id", tax_id=tax_id)
+        before = {source: counter._value.get() for source, counter in answers.items()}
         await issue(engine, worker_settings, tax_id, "m-2")
+        assert answers["memory"]._value.get() == before["memory"] + 1
+        assert answers["table"]._value.get() == before["table"]
         mock_integrator.set_recipients({tax_id: ["urn:mail:defaultpk@new.example"]})
         await sql(engine, "SELECT pg_notify('gapless_recipients', E'\\t' || :tax_id)",
                   tax_id=tax_id)
         await await_until(at_once(lambda: memory.get("", tax_id) is None), 10, message="dropped")
         await issue(engine, worker_settings, tax_id, "m-3")
+        assert answers["table"]._value.get() == before["table"] + 1
     stored = await documents(engine)
     assert [stored[f"m-{n}"].series for n in (1, 2, 3)] == ["EAR", "EAR", "EFA"]
     assert [entry["invoice_id"] for entry in mock_integrator.ledger()] == [
@@ -544,8 +551,6 @@ async def test_a_numbered_invoice_goes_on_while_the_recipient_check_is_down(
     """A duplicate of a numbered invoice needs no recipient answer: when the check cannot answer
     (its cached answer stale, the integrator down), the invoice's own route is read and the
     duplicate is settled by it (acked: final) instead of waiting for the integrator."""
-    from gapless.worker import metrics
-
     tax_id = "4840847211"
     settings = worker_settings.with_overrides(recipient_ttl_s=0.5)
     final = metrics.MESSAGES.labels(outcome="already_final")
