@@ -230,12 +230,18 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int, *, children: bool = False) -> float:
     """User + system CPU seconds a process has used so far (Linux /proc; 0 once it is gone);
     with ``children``, those of its children it has waited for instead (cutime + cstime)."""
+    return sum(cpu_split(pid, children=children))
+
+
+def cpu_split(pid: int, *, children: bool = False) -> tuple[float, float]:
+    """:func:`cpu_seconds` as (user, system) seconds: the process's own code, and the kernel's
+    work on its behalf (system calls; on loopback, much of the other end's TCP receive too)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     first = 13 if children else 11
-    return (int(fields[first]) + int(fields[first + 1])) / CLOCK_TICKS
+    return int(fields[first]) / CLOCK_TICKS, int(fields[first + 1]) / CLOCK_TICKS
 
 
 #: The roles :func:`cpu_by_role` reports, in table order; ``other`` is the rest of the machine.
@@ -343,6 +349,10 @@ class Proc:
 
     def cpu_s(self) -> float:
         return cpu_seconds(self.proc.pid)
+
+    def cpu_split(self) -> tuple[float, float]:
+        """(user, system) CPU seconds so far."""
+        return cpu_split(self.proc.pid)
 
     def rss_mb(self) -> float:
         return rss_mb(self.proc.pid)

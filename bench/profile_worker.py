@@ -10,7 +10,8 @@ Every sample's stack is attributed to the innermost frame that belongs to a know
 (sqlalchemy, psycopg, httpx/httpcore, aio-pika/aiormq/pamqp, structlog, pydantic, …), or to
 gapless's own code, or to the event loop. The table shows each group's share of the samples and
 the CPU milliseconds per issued invoice that share stands for (the worker's CPU time over the
-window, from /proc, divided by the invoices issued in the window).
+window, from /proc, divided by the invoices issued in the window); the first line splits that
+time into user and system (kernel) milliseconds per invoice.
 
 Needs py-spy (``pip install py-spy``) and permission to ptrace the worker (root, or
 ``kernel.yama.ptrace_scope=0``).
@@ -111,19 +112,21 @@ def main() -> None:
         try:
             worker.wait_for("bare_worker_started" if bare else "worker_started")
             time.sleep(args.warmup)  # wall-clock warm-up of a benchmark, not a synchronisation
-            first, cpu_first = asyncio.run(issued_count(env)), worker.cpu_s()
+            first, split_first = asyncio.run(issued_count(env)), worker.cpu_split()
             started = time.perf_counter()
             subprocess.run([py_spy, "record", "--pid", str(worker.proc.pid), "--rate", "250",
                             "--duration", str(int(args.seconds)), "--format", "raw",
                             "--output", str(raw), "--nonblocking"],
                            check=True, capture_output=True)
             elapsed = time.perf_counter() - started
-            last, cpu = asyncio.run(issued_count(env)), worker.cpu_s() - cpu_first
+            last, split_last = asyncio.run(issued_count(env)), worker.cpu_split()
         finally:
             worker.stop()
     done = last - first
     if done <= 0:
         raise SystemExit("no invoice was issued during the window")
+    user, system = (b - a for a, b in zip(split_first, split_last, strict=True))
+    cpu = user + system
     cpu_ms = 1000 * cpu / done
     counts = breakdown(raw)
     total = sum(counts.values()) or 1
@@ -132,7 +135,8 @@ def main() -> None:
     rows.append(("total", "100.0", f"{cpu_ms:.2f}"))
     print(f"machine: {machine()}; design {args.design}; worker concurrency {args.concurrency}, "
           f"mock latency {args.latency_ms:g} ms; {done} invoices issued in {elapsed:.1f} s "
-          f"({done / elapsed:.0f}/s, ideal {ideal:.0f}/s); worker CPU {cpu:.2f} s; "
+          f"({done / elapsed:.0f}/s, ideal {ideal:.0f}/s); worker CPU {cpu:.2f} s (user "
+          f"{1000 * user / done:.2f} ms and system {1000 * system / done:.2f} ms per invoice); "
           f"py-spy samples {total} ({os.path.basename(raw)} kept in {raw.parent})\n")
     title = "Worker CPU per issued invoice by library"
     print_table(f"{title}{f' ({args.label})' if args.label else ''}",
