@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gapless.documents.amounts import LineAmounts, TaxGroup, Totals, amount_text, number_text
+from gapless.documents.amounts import LineAmounts, Totals, amount_text, number_text
 from gapless.documents.parties import message_address
-from gapless.documents.taxes import vat_total, withholding_total
+from gapless.documents.taxes import line_vat_total, withholding_total
 from gapless.documents.xml import amount, cac, cbc
 from gapless.message import Export, InvoiceMessage, Line
 
@@ -58,18 +58,24 @@ def invoice_lines(message: InvoiceMessage, amounts: Totals, reasons: Mapping[str
                   export: Export | None) -> str:
     currency = message.currency
     return "".join([
-        cac("InvoiceLine",
-            cbc("ID", str(number)),
-            cbc("InvoicedQuantity", number_text(line_amounts.quantity),
-                unitCode=line.unit_code or DEFAULT_UNIT),
-            amount("LineExtensionAmount", amount_text(line_amounts.net), currency),
-            _delivery(number, line, message, export),
-            _discount(currency, line_amounts) if line_amounts.discount else "",
-            vat_total(currency, [TaxGroup(line_amounts.rate, line_amounts.exemption,
-                                          line_amounts.net, line_amounts.tax)], reasons),
-            "" if line_amounts.withheld is None else withholding_total(
-                currency, [line_amounts.withheld]),
-            cac("Item", cbc("Name", line.description)),
-            cac("Price", amount("PriceAmount", number_text(line_amounts.unit_price), currency)))
+        _invoice_line(number, line, line_amounts, message, reasons, export, currency)
         for number, (line, line_amounts) in enumerate(zip(message.lines, amounts.lines,
                                                           strict=True), 1)])
+
+
+def _invoice_line(number: int, line: Line, line_amounts: LineAmounts, message: InvoiceMessage,
+                  reasons: Mapping[str, str], export: Export | None, currency: str) -> str:
+    net = amount_text(line_amounts.net)
+    return cac("InvoiceLine",
+               cbc("ID", str(number)),
+               cbc("InvoicedQuantity", number_text(line_amounts.quantity),
+                   unitCode=line.unit_code or DEFAULT_UNIT),
+               amount("LineExtensionAmount", net, currency),
+               _delivery(number, line, message, export),
+               _discount(currency, line_amounts) if line_amounts.discount else "",
+               line_vat_total(currency, net, line_amounts, reasons),
+               "" if line_amounts.withheld is None else withholding_total(
+                   currency, [line_amounts.withheld]),
+               cac("Item", cbc("Name", line.description)),
+               cac("Price", amount("PriceAmount", number_text(line_amounts.unit_price),
+                                   currency)))

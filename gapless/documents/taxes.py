@@ -8,7 +8,14 @@ import functools
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
-from gapless.documents.amounts import TaxGroup, Totals, Withheld, amount_text, number_text
+from gapless.documents.amounts import (
+    LineAmounts,
+    TaxGroup,
+    Totals,
+    Withheld,
+    amount_text,
+    number_text,
+)
 from gapless.documents.codes import EXEMPTION_CODES, VAT_CODE, VAT_NAME, WITHHOLDING_CODES
 from gapless.documents.xml import amount, cac, cbc
 
@@ -23,27 +30,44 @@ def vat_total(currency: str, groups: Iterable[TaxGroup], reasons: Mapping[str, s
     """A TaxTotal of KDV subtotals. A zero VAT carries its exemption code and reason (the
     message's text for the code, else GİB's name of it)."""
     groups = list(groups)
-    scheme = _tax_scheme(VAT_NAME, VAT_CODE)
-    subtotals = []
-    for group in groups:
-        exemption = group.exemption
-        if exemption is None:
-            category = cac("TaxCategory", scheme)
-        else:
-            category = cac("TaxCategory",
-                           cbc("TaxExemptionReasonCode", exemption),
-                           cbc("TaxExemptionReason",
-                               reasons.get(exemption) or EXEMPTION_CODES[exemption].name),
-                           scheme)
-        subtotals.append(cac("TaxSubtotal",
-                             amount("TaxableAmount", amount_text(group.taxable), currency),
-                             amount("TaxAmount", amount_text(group.tax), currency),
-                             cbc("Percent", number_text(group.rate)),
-                             category))
     return cac("TaxTotal",
                amount("TaxAmount", amount_text(sum((g.tax for g in groups), Decimal(0))),
                       currency),
-               *subtotals)
+               *[_vat_subtotal(currency, amount_text(group.taxable), amount_text(group.tax),
+                               group.rate, group.exemption, reasons) for group in groups])
+
+
+def line_vat_total(currency: str, net_text: str, amounts: LineAmounts,
+                   reasons: Mapping[str, str]) -> str:
+    """A line's TaxTotal: :func:`vat_total` of the line's one group (its net, as written for its
+    LineExtensionAmount, and its VAT), each amount written once."""
+    tax_text = amount_text(amounts.tax)
+    return cac("TaxTotal", amount("TaxAmount", tax_text, currency),
+               _vat_subtotal(currency, net_text, tax_text, amounts.rate, amounts.exemption,
+                             reasons))
+
+
+def _vat_subtotal(currency: str, taxable_text: str, tax_text: str, rate: Decimal,
+                  exemption: str | None, reasons: Mapping[str, str]) -> str:
+    if exemption is None:
+        category = _vat_category()
+    else:
+        category = cac("TaxCategory",
+                       cbc("TaxExemptionReasonCode", exemption),
+                       cbc("TaxExemptionReason",
+                           reasons.get(exemption) or EXEMPTION_CODES[exemption].name),
+                       _tax_scheme(VAT_NAME, VAT_CODE))
+    return cac("TaxSubtotal",
+               amount("TaxableAmount", taxable_text, currency),
+               amount("TaxAmount", tax_text, currency),
+               cbc("Percent", number_text(rate)),
+               category)
+
+
+@functools.cache
+def _vat_category() -> str:
+    """The TaxCategory of a VAT that is not zero: the same in every subtotal."""
+    return cac("TaxCategory", _tax_scheme(VAT_NAME, VAT_CODE))
 
 
 def withholding_total(currency: str, withheld: Iterable[Withheld]) -> str:

@@ -7,6 +7,7 @@ upper-casing of Turkish (dotted and dotless i).
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 
 from num2words import num2words
@@ -42,5 +43,11 @@ def amount_in_words(amount: Decimal, currency: str) -> str:
     unit, subunit = CURRENCY_WORDS.get(currency, (currency, ""))
     text = f"YALNIZ: {spelled(whole)} {unit}"
     if hundredths:
-        text += f" {spelled(hundredths)} {subunit}" if subunit else f" {hundredths:02d}/100"
+        text += f" {_hundredths(hundredths)} {subunit}" if subunit else f" {hundredths:02d}/100"
     return text
+
+
+@functools.cache  # bounded: 1..99
+def _hundredths(number: int) -> str:
+    """:func:`spelled` of a number of hundredths, spelled once per process."""
+    return spelled(number)
