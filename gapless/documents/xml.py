@@ -48,13 +48,14 @@ def cbc(name: str, text: str, **attrib: str) -> str:
 def amount(name: str, text: str, currency: str) -> str:
     """A basic component with a ``currencyID`` (an amount): ``cbc(name, text,
     currencyID=currency)``, the most frequent element of a document, made without the keyword
-    arguments' dict."""
+    arguments' dict. ``text`` is a number as :mod:`gapless.documents.amounts` writes it (digits,
+    a point, a sign), never a message's text: it has nothing to escape."""
     attribute = _CURRENCY_IDS.get(currency)
     if attribute is None:
         attribute = _attributes({"currencyID": currency})
         if len(_CURRENCY_IDS) < _WRITTEN_ATTRIBUTES_MAX:
             _CURRENCY_IDS[currency] = attribute
-    return f"<cbc:{name}{attribute}>{escape(text)}</cbc:{name}>"
+    return f"<cbc:{name}{attribute}>{text}</cbc:{name}>"
 
 
 def cac(name: str, *parts: str) -> str:
