@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg import sql
@@ -73,7 +73,7 @@ class Notices:
     def start(self) -> None:
         """Start listening in the background (returns at once; see :attr:`listening`)."""
         if self._task is None:
-            self._on_deaf()
+            self._deaf()
             self._task = asyncio.create_task(self._run(), name=f"notices-{self._channel}")
 
     async def aclose(self) -> None:
@@ -91,15 +91,16 @@ class Notices:
             try:
                 await self._listen()
             except Exception as exc:  # the connection, a probe, the database away
-                log.warning("notices_lost", channel=self._channel, error=type(exc).__name__,
-                            retry_s=delay)
+                error = type(exc).__name__
             finally:
                 was_listening = self.listening
                 self._deaf()
+            # After a session that listened, try again soon; after a failed attempt, back off.
             delay = RETRY_FIRST_S if was_listening else min(delay * 2, RETRY_MAX_S)
+            log.warning("notices_lost", channel=self._channel, error=error, retry_s=delay)
             await asyncio.sleep(delay)
 
-    async def _listen(self) -> None:
+    async def _listen(self) -> NoReturn:
         conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._connect)
         async with conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
