@@ -188,7 +188,12 @@ def _totals(message: InvoiceMessage, lines: tuple[LineAmounts, ...] | None) -> T
 
 
 def amount_text(value: Decimal) -> str:
-    """A money amount as UBL writes it: plain digits, exactly 2 decimals."""
+    """A money amount as UBL writes it: plain digits, exactly 2 decimals. (Most amounts of a
+    document are rounded already, :func:`money`'s or sums of its; their text is written as it
+    is, the others rounded first.)"""
+    text = format(value, "f")
+    if text[-3:-2] == ".":
+        return text
     return format(money(value), "f")
 
 

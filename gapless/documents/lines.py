@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from gapless.documents.amounts import LineAmounts, Totals, amount_text, number_text
 from gapless.documents.parties import message_address
 from gapless.documents.taxes import line_vat_total, withholding_total
-from gapless.documents.xml import amount, cac, cbc
+from gapless.documents.xml import amount, attribute, cac, cbc, escape
 from gapless.message import Export, InvoiceMessage, Line
 
 DEFAULT_UNIT = "C62"  # "one" (a piece)
@@ -65,17 +65,20 @@ def invoice_lines(message: InvoiceMessage, amounts: Totals, reasons: Mapping[str
 
 def _invoice_line(number: int, line: Line, line_amounts: LineAmounts, message: InvoiceMessage,
                   reasons: Mapping[str, str], export: Export | None, currency: str) -> str:
+    """One InvoiceLine: a template (every line has this shape), its optional parts made only
+    when the line has them."""
+    in_currency = attribute("currencyID", currency)
     net = amount_text(line_amounts.net)
-    return cac("InvoiceLine",
-               cbc("ID", str(number)),
-               cbc("InvoicedQuantity", number_text(line_amounts.quantity),
-                   unitCode=line.unit_code or DEFAULT_UNIT),
-               amount("LineExtensionAmount", net, currency),
-               _delivery(number, line, message, export),
-               _discount(currency, line_amounts) if line_amounts.discount else "",
-               line_vat_total(currency, net, line_amounts, reasons),
-               "" if line_amounts.withheld is None else withholding_total(
-                   currency, [line_amounts.withheld]),
-               cac("Item", cbc("Name", line.description)),
-               cac("Price", amount("PriceAmount", number_text(line_amounts.unit_price),
-                                   currency)))
+    delivery = _delivery(number, line, message, export)
+    discount = _discount(currency, line_amounts) if line_amounts.discount else ""
+    withholding = "" if line_amounts.withheld is None else withholding_total(
+        currency, [line_amounts.withheld])
+    return (f"<cac:InvoiceLine><cbc:ID>{number}</cbc:ID>"
+            f"<cbc:InvoicedQuantity{attribute('unitCode', line.unit_code or DEFAULT_UNIT)}>"
+            f"{number_text(line_amounts.quantity)}</cbc:InvoicedQuantity>"
+            f"<cbc:LineExtensionAmount{in_currency}>{net}</cbc:LineExtensionAmount>"
+            f"{delivery}{discount}"
+            f"{line_vat_total(in_currency, net, line_amounts, reasons)}{withholding}"
+            f"<cac:Item><cbc:Name>{escape(line.description)}</cbc:Name></cac:Item>"
+            f"<cac:Price><cbc:PriceAmount{in_currency}>{number_text(line_amounts.unit_price)}"
+            "</cbc:PriceAmount></cac:Price></cac:InvoiceLine>")

@@ -17,7 +17,7 @@ from gapless.documents.amounts import (
     number_text,
 )
 from gapless.documents.codes import EXEMPTION_CODES, VAT_CODE, VAT_NAME, WITHHOLDING_CODES
-from gapless.documents.xml import amount, cac, cbc
+from gapless.documents.xml import amount, attribute, cac, cbc
 
 
 @functools.cache  # bounded: the names and codes of GİB's tables (VAT, the withholding codes)
@@ -30,24 +30,28 @@ def vat_total(currency: str, groups: Iterable[TaxGroup], reasons: Mapping[str, s
     """A TaxTotal of KDV subtotals. A zero VAT carries its exemption code and reason (the
     message's text for the code, else GİB's name of it)."""
     groups = list(groups)
-    return cac("TaxTotal",
-               amount("TaxAmount", amount_text(sum((g.tax for g in groups), Decimal(0))),
-                      currency),
-               *[_vat_subtotal(currency, amount_text(group.taxable), amount_text(group.tax),
-                               group.rate, group.exemption, reasons) for group in groups])
+    in_currency = attribute("currencyID", currency)
+    tax = amount_text(sum((g.tax for g in groups), Decimal(0)))
+    subtotals = "".join([_vat_subtotal(in_currency, amount_text(group.taxable),
+                                       amount_text(group.tax), group.rate, group.exemption,
+                                       reasons) for group in groups])
+    return (f"<cac:TaxTotal><cbc:TaxAmount{in_currency}>{tax}</cbc:TaxAmount>{subtotals}"
+            "</cac:TaxTotal>")
 
 
-def line_vat_total(currency: str, net_text: str, amounts: LineAmounts,
+def line_vat_total(in_currency: str, net_text: str, amounts: LineAmounts,
                    reasons: Mapping[str, str]) -> str:
     """A line's TaxTotal: :func:`vat_total` of the line's one group (its net, as written for its
-    LineExtensionAmount, and its VAT), each amount written once."""
+    LineExtensionAmount, and its VAT), each amount written once. ``in_currency``: the
+    ``currencyID`` attribute as written (:func:`gapless.documents.xml.attribute`)."""
     tax_text = amount_text(amounts.tax)
-    return cac("TaxTotal", amount("TaxAmount", tax_text, currency),
-               _vat_subtotal(currency, net_text, tax_text, amounts.rate, amounts.exemption,
-                             reasons))
+    subtotal = _vat_subtotal(in_currency, net_text, tax_text, amounts.rate, amounts.exemption,
+                             reasons)
+    return (f"<cac:TaxTotal><cbc:TaxAmount{in_currency}>{tax_text}</cbc:TaxAmount>{subtotal}"
+            "</cac:TaxTotal>")
 
 
-def _vat_subtotal(currency: str, taxable_text: str, tax_text: str, rate: Decimal,
+def _vat_subtotal(in_currency: str, taxable_text: str, tax_text: str, rate: Decimal,
                   exemption: str | None, reasons: Mapping[str, str]) -> str:
     if exemption is None:
         category = _vat_category()
@@ -57,11 +61,9 @@ def _vat_subtotal(currency: str, taxable_text: str, tax_text: str, rate: Decimal
                        cbc("TaxExemptionReason",
                            reasons.get(exemption) or EXEMPTION_CODES[exemption].name),
                        _tax_scheme(VAT_NAME, VAT_CODE))
-    return cac("TaxSubtotal",
-               amount("TaxableAmount", taxable_text, currency),
-               amount("TaxAmount", tax_text, currency),
-               cbc("Percent", number_text(rate)),
-               category)
+    return (f"<cac:TaxSubtotal><cbc:TaxableAmount{in_currency}>{taxable_text}</cbc:TaxableAmount>"
+            f"<cbc:TaxAmount{in_currency}>{tax_text}</cbc:TaxAmount>"
+            f"<cbc:Percent>{number_text(rate)}</cbc:Percent>{category}</cac:TaxSubtotal>")
 
 
 @functools.cache
@@ -90,10 +92,15 @@ def monetary_total(currency: str, amounts: Totals) -> str:
     """LegalMonetaryTotal, as Turkish invoices show it: goods and services before discounts
     (LineExtensionAmount), the discounts (AllowanceTotalAmount), the VAT base, with VAT, and the
     amount payable after withholding."""
-    return cac("LegalMonetaryTotal",
-               *[amount(name, amount_text(value), currency)
-                 for name, value in (("LineExtensionAmount", amounts.line_extension),
-                                     ("TaxExclusiveAmount", amounts.tax_exclusive),
-                                     ("TaxInclusiveAmount", amounts.tax_inclusive),
-                                     ("AllowanceTotalAmount", amounts.allowance),
-                                     ("PayableAmount", amounts.payable))])
+    in_currency = attribute("currencyID", currency)
+    return (f"<cac:LegalMonetaryTotal>"
+            f"<cbc:LineExtensionAmount{in_currency}>{amount_text(amounts.line_extension)}"
+            "</cbc:LineExtensionAmount>"
+            f"<cbc:TaxExclusiveAmount{in_currency}>{amount_text(amounts.tax_exclusive)}"
+            "</cbc:TaxExclusiveAmount>"
+            f"<cbc:TaxInclusiveAmount{in_currency}>{amount_text(amounts.tax_inclusive)}"
+            "</cbc:TaxInclusiveAmount>"
+            f"<cbc:AllowanceTotalAmount{in_currency}>{amount_text(amounts.allowance)}"
+            "</cbc:AllowanceTotalAmount>"
+            f"<cbc:PayableAmount{in_currency}>{amount_text(amounts.payable)}</cbc:PayableAmount>"
+            "</cac:LegalMonetaryTotal>")

@@ -34,7 +34,7 @@ from gapless.documents.lines import invoice_lines
 from gapless.documents.parties import Issuer
 from gapless.documents.taxes import monetary_total, vat_total, withholding_total
 from gapless.documents.words import amount_in_words
-from gapless.documents.xml import CAC, CBC, INV, NS, NSMAP, cac, cbc
+from gapless.documents.xml import CAC, CBC, INV, NS, NSMAP, cac, cbc, escape
 from gapless.message import PROFILES, InvoiceMessage
 
 #: The rendering's version: bumped whenever the bytes for the same inputs change (2: the
@@ -58,20 +58,19 @@ OPENING = UNSIGNED + cbc("UBLVersionID", "2.1") + cbc("CustomizationID", "TR1.2"
 
 def _header(message: InvoiceMessage, amounts: Totals, *, number: str, uuid: uuid_module.UUID,
             local: datetime) -> str:
-    """Identity, dates, type, notes and currency, in the order of the UBL-TR schema."""
-    return "".join((
-        OPENING,
-        cbc("ProfileID", message.profile or PROFILES[0]),
-        cbc("ID", number),
-        cbc("CopyIndicator", "false"),
-        cbc("UUID", str(uuid)),  # RFC 4122: output in lower case
-        cbc("IssueDate", local.strftime("%Y-%m-%d")),
-        cbc("IssueTime", local.strftime("%H:%M:%S")),
-        cbc("InvoiceTypeCode", message.invoice_type),
-        cbc("Note", message.note) if message.note and message.note.strip() else "",
-        cbc("Note", amount_in_words(amounts.payable, message.currency)),
-        cbc("DocumentCurrencyCode", message.currency),
-        cbc("LineCountNumeric", str(len(message.lines)))))
+    """Identity, dates, type, notes and currency, in the order of the UBL-TR schema: a
+    template, the same shape in every invoice."""
+    note = cbc("Note", message.note) if message.note and message.note.strip() else ""
+    return (f"{OPENING}<cbc:ProfileID>{escape(message.profile or PROFILES[0])}</cbc:ProfileID>"
+            f"<cbc:ID>{escape(number)}</cbc:ID><cbc:CopyIndicator>false</cbc:CopyIndicator>"
+            f"<cbc:UUID>{uuid}</cbc:UUID>"  # RFC 4122: output in lower case
+            f"<cbc:IssueDate>{local.date().isoformat()}</cbc:IssueDate>"
+            f"<cbc:IssueTime>{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
+            "</cbc:IssueTime>"
+            f"<cbc:InvoiceTypeCode>{escape(message.invoice_type)}</cbc:InvoiceTypeCode>{note}"
+            f"<cbc:Note>{escape(amount_in_words(amounts.payable, message.currency))}</cbc:Note>"
+            f"<cbc:DocumentCurrencyCode>{escape(message.currency)}</cbc:DocumentCurrencyCode>"
+            f"<cbc:LineCountNumeric>{len(message.lines)}</cbc:LineCountNumeric>")
 
 
 def _exchange_rate(message: InvoiceMessage) -> str:
