@@ -40,8 +40,9 @@ from gapless.message import PROFILES, InvoiceMessage
 #: The rendering's version: bumped whenever the bytes for the same inputs change (2: the
 #: document kinds, discounts, withholding, exemption reasons and the amount in words; 3: the
 #: dispatch notes an invoice bills and IS_DESPATCH, top-level fields a stored payload may hold
-#: from before, when they were unknown ones).
-FORMAT = "ubl-tr-2.1/3"
+#: from before, when they were unknown ones; 4: the amount in words of amounts num2words spelled
+#: wrong, e.g. 101 001 — :mod:`gapless.documents.words`).
+FORMAT = "ubl-tr-2.1/4"
 #: The namespace of the unsigned placeholder (see the module docstring).
 PLACEHOLDER_NS = "urn:gapless:ubl-tr:unsigned"
 

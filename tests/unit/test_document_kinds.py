@@ -386,6 +386,10 @@ def test_kamu_carries_the_iban_and_earsiv_its_send_type_and_internet_sale() -> N
     ("101.01", "TRY", "YALNIZ: YÜZBİR TÜRK LİRASI BİR KURUŞ"),
     ("2000000.50", "EUR", "YALNIZ: İKİMİLYON AVRO ELLİ SENT"),
     ("19.07", "JPY", "YALNIZ: ONDOKUZ JPY 07/100"),
+    ("101001.00", "TRY", "YALNIZ: YÜZBİRBİNBİR TÜRK LİRASI"),
+    ("441001.11", "TRY", "YALNIZ: DÖRTYÜZKIRKBİRBİNBİR TÜRK LİRASI ONBİR KURUŞ"),
+    ("1005000001.00", "USD", "YALNIZ: BİRMİLYARBEŞMİLYONBİR ABD DOLARI"),
+    ("1001000.00", "TRY", "YALNIZ: BİRMİLYONBİN TÜRK LİRASI"),
 ])
 def test_the_amount_in_turkish_words(amount_text: str, currency: str, words: str) -> None:
     from gapless.documents.words import amount_in_words
@@ -482,3 +486,51 @@ def test_a_malformed_kind_field_is_refused_by_the_message_contract(
     with pytest.raises(InvalidMessage) as refused:
         validate_message(sale(**changes))
     assert refused.value.reason.startswith(reason), refused.value.reason
+
+
+#: Turkish number words and their values (the scales last: they multiply what came before).
+_WORD_VALUES = {"SIFIR": 0, "BİR": 1, "İKİ": 2, "ÜÇ": 3, "DÖRT": 4, "BEŞ": 5, "ALTI": 6,
+                "YEDİ": 7, "SEKİZ": 8, "DOKUZ": 9, "ON": 10, "YİRMİ": 20, "OTUZ": 30,
+                "KIRK": 40, "ELLİ": 50, "ALTMIŞ": 60, "YETMİŞ": 70, "SEKSEN": 80, "DOKSAN": 90,
+                "YÜZ": 100, "BİN": 10 ** 3, "MİLYON": 10 ** 6, "MİLYAR": 10 ** 9,
+                "TRİLYON": 10 ** 12}
+
+
+def read_turkish(words: str) -> int:
+    """The number one word of Turkish number words says (an independent reading: the longest
+    known word at each place, units and tens added, YÜZ multiplying its group, a scale closing
+    it)."""
+    total = group = 0
+    rest = words
+    while rest:
+        word = max((w for w in _WORD_VALUES if rest.startswith(w)), key=len)
+        rest = rest[len(word):]
+        value = _WORD_VALUES[word]
+        if value == 100:
+            group = (group or 1) * 100
+        elif value >= 1000:
+            total += (group or 1) * value
+            group = 0
+        else:
+            group += value
+    return total + group
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(st.integers(0, 10 ** 15 - 1), st.integers(0, 2 * 10 ** 6),
+                 st.sampled_from([1000, 1001, 101_001, 441_001, 1_001_000, 1_005_000_001,
+                                  10 ** 12 + 9 * 10 ** 6 + 1, 10 ** 15 - 1])))
+def test_a_number_in_words_reads_back_as_the_number(number: int) -> None:
+    """Every amount a document may carry (15 digits) is spelled so that it reads back as
+    itself, in the one form Turkish writes: a group's words as num2words spells 0-999, a lone
+    thousand as BİN."""
+    from num2words import num2words
+
+    from gapless.documents.words import spelled, upper_tr
+
+    words = spelled(number)
+    assert read_turkish(words) == number
+    assert not words.startswith("BİRBİN")
+    assert "BİRYÜZ" not in words
+    if number < 1000:
+        assert words == upper_tr(num2words(number, lang="tr"))

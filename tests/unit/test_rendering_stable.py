@@ -30,8 +30,8 @@ from gapless.message import DespatchMessage, InvoiceMessage, validate_message
 
 MESSAGES = Path(__file__).resolve().parent.parent / "fixtures" / "rendered_messages.jsonl"
 #: The digest of every document of the fixture, by the formats that wrote them.
-RECORDED = {("ubl-tr-2.1/3", "ubl-tr-2.1-despatch/1"):
-            "2530b127c473e94ca2c233e881fb758c9b91cbbda29d81fa31e4f63ebb2753d2"}
+RECORDED = {("ubl-tr-2.1/4", "ubl-tr-2.1-despatch/1"):
+            "7ed019431e8c5fbc73f2dec7bf375c919007edd156ea9cc13c1ac2c03b6f9635"}
 
 ISSUERS = (
     build_issuer(tax_id="1234567803", name="Acme Bilişim A.Ş.", tax_office="Kadıköy",
