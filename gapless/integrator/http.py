@@ -51,6 +51,29 @@ WRONG_CHANNEL = "wrong_channel"
 _QUANTITY = re.compile(r"[0-9]{1,15}(\.[0-9]{1,6})?")
 
 
+#: Writes the request's fields: compact, UTF-8 as it is (one encoder for every request).
+_FIELDS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: The bytes a JSON string escapes (``json.dumps(..., ensure_ascii=False)``): the backslash, the
+#: quote and the C0 controls. XML 1.0 carries only three of the controls (tab, line feed,
+#: carriage return); a text holding another one is written by ``json`` itself.
+_ESCAPED = {ord("\\"): b"\\\\", ord('"'): b'\\"', ord("\n"): b"\\n", ord("\t"): b"\\t",
+            ord("\r"): b"\\r"}
+_OTHER_CONTROLS = bytes(code for code in range(0x20) if code not in _ESCAPED)
+
+
+def json_string(text: bytes) -> bytes:
+    """``text`` (UTF-8) as a JSON string, exactly as ``json.dumps(text.decode(),
+    ensure_ascii=False).encode()`` writes it, made on the bytes: a UBL-TR document has a few
+    quotes and line feeds to escape in thousands of bytes (the ``str`` encoder walked each
+    character of the decoded text: about 35 µs for a 6 KB invoice)."""
+    if len(text.translate(None, _OTHER_CONTROLS)) != len(text):
+        return json.dumps(text.decode(), ensure_ascii=False).encode()
+    for code, escaped in _ESCAPED.items():
+        if code in text:
+            text = text.replace(bytes((code,)), escaped)
+    return b'"' + text + b'"'
+
+
 def request_body(document: Document) -> bytes:
     """The contract's POST /invoices body, with the document's bytes embedded unchanged (a JSON
     document as the object it is, a UBL-TR document as a JSON string)."""
@@ -58,11 +81,8 @@ def request_body(document: Document) -> bytes:
               "invoice_id": document.invoice_id, "uuid": document.uuid}
     if document.alias is not None:
         fields["alias"] = document.alias
-    head = json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
-    if document.media_type == MEDIA_JSON:
-        embedded = document.body
-    else:
-        embedded = json.dumps(document.body.decode(), ensure_ascii=False).encode()
+    head = _FIELDS.encode(fields).encode()
+    embedded = document.body if document.media_type == MEDIA_JSON else json_string(document.body)
     return head[:-1] + b',"document":' + embedded + b"}"
 
 
