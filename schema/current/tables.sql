@@ -228,6 +228,15 @@ CREATE TABLE invoice_documents (
     CONSTRAINT invoice_documents_pkey PRIMARY KEY (invoice_pk, sha256),
     CONSTRAINT invoice_documents_invoice_fkey FOREIGN KEY (invoice_pk) REFERENCES invoices (id)
 );
+-- A document is compressed with lz4 where the server has it: pglz, the default, took about
+-- 80 µs of the backend per 6 KB document, lz4 about nothing (migration 0021). A server built
+-- without lz4 keeps pglz.
+DO $$
+BEGIN
+    ALTER TABLE invoice_documents ALTER COLUMN body SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported THEN
+    RAISE NOTICE 'this server has no lz4: stored documents stay compressed with pglz';
+END $$;
 
 -- The integrator's answer to "is this tax id an e-Fatura user, with which invoice aliases?",
 -- per integrator account ('' the global one's: accounts may see different registries), reused

@@ -77,6 +77,7 @@ async def documents(engine: AsyncEngine) -> dict[str, Any]:
         result = await conn.execute(text("""
             SELECT i.invoice_id, i.tenant, i.number, i.uuid, i.status, i.reserved_at, i.payload,
                    i.profile_version, i.document_sha256, d.body, d.media_type,
+                   pg_column_compression(d.body) AS compression,
                    (SELECT e.document_sha256 FROM invoice_events e
                      WHERE e.invoice_pk = i.id AND e.kind = 'issued') AS issued_sha256
               FROM invoices i
@@ -119,6 +120,8 @@ async def test_profiled_tenant_issues_ubl_tr_documents_gib_accepts(
             assert mock_integrator.document("globex", row.number).json() == json.loads(body)
             continue
         assert (row.profile_version, row.media_type) == (1, "application/xml")
+        assert len(body) > 2048  # above TOAST's threshold: stored compressed, with lz4 (0021)
+        assert row.compression == "lz4"
         assert accepted(mock_integrator, "acme", row.number) == body  # exactly what was sent
         assert_valid(body)
         sealed = row.reserved_at.astimezone(IST)
