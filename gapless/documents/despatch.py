@@ -30,7 +30,7 @@ from gapless.documents.codes import CURRENCY_CODES, UNIT_CODES
 from gapless.documents.lines import DEFAULT_UNIT
 from gapless.documents.parties import Issuer
 from gapless.documents.ubl_tr import OPENING
-from gapless.documents.xml import CAC, CBC, EXT, cac, cbc
+from gapless.documents.xml import CAC, CBC, EXT, attribute, cac, cbc, escape
 from gapless.message import (
     IDENTIFIERS,
     Despatch,
@@ -102,18 +102,18 @@ def _amount(line: DespatchLine) -> Decimal | None:
 
 def header(message: DespatchMessage, *, number: str, uuid: uuid_module.UUID,
            local: datetime) -> str:
-    """Identity, dates, type, note and line count, in the order of the schema."""
-    return "".join((
-        OPENING,
-        cbc("ProfileID", message.despatch.profile_code),
-        cbc("ID", number),
-        cbc("CopyIndicator", "false"),
-        cbc("UUID", str(uuid)),
-        cbc("IssueDate", local.strftime("%Y-%m-%d")),
-        cbc("IssueTime", local.strftime("%H:%M:%S")),
-        cbc("DespatchAdviceTypeCode", message.despatch.type_code),
-        cbc("Note", message.note) if message.note and message.note.strip() else "",
-        cbc("LineCountNumeric", str(len(message.lines)))))
+    """Identity, dates, type, note and line count, in the order of the schema: a template, the
+    same shape in every note."""
+    note = cbc("Note", message.note) if message.note and message.note.strip() else ""
+    return (f"{OPENING}<cbc:ProfileID>{escape(message.despatch.profile_code)}</cbc:ProfileID>"
+            f"<cbc:ID>{escape(number)}</cbc:ID><cbc:CopyIndicator>false</cbc:CopyIndicator>"
+            f"<cbc:UUID>{uuid}</cbc:UUID>"
+            f"<cbc:IssueDate>{local.date().isoformat()}</cbc:IssueDate>"
+            f"<cbc:IssueTime>{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
+            "</cbc:IssueTime>"
+            f"<cbc:DespatchAdviceTypeCode>{escape(message.despatch.type_code)}"
+            f"</cbc:DespatchAdviceTypeCode>{note}"
+            f"<cbc:LineCountNumeric>{len(message.lines)}</cbc:LineCountNumeric>")
 
 
 def references(despatch: Despatch) -> str:
@@ -197,40 +197,40 @@ def trailers(despatch: Despatch) -> str:
 def despatch_line(number: int, line: DespatchLine, amount: Decimal | None,
                   currency: str) -> str:
     """One line: the quantity delivered, the goods and their identifiers, and — when the line
-    has a price — its value as the invoice line it will be billed as."""
-    unit = line.unit_code or DEFAULT_UNIT
+    has a price — its value as the invoice line it will be billed as. A template (every line
+    has this shape), like an invoice's line."""
+    unit = attribute("unitCode", line.unit_code or DEFAULT_UNIT)
     quantity = number_text(Decimal(line.quantity))
+    name = escape(line.description)
     priced = ""
     if amount is not None and line.unit_price is not None:
-        priced = cac("Shipment",
-                     cbc("ID", str(number)),
-                     cac("GoodsItem", cac(
-                         "InvoiceLine",
-                         cbc("ID", str(number)),
-                         cbc("InvoicedQuantity", quantity, unitCode=unit),
-                         xml.amount("LineExtensionAmount", amount_text(amount), currency),
-                         cac("Item", cbc("Name", line.description)),
-                         cac("Price", xml.amount("PriceAmount",
-                                                 number_text(Decimal(line.unit_price)),
-                                                 currency)))))
-    return cac("DespatchLine",
-               cbc("ID", str(number)),
-               cbc("DeliveredQuantity", quantity, unitCode=unit),
-               cac("OrderLineReference", cbc("LineID", str(number))),
-               item(line),
-               priced)
+        in_currency = attribute("currencyID", currency)
+        priced = (f"<cac:Shipment><cbc:ID>{number}</cbc:ID><cac:GoodsItem><cac:InvoiceLine>"
+                  f"<cbc:ID>{number}</cbc:ID>"
+                  f"<cbc:InvoicedQuantity{unit}>{quantity}</cbc:InvoicedQuantity>"
+                  f"<cbc:LineExtensionAmount{in_currency}>{amount_text(amount)}"
+                  "</cbc:LineExtensionAmount>"
+                  f"<cac:Item><cbc:Name>{name}</cbc:Name></cac:Item>"
+                  f"<cac:Price><cbc:PriceAmount{in_currency}>"
+                  f"{number_text(Decimal(line.unit_price))}</cbc:PriceAmount></cac:Price>"
+                  "</cac:InvoiceLine></cac:GoodsItem></cac:Shipment>")
+    return (f"<cac:DespatchLine><cbc:ID>{number}</cbc:ID>"
+            f"<cbc:DeliveredQuantity{unit}>{quantity}</cbc:DeliveredQuantity>"
+            f"<cac:OrderLineReference><cbc:LineID>{number}</cbc:LineID></cac:OrderLineReference>"
+            f"<cac:Item><cbc:Name>{name}</cbc:Name>{identifications(line)}</cac:Item>"
+            f"{priced}</cac:DespatchLine>")
 
 
-def item(line: DespatchLine) -> str:
-    """The goods: their name, and the HKS künye or IDIS label number a profile needs."""
-    identifications = []
+def identifications(line: DespatchLine) -> str:
+    """The goods' HKS künye or IDIS label number, when a profile needs one (the line's Item
+    holds them after its name)."""
+    found = ""
     for field in ("kunye_no", "etiket_no"):
         value = getattr(line, field)
         scheme = IDENTIFIERS[field].scheme
         if value is not None and scheme is not None:
-            identifications.append(cac("AdditionalItemIdentification",
-                                       cbc("ID", value, schemeID=scheme)))
-    return cac("Item", cbc("Name", line.description), *identifications)
+            found += cac("AdditionalItemIdentification", cbc("ID", value, schemeID=scheme))
+    return found
 
 
 # ------------------------------------------------------------------------------------ render
