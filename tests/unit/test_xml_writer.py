@@ -7,6 +7,7 @@ for the same tree, and a rendered document is a fixed point of lxml's parse and 
 
 from __future__ import annotations
 
+import random
 import uuid
 from datetime import UTC, datetime
 
@@ -14,11 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from gapless.demo.samples import sample_messages
-from gapless.documents import build_issuer, check_ubl_inputs, render_ubl_tr
+from gapless.demo.samples import sample_messages, sample_note
+from gapless.documents import (
+    build_issuer,
+    check_despatch_inputs,
+    check_ubl_inputs,
+    render_despatch,
+    render_ubl_tr,
+)
 from gapless.documents import xml as writer
 from gapless.documents.xml import CAC, CBC, EXT, INV, NSMAP
-from gapless.message import validate_message
+from gapless.message import DespatchMessage, validate_message
 
 #: Text XML 1.0 can carry (the message refuses the rest before any document is made).
 XML_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=[
@@ -116,3 +123,30 @@ def test_rendered_documents_are_a_fixed_point_of_lxml() -> None:
         assert again == body
         checked += 1
     assert checked == 120
+
+
+def test_rendered_dispatch_notes_are_a_fixed_point_of_lxml() -> None:
+    """The same for dispatch notes, whose header and lines are templates too: texts that need
+    escaping in the note and in every line's description."""
+    issuer = build_issuer(tax_id="1234567890", name='Ada & "Bros" <Ltd>', tax_office="Kadıköy",
+                          street="Rıhtım Cad.\tNo: 1 > 0", district="Kadıköy", city="İstanbul",
+                          postal_zone="34716", email="a&b@example.com")
+    rng = random.Random(5)
+    checked = 0
+    for data in sample_messages(60, tenant="acme", series="IRS", priority="batch", seed=5,
+                                kinds=False):
+        note = sample_note(rng, data)
+        note["note"] = HOSTILE
+        for line in note["lines"]:
+            line["description"] = HOSTILE.replace("\r\n\t", " ")
+        message = validate_message(note)
+        assert isinstance(message, DespatchMessage)
+        check_despatch_inputs(message, issuer)
+        body = render_despatch(message, number="IRS2026000000001", uuid=uuid.UUID(int=9),
+                               sealed_at=datetime(2026, 11, 26, 12, tzinfo=UTC),
+                               tz="Europe/Istanbul", issuer=issuer)
+        assert b"a &lt; b &amp; c &gt; d" in body
+        again = etree.tostring(etree.fromstring(body), xml_declaration=True, encoding="UTF-8")
+        assert again == body
+        checked += 1
+    assert checked == 60
