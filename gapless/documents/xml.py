@@ -97,9 +97,9 @@ def document(tag: str, namespaces: dict[str | None, str], parts: Iterable[str]) 
     key = (tag, tuple(namespaces.items()))
     start = _ROOTS.get(key)
     if start is None:
-        start = _ROOTS[key] = element(tag, **{
+        start = _ROOTS[key] = f"<{tag}" + _attributes({
             ("xmlns" if prefix is None else f"xmlns:{prefix}"): uri
-            for prefix, uri in namespaces.items()})[:-2]
+            for prefix, uri in namespaces.items()})
     if not inner:
         return f"{DECLARATION}{start}/>".encode()
     return f"{DECLARATION}{start}>{inner}</{tag}>".encode()
@@ -109,24 +109,14 @@ def document(tag: str, namespaces: dict[str | None, str], parts: Iterable[str]) 
 #: xmlns=…``, without its closing ``>``), by tag and namespaces: a few per process.
 _ROOTS: dict[tuple[str, tuple[tuple[str | None, str], ...]], str] = {}
 #: Attributes written before (a few distinct ones recur in every document: currencies, unit
-#: codes, scheme names), by their (name, value) pairs; bounded, for values that come from
-#: messages.
-_WRITTEN_ATTRIBUTES: dict[tuple[tuple[str, str], ...], str] = {}
-_WRITTEN_ATTRIBUTES_MAX = 4096
-#: One attribute as written, by its name and value (bounded, as above).
+#: codes, scheme names), by name and value; bounded, for values that come from messages.
 _ATTRIBUTE: dict[tuple[str, str], str] = {}
+_WRITTEN_ATTRIBUTES_MAX = 4096
 
 
 def _attributes(attrib: dict[str, str]) -> str:
-    """The attributes as written in a start tag, each after a space."""
-    key = tuple(attrib.items())
-    written_before = _WRITTEN_ATTRIBUTES.get(key)
-    if written_before is not None:
-        return written_before
-    text = "".join([f' {name}="{_attribute(value)}"' for name, value in key])
-    if len(_WRITTEN_ATTRIBUTES) < _WRITTEN_ATTRIBUTES_MAX:
-        _WRITTEN_ATTRIBUTES[key] = text
-    return text
+    """The attributes as written in a start tag, each after a space (:func:`attribute`)."""
+    return "".join([attribute(name, value) for name, value in attrib.items()])
 
 
 def escape(value: str) -> str:
