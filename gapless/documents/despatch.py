@@ -29,7 +29,7 @@ from gapless.documents.checks import MAX_AMOUNT, check_customer
 from gapless.documents.codes import CURRENCY_CODES, UNIT_CODES
 from gapless.documents.lines import DEFAULT_UNIT
 from gapless.documents.parties import Issuer
-from gapless.documents.ubl_tr import OPENING
+from gapless.documents.ubl_tr import OPENING, free_note, identity
 from gapless.documents.xml import CAC, CBC, EXT, attribute, cac, cbc, escape
 from gapless.message import (
     IDENTIFIERS,
@@ -104,15 +104,10 @@ def header(message: DespatchMessage, *, number: str, uuid: uuid_module.UUID,
            local: datetime) -> str:
     """Identity, dates, type, note and line count, in the order of the schema: a template, the
     same shape in every note."""
-    note = cbc("Note", message.note) if message.note and message.note.strip() else ""
     return (f"{OPENING}<cbc:ProfileID>{escape(message.despatch.profile_code)}</cbc:ProfileID>"
-            f"<cbc:ID>{escape(number)}</cbc:ID><cbc:CopyIndicator>false</cbc:CopyIndicator>"
-            f"<cbc:UUID>{uuid}</cbc:UUID>"
-            f"<cbc:IssueDate>{local.date().isoformat()}</cbc:IssueDate>"
-            f"<cbc:IssueTime>{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
-            "</cbc:IssueTime>"
+            f"{identity(number, uuid, local)}"
             f"<cbc:DespatchAdviceTypeCode>{escape(message.despatch.type_code)}"
-            f"</cbc:DespatchAdviceTypeCode>{note}"
+            f"</cbc:DespatchAdviceTypeCode>{free_note(message.note)}"
             f"<cbc:LineCountNumeric>{len(message.lines)}</cbc:LineCountNumeric>")
 
 

@@ -57,18 +57,29 @@ UNSIGNED = xml.element("ext:UBLExtensions", xml.element("ext:UBLExtension", xml.
 OPENING = UNSIGNED + cbc("UBLVersionID", "2.1") + cbc("CustomizationID", "TR1.2")
 
 
+def identity(number: str, uuid: uuid_module.UUID, local: datetime) -> str:
+    """The document's number, copy indicator, UUID (ETTN) and the seal's date and time in the
+    series' time zone: the same in an invoice and a dispatch note."""
+    return (f"<cbc:ID>{escape(number)}</cbc:ID><cbc:CopyIndicator>false</cbc:CopyIndicator>"
+            f"<cbc:UUID>{uuid}</cbc:UUID>"  # RFC 4122: output in lower case
+            f"<cbc:IssueDate>{local.date().isoformat()}</cbc:IssueDate>"
+            f"<cbc:IssueTime>{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
+            "</cbc:IssueTime>")
+
+
+def free_note(text: str | None) -> str:
+    """The producer's note (``cbc:Note``), when it says anything."""
+    return cbc("Note", text) if text and text.strip() else ""
+
+
 def _header(message: InvoiceMessage, amounts: Totals, *, number: str, uuid: uuid_module.UUID,
             local: datetime) -> str:
     """Identity, dates, type, notes and currency, in the order of the UBL-TR schema: a
     template, the same shape in every invoice."""
-    note = cbc("Note", message.note) if message.note and message.note.strip() else ""
     return (f"{OPENING}<cbc:ProfileID>{escape(message.profile or PROFILES[0])}</cbc:ProfileID>"
-            f"<cbc:ID>{escape(number)}</cbc:ID><cbc:CopyIndicator>false</cbc:CopyIndicator>"
-            f"<cbc:UUID>{uuid}</cbc:UUID>"  # RFC 4122: output in lower case
-            f"<cbc:IssueDate>{local.date().isoformat()}</cbc:IssueDate>"
-            f"<cbc:IssueTime>{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
-            "</cbc:IssueTime>"
-            f"<cbc:InvoiceTypeCode>{escape(message.invoice_type)}</cbc:InvoiceTypeCode>{note}"
+            f"{identity(number, uuid, local)}"
+            f"<cbc:InvoiceTypeCode>{escape(message.invoice_type)}</cbc:InvoiceTypeCode>"
+            f"{free_note(message.note)}"
             f"<cbc:Note>{escape(amount_in_words(amounts.payable, message.currency))}</cbc:Note>"
             f"<cbc:DocumentCurrencyCode>{escape(message.currency)}</cbc:DocumentCurrencyCode>"
             f"<cbc:LineCountNumeric>{len(message.lines)}</cbc:LineCountNumeric>")
