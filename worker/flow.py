@@ -175,7 +175,7 @@ class IssuingFlow:
         self.hooks = hooks
         self._clock = clock
         self._stopping = stopping
-        #: Intakes of concurrent deliveries of one series share statements and commits (each
+        #: Intakes of concurrent deliveries of one tenant share statements and commits (each
         #: delivery gets its own claim, after the commit that holds it).
         self.seals = SealQueue(
             db, lease_s=settings.lease_s, lock_timeout_ms=settings.lock_timeout_ms,
@@ -330,7 +330,7 @@ class IssuingFlow:
 
     def _hold(self, tenant: str, bound: BoundLogger) -> Verdict | None:
         """Why a draft must not be sealed now (None: it may). Checked when its turn in the
-        series' queue comes (:class:`gapless.issuing.seals.SealQueue`), not when it arrived."""
+        tenant's queue comes (:class:`gapless.issuing.seals.SealQueue`), not when it arrived."""
         if self._stopping():
             # No number is sealed once a stop is requested; the message waits in the queue.
             return self._requeue("worker_stopping", bound)

@@ -37,7 +37,7 @@ RESERVATION_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0))
 SEAL_BATCH_SIZE = Histogram(
     "gapless_worker_seal_batch_size",
-    "Drafts of one series claimed in one statement and one commit (the group seal)",
+    "Drafts of one tenant claimed in one statement and one commit (the group seal)",
     buckets=(1, 2, 4, 8, 16, 32, 64))
 _INTEGRATOR_SECONDS = Histogram(
     "gapless_worker_integrator_seconds",

@@ -1,13 +1,15 @@
-"""The group seal: the intakes of one series that wait together go in one statement.
+"""The group seal: the intakes of one tenant that wait together go in one statement.
 
 Claims of one series serialise on its counter row. A worker process runs many deliveries at once,
-and in a burst many of them wait for the same series; one statement each would cost each a round
-trip, an executor and a commit (a WAL flush). The queue lets at most ``per_series`` intakes of a
-series run at once (one holding the counter row, one queued behind it in PostgreSQL so the row
-never idles between them); the drafts that arrive meanwhile wait here, holding nothing, and go
-together in the next statement (``intake_invoices``, up to ``max_batch``): one commit for all,
-their fresh numbers in arrival order. No timer: a draft that finds fewer than ``per_series``
-intakes of its series running goes at once (a batch of one), so a quiet system adds no latency.
+and in a burst many of them wait for the same counters; one statement each would cost each a
+round trip, an executor and a commit (a WAL flush). The queue lets at most ``per_tenant``
+intakes of a tenant run at once (one holding its counter rows, one queued behind it in
+PostgreSQL so the rows never idle between them); the drafts that arrive meanwhile wait here,
+holding nothing, and go together in the next statement (``intake_drafts``, up to
+``max_batch``), whatever their series — a routed tenant's e-Fatura and e-Arşiv drafts share it:
+one commit for all, each series' fresh numbers in arrival order. No timer: a draft that finds
+fewer than ``per_tenant`` intakes of its tenant running goes at once (a batch of one), so a
+quiet system adds no latency.
 
 A waiting draft's ``ready`` check runs when its batch is formed, not when it arrived: a stop
 requested or a breaker opened meanwhile holds it back with nothing sealed, and its caller gets
@@ -15,10 +17,11 @@ the check's answer instead of a claim. Each caller gets its own draft's claim, a
 that holds it.
 
 A batch that fails (nothing of it stored or consumed) fails every draft the same way when the
-cause is theirs alike: an unknown series, the database out of reach; each caller requeues. Any
-other failure — a lock on one invoice row not granted in time, a deadlock with another process's
-batch that holds a duplicate of one of its messages — is retried one draft per statement, so one
-row cannot fail its neighbours.
+cause is theirs alike: an unknown series that every draft of the batch names, the database out
+of reach; each caller requeues. Any other failure — a lock on one invoice row not granted in
+time, a deadlock with another process's batch that holds a duplicate of one of its messages, an
+unknown series among others — is retried one draft per statement, so one row cannot fail its
+neighbours.
 """
 
 from __future__ import annotations
@@ -40,9 +43,9 @@ from gapless.logging import get_logger
 
 log = get_logger("gapless.issuing")
 
-#: Intakes of one series a process runs at once: one holding the counter row, one queued behind
-#: it in PostgreSQL so the row never idles between them; the rest wait in the process.
-PER_SERIES = 2
+#: Intakes of one tenant a process runs at once: one holding its counter rows, one queued behind
+#: it in PostgreSQL so the rows never idle between them; the rest wait in the process.
+PER_TENANT = 2
 #: Drafts in one statement at most (a worker's deliveries in flight are fewer by default).
 MAX_BATCH = 64
 
@@ -51,7 +54,7 @@ H = TypeVar("H")
 
 @dataclass(eq=False)
 class _Waiting(Generic[H]):
-    """A draft waiting for its series' next statement, and its caller's future."""
+    """A draft waiting for its tenant's next statement, and its caller's future."""
 
     draft: Draft
     profile_version: int | None
@@ -62,8 +65,8 @@ class _Waiting(Generic[H]):
     sent: bool = False
 
 
-class _Series:
-    """One series' drafts waiting, and how many of its statements are running."""
+class _Tenant:
+    """One tenant's drafts waiting, and how many of its statements are running."""
 
     __slots__ = ("running", "waiting")
 
@@ -73,7 +76,7 @@ class _Series:
 
 
 class SealQueue:
-    """Intakes of many concurrent deliveries, grouped per series (one per worker process).
+    """Intakes of many concurrent deliveries, grouped per tenant (one per worker process).
 
     ``before_commit`` (tests, fault injection) runs each statement in an explicit transaction
     and is awaited with its locks held, just before the commit, when it sealed or leased any.
@@ -81,19 +84,19 @@ class SealQueue:
     """
 
     def __init__(self, db: Database, *, lease_s: float, lock_timeout_ms: int,
-                 per_series: int = PER_SERIES, max_batch: int = MAX_BATCH,
+                 per_tenant: int = PER_TENANT, max_batch: int = MAX_BATCH,
                  before_commit: Callable[[], Awaitable[None]] | None = None,
                  on_statement: Callable[[int, float], None] | None = None) -> None:
-        if per_series < 1 or max_batch < 1:
-            raise ValueError("per_series and max_batch must be at least 1")
+        if per_tenant < 1 or max_batch < 1:
+            raise ValueError("per_tenant and max_batch must be at least 1")
         self._db = db
         self._lease_s = lease_s
         self._lock_timeout_ms = lock_timeout_ms
-        self._per_series = per_series
+        self._per_tenant = per_tenant
         self._max_batch = max_batch
         self._before_commit = before_commit
         self._on_statement = on_statement
-        self._series: dict[tuple[str, str], _Series] = {}
+        self._tenants: dict[str, _Tenant] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def intake(self, draft: Draft, *, profile_version: int | None,
@@ -103,16 +106,16 @@ class SealQueue:
         turn comes and ``ready()`` answers something, that answer, with nothing stored or sealed.
         Raises what the intake raises (ReservationLockTimeout, UnknownSeriesError, a database
         error)."""
-        key = (draft.tenant, draft.series)
-        series = self._series.get(key)
-        if series is None:
-            series = self._series[key] = _Series()
+        key = draft.tenant
+        tenant = self._tenants.get(key)
+        if tenant is None:
+            tenant = self._tenants[key] = _Tenant()
         future: asyncio.Future[Claim | H] = asyncio.get_running_loop().create_future()
         waiting = _Waiting(draft, profile_version, at, ready, future)
-        series.waiting.append(waiting)
-        if series.running < self._per_series:
-            series.running += 1
-            task = asyncio.create_task(self._run(key, series))
+        tenant.waiting.append(waiting)
+        if tenant.running < self._per_tenant:
+            tenant.running += 1
+            task = asyncio.create_task(self._run(key, tenant))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         try:
@@ -132,33 +135,33 @@ class SealQueue:
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._tasks)
 
-    async def _run(self, key: tuple[str, str], series: _Series) -> None:
+    async def _run(self, key: str, tenant: _Tenant) -> None:
         batch: list[_Waiting[Any]] = []
         try:
-            while series.waiting:
-                batch = self._take(series)
+            while tenant.waiting:
+                batch = self._take(tenant)
                 if batch:
                     await self._seal(batch)
         except BaseException as exc:
             # Cancelled (the loop is closing): no caller is left waiting forever.
-            for waiting in (*batch, *series.waiting):
+            for waiting in (*batch, *tenant.waiting):
                 _fail(waiting.future, exc)
-            series.waiting.clear()
+            tenant.waiting.clear()
             raise
         finally:
-            series.running -= 1
-            if not series.running and not series.waiting:
-                self._series.pop(key, None)
+            tenant.running -= 1
+            if not tenant.running and not tenant.waiting:
+                self._tenants.pop(key, None)
 
-    def _take(self, series: _Series) -> list[_Waiting[Any]]:
+    def _take(self, tenant: _Tenant) -> list[_Waiting[Any]]:
         """The next batch: waiting drafts in arrival order, up to max_batch, of one seal moment
         (``at``); a draft whose caller is gone is dropped, one that is not ready answered."""
         batch: list[_Waiting[Any]] = []
-        while series.waiting and len(batch) < self._max_batch:
-            waiting = series.waiting[0]
+        while tenant.waiting and len(batch) < self._max_batch:
+            waiting = tenant.waiting[0]
             if batch and waiting.at != batch[0].at:
                 break
-            series.waiting.popleft()
+            tenant.waiting.popleft()
             if waiting.future.done():
                 continue  # the caller was cancelled while it waited: nothing of it is stored
             try:
@@ -182,6 +185,7 @@ class SealQueue:
                 profile_versions=[w.profile_version for w in batch], at=batch[0].at,
                 before_commit=self._before_commit)
         except Exception as exc:
+            # UnknownSeriesError only when every draft names that series (intake_many).
             if (len(batch) == 1 or isinstance(exc, UnknownSeriesError)
                     or is_database_unavailable(exc)):
                 for waiting in batch:

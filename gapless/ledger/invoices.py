@@ -234,21 +234,23 @@ async def intake_many(db: Database, drafts: Sequence[Draft], *, lease_s: float,
                       lock_timeout_ms: int, profile_versions: Sequence[int | None],
                       at: datetime | None = None,
                       before_commit: Callable[[], Awaitable[None]] | None = None) -> list[Claim]:
-    """:func:`intake` for many drafts of one series in one statement and one commit (the group
-    seal, ``intake_invoices``): the drafts are taken in order, so fresh seals number in that
-    order, and the n-th claim is the n-th draft's. ``profile_versions[n]`` is the issuer
-    profile the n-th message was checked against.
+    """:func:`intake` for many drafts of one tenant, of any of its series, in one statement and
+    one commit (the group seal, ``intake_drafts``): the drafts of a series are taken in order, so
+    its fresh seals number in that order, and the n-th claim is the n-th draft's.
+    ``profile_versions[n]`` is the issuer profile the n-th message was checked against.
 
     All or nothing: a lock not granted within ``lock_timeout_ms`` (ReservationLockTimeout), an
-    unknown series (UnknownSeriesError), a deadlock or any other error fails every draft, and
-    nothing is stored or consumed. Locks: each draft's invoice row and, from the first seal, the
-    series' counter row, until the commit.
+    unknown series, a deadlock or any other error fails every draft, and nothing is stored or
+    consumed. An unknown series raises UnknownSeriesError when every draft is of that series,
+    and the driver's foreign-key error when the drafts are of several (retry them one by one to
+    know which). Locks: each draft's invoice row and, from each series' first seal, its counter
+    row (series in key order), until the commit.
     """
     if not drafts:
         return []
     first = drafts[0]
-    if any(d.tenant != first.tenant or d.series != first.series for d in drafts):
-        raise ValueError("intake_many: the drafts of one call share a tenant and a series")
+    if any(d.tenant != first.tenant for d in drafts):
+        raise ValueError("intake_many: the drafts of one call share a tenant")
     if len(profile_versions) != len(drafts):
         raise ValueError("intake_many: one profile version per draft")
     if len(drafts) == 1:
@@ -256,13 +258,18 @@ async def intake_many(db: Database, drafts: Sequence[Draft], *, lease_s: float,
         return [await intake(db, first, lease_s=lease_s, lock_timeout_ms=lock_timeout_ms,
                              profile_version=profile_versions[0], at=at,
                              before_commit=before_commit)]
+    series = [d.series for d in drafts]
+    one_series = all(code == first.series for code in series)
     params = {"invoice_ids": TextArray([d.invoice_id for d in drafts]), "tenant": first.tenant,
-              "series": first.series, "priorities": SmallintArray([d.priority for d in drafts]),
+              "series": TextArray(series),
+              "priorities": SmallintArray([d.priority for d in drafts]),
               "payloads": TextArray([d.payload_text for d in drafts]), "lease_s": lease_s,
               "lock_timeout_ms": lock_timeout_ms,
               "profile_versions": IntegerArray(profile_versions), "at": at}
-    with _claim_errors(f"{len(drafts)} invoices of series {first.series!r}", lock_timeout_ms,
-                       (first.tenant, first.series)):
+    what = (f"{len(drafts)} invoices of series {first.series!r}" if one_series
+            else f"{len(drafts)} invoices of series {', '.join(map(repr, sorted(set(series))))}")
+    with _claim_errors(what, lock_timeout_ms,
+                       (first.tenant, first.series) if one_series else None):
         rows = await _claim_rows(db, q.INTAKE_MANY, params, before_commit)
     return [_claim(row, draft.payload if row.created else None)
             for row, draft in zip(rows, drafts, strict=True)]

@@ -44,16 +44,17 @@ INTAKE = f"""
                           %(profile_version)s::integer, %(at)s::timestamptz)
 """  # noqa: S608 - constant column list, values are bound
 
-#: Steps 1 and 2 for many drafts of one series in one statement and one commit
-#: (``intake_invoices``, the group seal): the n-th claim is the n-th draft's. All or nothing.
+#: Steps 1 and 2 for many drafts of a tenant, of any of its series, in one statement and one
+#: commit (``intake_drafts``, the group seal): the n-th claim is the n-th draft's. All or
+#: nothing.
 #: The arrays go in binary: a text-format array escapes every element in Python (for a batch of
 #: UBL-TR messages, ~60 µs of the worker's CPU a payload against ~2).
 INTAKE_MANY = f"""
     SELECT {_CLAIM_COLUMNS}
-      FROM intake_invoices(%(invoice_ids)b::text[], %(tenant)s, %(series)s,
-                           %(priorities)b::smallint[], %(payloads)b::jsonb[], %(lease_s)s,
-                           %(lock_timeout_ms)s, %(profile_versions)b::integer[],
-                           %(at)s::timestamptz) WITH ORDINALITY
+      FROM intake_drafts(%(invoice_ids)b::text[], %(tenant)s, %(series)b::text[],
+                         %(priorities)b::smallint[], %(payloads)b::jsonb[], %(lease_s)s,
+                         %(lock_timeout_ms)s, %(profile_versions)b::integer[],
+                         %(at)s::timestamptz) WITH ORDINALITY
      ORDER BY ordinality
 """  # noqa: S608 - constant column list, values are bound
 
