@@ -232,7 +232,7 @@ class IssuingFlow:
         if refusal is not None and not await self._numbered_already(message, refusal, bound):
             return self._dead_letter(refusal, bound)
         draft = Draft(message.invoice_id, message.tenant, series.code,
-                      priority_of(delivery.priority, message.priority), message.payload(),
+                      priority_of(delivery.priority, message.priority), message.payload,
                       message.body().decode())
         claim = await self._intake(message, series, draft, profile, bound)
         if (routable and isinstance(claim, Claim) and claim.kind is ClaimKind.CONFLICT

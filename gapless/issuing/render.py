@@ -43,14 +43,18 @@ JSON_FORMAT = "json/1"
 T = TypeVar("T")
 
 
-def _route(series: SeriesSpec, sending: Sending) -> tuple[str | None, str | None]:
-    """The channel and alias the document was routed to (pinned in its payload at the seal):
-    none for a series without routing; an e-Arşiv invoice has no alias; a dispatch note's is
-    the receiver's e-İrsaliye alias or GİB's box."""
+def _route(series: SeriesSpec, sending: Sending,
+           message: AnyMessage | None) -> tuple[str | None, str | None]:
+    """The channel and alias the document was routed to (pinned in its payload at the seal, or
+    in ``message`` when the caller has it: see :meth:`Renderer.document`): none for a series
+    without routing; an e-Arşiv invoice has no alias; a dispatch note's is the receiver's
+    e-İrsaliye alias or GİB's box."""
     if series.channel is Channel.ANY or sending.profile_version is None:
         return None, None
     if series.channel is Channel.EARSIV:
         return Channel.EARSIV.value, None
+    if message is not None:
+        return series.channel.value, message.customer.alias
     customer = sending.payload.get("customer")
     alias = customer.get("alias") if isinstance(customer, dict) else None
     return series.channel.value, alias if isinstance(alias, str) else None
@@ -84,7 +88,7 @@ class Renderer:
         series = await self.catalog.series(sending.tenant, sending.series)
         if series is None:  # invoices reference their series: it cannot be missing
             raise RenderError(f"series {sending.series!r} of tenant {sending.tenant!r} is gone")
-        channel, alias = _route(series, sending)
+        channel, alias = _route(series, sending, message)
         stored = sending.document
         if stored is not None:
             return Document(sending.tenant, sending.number, sending.invoice_id, sending.uuid,

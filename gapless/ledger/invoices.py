@@ -13,6 +13,7 @@ tenant, so every function that finds an invoice by its id takes the tenant too (
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,6 +48,14 @@ MAX_ERROR = 2000
 MAX_PAYLOAD_DEPTH = 64
 
 
+#: A payload, or what makes it when first read.
+Payload = dict[str, Any] | Callable[[], dict[str, Any]]
+
+
+def _made(payload: Payload) -> dict[str, Any]:
+    return payload if isinstance(payload, dict) else payload()
+
+
 @dataclass(frozen=True)
 class Draft:
     """What a producer asked for: the validated message, keyed by ``invoice_id``."""
@@ -55,14 +64,16 @@ class Draft:
     tenant: str
     series: str
     priority: int
-    payload: dict[str, Any]
+    #: The payload, or what makes it when first read (a message's ``payload`` method: the
+    #: worker's UBL-TR documents are made from the message, and never need the dict).
+    payload: Payload
     #: The payload as JSON text (:func:`gapless.message.jsontext.dumps`), when the caller has
     #: it already (a message's body); None: it is written from ``payload``.
     text: str | None = None
 
     @property
     def payload_text(self) -> str:
-        return jsontext.dumps(self.payload) if self.text is None else self.text
+        return jsontext.dumps(_made(self.payload)) if self.text is None else self.text
 
 
 @dataclass(frozen=True)
@@ -123,12 +134,18 @@ class Sending:
     series: str
     number: str
     reserved_no: int
-    payload: dict[str, Any]
+    #: The stored payload (:attr:`payload`), or what makes it when first read.
+    contents: Payload
     attempt: int
     uuid: str
     sealed_at: datetime
     profile_version: int | None
     document: StoredDocument | None = None
+
+    @functools.cached_property
+    def payload(self) -> dict[str, Any]:
+        """The stored payload (the message as it was sealed)."""
+        return _made(self.contents)
 
 
 @dataclass(frozen=True)
@@ -159,7 +176,7 @@ def stored_payload(text: str) -> dict[str, Any]:
     return payload
 
 
-def _sending(row: Any, payload: dict[str, Any] | None = None) -> Sending:
+def _sending(row: Any, payload: Payload | None = None) -> Sending:
     if payload is None:
         payload = row.payload if isinstance(row.payload, dict) else stored_payload(row.payload)
     return Sending(row.id, row.invoice_id, row.tenant, row.series, row.number, row.reserved_no,
@@ -167,7 +184,7 @@ def _sending(row: Any, payload: dict[str, Any] | None = None) -> Sending:
                    _stored(row))
 
 
-def _claim(row: Any, payload: dict[str, Any] | None = None) -> Claim:
+def _claim(row: Any, payload: Payload | None = None) -> Claim:
     if row.kind in ("sealed", "send"):
         return Claim(ClaimKind.SEND, Status.SENDING, _sending(row, payload),
                      fresh_number=row.kind == "sealed", created=row.created, series=row.series,

@@ -15,7 +15,7 @@ from gapless.ledger.invoices import Sending
 from gapless.recovery.reconcile import _ask_then_send
 
 SENDING = Sending(pk=1, invoice_id="inv-1", tenant="acme", series="ABC",
-                  number="ABC2026000000007", reserved_no=7, payload={}, attempt=2,
+                  number="ABC2026000000007", reserved_no=7, contents={}, attempt=2,
                   uuid="6f1c2e1a-86a5-4f0e-9a55-3a2b8c7d1e90",
                   sealed_at=datetime(2026, 11, 25, tzinfo=UTC), profile_version=None)
 DOCUMENT = Document.of(tenant="acme", number=SENDING.number, invoice_id="inv-1",
