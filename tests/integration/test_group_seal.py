@@ -412,19 +412,22 @@ ACTIONS = ("go", "held back", "cancel")
 async def test_any_mix_of_intakes_leaves_each_invoice_one_number_and_no_gap(
         engine: AsyncEngine, pools: list[Database], script: list[tuple[int, str]],
         per_tenant: int, max_batch: int) -> None:
-    # Two processes' queues, duplicated messages (12 invoices at most), drafts held back when
-    # their turn comes, callers cancelled while they wait or while their statement runs. Each
-    # example has a series and invoice ids of its own (the database is the test's).
-    code = f"P{uuid.uuid4().hex[:8]}"
+    # Two processes' queues, duplicated messages (12 invoices at most, of two series: a tenant's
+    # drafts share statements whatever their series), drafts held back when their turn comes,
+    # callers cancelled while they wait or while their statement runs. Each example has series
+    # and invoice ids of its own (the database is the test's).
+    tag = uuid.uuid4().hex[:8]
+    codes = (f"P{tag}", f"Q{tag}")
     async with ledger(engine).transaction() as tx:
-        await add_series(tx, build_series_spec("acme", code))
+        for code in codes:
+            await add_series(tx, build_series_spec("acme", code))
     queues = [SealQueue(db, lease_s=300, lock_timeout_ms=10000, per_tenant=per_tenant,
                         max_batch=max_batch) for db in pools]
     tasks = []
     for k, (n, action) in enumerate(script):
         ready = (lambda: "held back") if action == "held back" else (lambda: None)
         tasks.append(asyncio.create_task(queues[k % 2].intake(
-            draft(f"{code}-{n}", series=code), profile_version=None, ready=ready)))
+            draft(f"{tag}-{n}", series=codes[n % 2]), profile_version=None, ready=ready)))
     await asyncio.sleep(0)  # every intake queued; the first statements are on their way
     for task, (_, action) in zip(tasks, script, strict=True):
         if action == "cancel":
@@ -433,9 +436,13 @@ async def test_any_mix_of_intakes_leaves_each_invoice_one_number_and_no_gap(
     for queue in queues:
         await queue.aclose()
 
-    got = await numbers(engine, code)
-    assert sorted(got.values()) == list(range(1, len(got) + 1)), got  # no gap, none twice
-    assert await counter(engine, code) == len(got)
+    got: dict[str, int] = {}
+    for code in codes:
+        numbered = await numbers(engine, code)
+        # Each series: no gap, none twice.
+        assert sorted(numbered.values()) == list(range(1, len(numbered) + 1)), numbered
+        assert await counter(engine, code) == len(numbered)
+        got.update(numbered)
     fresh: dict[str, int] = {}
     for (_, action), result in zip(script, results, strict=True):
         if action == "held back":
@@ -450,5 +457,5 @@ async def test_any_mix_of_intakes_leaves_each_invoice_one_number_and_no_gap(
             fresh[result.sending.invoice_id] = result.sending.reserved_no
     # Every seal a caller saw is the database's; a seal nobody saw was a cancelled caller's.
     assert all(got[invoice_id] == number for invoice_id, number in fresh.items())
-    went = {f"{code}-{n}" for n, action in script if action == "go"}
+    went = {f"{tag}-{n}" for n, action in script if action == "go"}
     assert went <= set(got)
