@@ -66,7 +66,7 @@ def attribute(name: str, value: str) -> str:
     written = _ATTRIBUTE.get((name, value))
     if written is None:
         written = f' {name}="{_attribute(value)}"'
-        if len(_ATTRIBUTE) < _WRITTEN_ATTRIBUTES_MAX:
+        if len(_ATTRIBUTE) < _ATTRIBUTE_MAX:
             _ATTRIBUTE[(name, value)] = written
     return written
 
@@ -111,7 +111,7 @@ _ROOTS: dict[tuple[str, tuple[tuple[str | None, str], ...]], str] = {}
 #: Attributes written before (a few distinct ones recur in every document: currencies, unit
 #: codes, scheme names), by name and value; bounded, for values that come from messages.
 _ATTRIBUTE: dict[tuple[str, str], str] = {}
-_WRITTEN_ATTRIBUTES_MAX = 4096
+_ATTRIBUTE_MAX = 4096
 
 
 def _attributes(attrib: dict[str, str]) -> str:

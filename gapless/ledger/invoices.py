@@ -276,17 +276,15 @@ async def intake_many(db: Database, drafts: Sequence[Draft], *, lease_s: float,
                              profile_version=profile_versions[0], at=at,
                              before_commit=before_commit)]
     series = [d.series for d in drafts]
-    one_series = all(code == first.series for code in series)
+    codes = sorted(set(series))
     params = {"invoice_ids": TextArray([d.invoice_id for d in drafts]), "tenant": first.tenant,
               "series": TextArray(series),
               "priorities": SmallintArray([d.priority for d in drafts]),
               "payloads": TextArray([d.payload_text for d in drafts]), "lease_s": lease_s,
               "lock_timeout_ms": lock_timeout_ms,
               "profile_versions": IntegerArray(profile_versions), "at": at}
-    what = (f"{len(drafts)} invoices of series {first.series!r}" if one_series
-            else f"{len(drafts)} invoices of series {', '.join(map(repr, sorted(set(series))))}")
-    with _claim_errors(what, lock_timeout_ms,
-                       (first.tenant, first.series) if one_series else None):
+    with _claim_errors(f"{len(drafts)} invoices of series {', '.join(map(repr, codes))}",
+                       lock_timeout_ms, (first.tenant, first.series) if len(codes) == 1 else None):
         rows = await _claim_rows(db, q.INTAKE_MANY, params, before_commit)
     return [_claim(row, draft.payload if row.created else None)
             for row, draft in zip(rows, drafts, strict=True)]
