@@ -77,6 +77,10 @@ def invocation_settings() -> Settings | None:
         return None
 
 
+#: New container objects between two collections of the youngest generation (Python: 700).
+YOUNG_GENERATION = 50_000
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine on uvloop where it is installed (a third of the event loop's
     CPU per callback), else on asyncio's own loop.
@@ -84,8 +88,15 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     What the process holds by now (its modules, classes, the API's routes and schemas) lives
     as long as it does, so it is frozen out of the garbage collector's reach
     (:func:`gc.freeze`): a full collection no longer walks those ~150,000 objects again and
-    again (a fifth of a batch message's CPU in the API before)."""
+    again (a fifth of a batch message's CPU in the API before).
+
+    The youngest generation is collected every YOUNG_GENERATION new container objects rather
+    than every 700: what a message allocates is nearly all freed by reference counting before a
+    collection would look at it, and each collection walks what is young and alive then — a
+    worker's instructions per UBL-TR invoice 3.70 → 3.62 M (``bench/instructions.py``). Cycles
+    are still found by the same collector, a little later."""
     gc.freeze()
+    gc.set_threshold(YOUNG_GENERATION, 10, 10)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
