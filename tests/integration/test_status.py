@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,28 +208,40 @@ async def test_status_table_shows_the_numbers_within_80_columns(
     assert "breaker worker: open" in result.stdout
 
 
-def test_status_watch_refreshes_until_interrupted(settings: Settings,
-                                                  gapless_env: dict[str, str]) -> None:
-    """--watch with --json is a JSON Lines stream; the process keeps running until stopped."""
+def test_status_watch_refreshes_until_interrupted(settings: Settings, gapless_env: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    """--watch with --json is a JSON Lines stream; the process keeps running until stopped.
+
+    Its output goes to files, not pipes: a pipe the test stopped reading could fill and hold the
+    process in a write, which is not what is tested; and its log is there to show if it hangs.
+    """
     import signal
     import subprocess
 
     from tests.helpers import GAPLESS, ROOT, wait_until
 
-    proc = subprocess.Popen([*GAPLESS, "status", "--watch", "--json", "--interval", "0.2"],
-                            env=gapless_env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    out_path, err_path = tmp_path / "status.jsonl", tmp_path / "status.log"
+
+    def documents() -> list[dict[str, Any]]:
+        text = out_path.read_text()
+        return [json.loads(line) for line in text.splitlines()[:text.count("\n")]]
+
+    def log_tail() -> str:
+        return err_path.read_text()[-2000:]
+
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = subprocess.Popen([*GAPLESS, "status", "--watch", "--json", "--interval", "0.2"],
+                                env=gapless_env, cwd=ROOT, stdout=out, stderr=err, text=True)
     try:
-        assert proc.stdout is not None
-        documents = [json.loads(proc.stdout.readline()) for _ in range(3)]
-        assert all(doc["queue"]["name"] == settings.queue for doc in documents)
+        wait_until(lambda: len(documents()) >= 3, 60, message="three status documents")
+        assert all(doc["queue"]["name"] == settings.queue for doc in documents()[:3])
         proc.send_signal(signal.SIGINT)
-        wait_until(lambda: proc.poll() is not None, 20, message="status --watch to stop")
-        assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+        try:
+            wait_until(lambda: proc.poll() is not None, 20, message="status --watch to stop")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its log: {log_tail()!r}") from None
+        assert proc.returncode == 0, log_tail()
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
