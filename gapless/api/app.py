@@ -46,7 +46,8 @@ def lifespan(settings: Settings, auth: Authenticator
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[None]:
         db = await Database.open(settings.database_url, actor="api",
-                                 size=settings.db_pool_size, check_idle_s=CHECK_IDLE_S)
+                                 size=settings.db_pool_size, check_idle_s=CHECK_IDLE_S,
+                                 fail_fast=True)
         try:
             await check_cluster(db, settings.cluster_id)
             async with Publisher(settings) as publisher:

@@ -30,7 +30,7 @@ from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -58,6 +58,12 @@ CONNECT_TIMEOUT_S = 10
 #: when a statement waits for a connection. Short, so that after a long outage (a failover)
 #: the pool tries again within seconds of the promotion rather than after a doubled delay.
 RECONNECT_TIMEOUT_S = 10.0
+
+#: A pool opened with ``fail_fast`` (the API's): once a wait for a connection ended with none
+#: lent to anyone meanwhile — the database out of reach, not merely busy —, how long each next
+#: wait lasts, until a connection is lent again. A client then gets its 503 in a moment rather
+#: than after the pool's whole timeout, while the pool keeps reconnecting.
+UNREACHABLE_WAIT_S = 0.5
 
 
 class IdleCheck:
@@ -225,6 +231,47 @@ class _Loan:
         await self._pool.putconn(self._conn)
 
 
+class _Reach:
+    """Whether a pool's database was reached lately (shared by a :class:`_FastLoan`'s loans)."""
+
+    __slots__ = ("lent_at", "unreachable")
+
+    def __init__(self) -> None:
+        #: When a connection was last lent (monotonic clock).
+        self.lent_at = 0.0
+        #: Whether the last wait ended with no connection lent to anyone meanwhile.
+        self.unreachable = False
+
+
+class _FastLoan(_Loan):
+    """A :class:`_Loan` that does not make every caller wait the pool's whole timeout while the
+    database is out of reach: after a wait that ended with no connection lent to anyone since
+    it began, the next waits last :data:`UNREACHABLE_WAIT_S`, until a connection is lent again.
+    A pool that is only busy lends connections to others meanwhile, and its callers wait in
+    full. Each short wait still queues for a connection, so the pool goes on reconnecting."""
+
+    __slots__ = ("_reach",)
+
+    def __init__(self, pool: AsyncConnectionPool, reach: _Reach) -> None:
+        super().__init__(pool)
+        self._reach = reach
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        reach = self._reach
+        asked = time.monotonic()
+        try:
+            conn: psycopg.AsyncConnection[Any] = await self._pool.getconn(
+                UNREACHABLE_WAIT_S if reach.unreachable else None)
+        except PoolTimeout:
+            if reach.lent_at < asked:
+                reach.unreachable = True
+            raise
+        reach.lent_at = time.monotonic()
+        reach.unreachable = False
+        self._conn = conn
+        return conn
+
+
 class _Use:
     """:meth:`Database._connection`: a connection from the database's ``connect`` for one use.
     On a driver error that leaves it useless but open (a read-only server, a shutdown under
@@ -287,7 +334,7 @@ class Database:
     @classmethod
     async def open(cls, database_url: str, *, actor: str, size: int,
                    application_name: str | None = None, timeout_s: float = 10.0,
-                   check_idle_s: float | None = None) -> Database:
+                   check_idle_s: float | None = None, fail_fast: bool = False) -> Database:
         """A pool of ``size`` connections of its own (worker, recovery); close it with
         :meth:`close`. One connection is made at once, so an unreachable database, a wrong
         password or a missing database fail here (``psycopg.OperationalError``); the pool fills
@@ -299,7 +346,12 @@ class Database:
 
         ``check_idle_s``: a connection idle that long is tested before it is lent
         (:class:`IdleCheck`); by default none is (the worker and recovery treat a dead
-        connection as a passing database error and retry)."""
+        connection as a passing database error and retry).
+
+        ``fail_fast``: once a wait for a connection ended with none lent to anyone, the next
+        waits last :data:`UNREACHABLE_WAIT_S` until one is lent again (:class:`_FastLoan`; the
+        API, whose clients get a 503 at once during an outage rather than after ``timeout_s``
+        each)."""
         conninfo = driver_conninfo(database_url)
         kwargs: dict[str, Any] = {"autocommit": True,
                                   **connect_kwargs(actor, application_name)}
@@ -312,6 +364,8 @@ class Database:
             check=None if idle is None else idle.check,
             reset=None if idle is None else idle.reset)
         await pool.open(wait=False)
+        if fail_fast:
+            return cls(functools.partial(_FastLoan, pool, _Reach()), pool=pool)
         return cls(functools.partial(_Loan, pool), pool=pool)
 
     @classmethod

@@ -495,6 +495,39 @@ async def test_healthz_reports_which_service_is_unreachable(
     await await_until(lambda: health(None), 30, message="healthz to recover the database")
 
 
+async def test_a_database_out_of_reach_is_a_quick_503_after_the_first(
+        api_servers: ApiServers, http: httpx.AsyncClient, settings: Settings,
+        proxies: tuple[TcpProxy, TcpProxy]) -> None:
+    """During an outage the first request that needs the database waits for the pool (its
+    timeout, 10 s) and gets a 503; the next ones get theirs at once (the pool saw that nobody
+    was lent a connection), not after 10 s each — and once the database is back, they are
+    answered again."""
+    database, _ = proxies
+    db_url = make_url(settings.database_url).set(port=database.port).render_as_string(
+        hide_password=False)
+    token = new_token()
+    url, _ = api_servers.start(token, env={"GAPLESS_DATABASE_URL": db_url})
+    headers = {"Authorization": f"Bearer {token}"}
+    assert (await http.get(f"{url}/v1/events", headers=headers)).status_code == 200
+
+    database.cut()
+    first = await http.get(f"{url}/v1/events", headers=headers)
+    assert first.status_code == 503
+    started = time.monotonic()
+    later = [await http.get(f"{url}/v1/events", headers=headers) for _ in range(4)]
+    assert [r.status_code for r in later] == [503] * 4
+    assert all(r.headers["Retry-After"] == "5" for r in later)
+    # Each waited the pool's short wait, not its 10 s: 40 s in all before.
+    assert time.monotonic() - started < 10
+
+    database.start()
+
+    async def answered() -> bool:
+        return (await http.get(f"{url}/v1/events", headers=headers)).status_code == 200
+
+    await await_until(answered, 30, interval=0.2, message="the API to reach the database again")
+
+
 async def test_requests_after_the_apis_connections_died_are_answered(
         api: Api, http: httpx.AsyncClient, engine: AsyncEngine) -> None:
     """The API's pool lends no dead connection after an outage: every backend of the API is
