@@ -8,6 +8,7 @@ for the same tree, and a rendered document is a fixed point of lxml's parse and 
 from __future__ import annotations
 
 import random
+import re
 import uuid
 from datetime import UTC, datetime
 
@@ -34,11 +35,14 @@ XML_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_charact
 
 NAMESPACES = {"cbc": CBC, "cac": CAC, "ext": EXT}
 
+#: What :func:`gapless.documents.xml.amount` is given as text: a plain decimal number.
+AMOUNT_TEXT = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+
 #: A tree as nested tuples: (prefix, name, text or None, attributes, children).
 Tree = st.deferred(lambda: st.tuples(
     st.sampled_from(("cbc", "cac", "ext")),
     st.sampled_from(("Name", "ID", "Note", "Party")),
-    st.none() | XML_TEXT,
+    st.none() | XML_TEXT | st.from_regex(AMOUNT_TEXT, fullmatch=True),
     st.dictionaries(st.sampled_from(("schemeID", "currencyID", "unitCode")), XML_TEXT,
                     max_size=2),
     st.lists(Tree, max_size=3)))
@@ -47,8 +51,10 @@ Tree = st.deferred(lambda: st.tuples(
 def ours(tree: tuple) -> str:  # type: ignore[type-arg]
     prefix, name, text, attrib, children = tree
     if prefix == "cbc" and text is not None and not children:
-        if list(attrib) == ["currencyID"]:
-            return writer.amount(name, text, attrib["currencyID"])  # an amount
+        if list(attrib) == ["currencyID"] and AMOUNT_TEXT.fullmatch(text):
+            # An amount: its text is a number as the amounts module writes it, never a message's
+            # text (writer.amount writes it unescaped); any other text goes through cbc.
+            return writer.amount(name, text, attrib["currencyID"])
         return writer.cbc(name, text, **attrib)  # a basic component
     parts = [writer.escape(text or ""), *(ours(item) for item in children)]
     if prefix == "cac" and not attrib:
