@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import time
 from importlib.resources import files
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 from stdnum.exceptions import ValidationError as StdnumError
 from stdnum.tr import tckimlik
 
@@ -40,11 +39,12 @@ from gapless.message.fields import (
     OptionalSeriesCode,
     Priority,
     Quantity,
+    Rule,
     Tenant,
     UnitCode,
     UnitPrice,
-    _choice,
-    _matching,
+    _choice_rule,
+    _pattern_rule,
     _string,
     located,
     rule_error,
@@ -108,9 +108,9 @@ _PLATE_RE = re.compile(r"[A-Z0-9_-]{1,32}")
 _TIME_RE = re.compile(r"[0-9]{2}:[0-9]{2}:[0-9]{2}")
 
 
-def _identifier(name: str) -> Callable[[Any], str]:
+def _identifier(name: str) -> Rule:
     rule = IDENTIFIERS[name]
-    return _matching(rule.pattern, f"must be {rule.description}")
+    return _pattern_rule(rule.pattern, f"must be {rule.description}")
 
 
 def _check_tckn(value: Any) -> str:
@@ -134,18 +134,18 @@ def _check_time(value: Any) -> time:
         raise rule_error("is not a real time of day") from None
 
 
-DespatchType = Annotated[str, BeforeValidator(_choice(tuple(DESPATCH_TYPES)))]
-DespatchProfile = Annotated[str, BeforeValidator(_choice(tuple(DESPATCH_PROFILES)))]
-PlateSchemeName = Annotated[str, BeforeValidator(_choice(tuple(PLATE_SCHEMES)))]
+DespatchType = Annotated[str, _choice_rule(tuple(DESPATCH_TYPES))]
+DespatchProfile = Annotated[str, _choice_rule(tuple(DESPATCH_PROFILES))]
+PlateSchemeName = Annotated[str, _choice_rule(tuple(PLATE_SCHEMES))]
 #: A plate's shape; its scheme's pattern is checked across fields (the scheme is another field).
-Plate = Annotated[str, BeforeValidator(_matching(
-    _PLATE_RE, "must be 1-32 upper-case letters, digits, '_' or '-', no spaces (e.g. 34ABC123)"))]
-Tckn = Annotated[str, BeforeValidator(_check_tckn)]
-DespatchTime = Annotated[time, BeforeValidator(_check_time)]
-SevkiyatNo = Annotated[str, BeforeValidator(_identifier("sevkiyat_no"))]
-KunyeNo = Annotated[str, BeforeValidator(_identifier("kunye_no"))]
-EtiketNo = Annotated[str, BeforeValidator(_identifier("etiket_no"))]
-PrintedNumber = Annotated[str, BeforeValidator(_identifier("printed_number"))]
+Plate = Annotated[str, _pattern_rule(
+    _PLATE_RE, "must be 1-32 upper-case letters, digits, '_' or '-', no spaces (e.g. 34ABC123)")]
+Tckn = Annotated[str, Rule(_check_tckn)]
+DespatchTime = Annotated[time, Rule(_check_time)]
+SevkiyatNo = Annotated[str, _identifier("sevkiyat_no")]
+KunyeNo = Annotated[str, _identifier("kunye_no")]
+EtiketNo = Annotated[str, _identifier("etiket_no")]
+PrintedNumber = Annotated[str, _identifier("printed_number")]
 
 
 class Driver(_Part):

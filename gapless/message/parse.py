@@ -18,6 +18,7 @@ from gapless.message.fields import (
     format_path,
     json_type,
     one_line,
+    rule_errors,
 )
 from gapless.message.model import InvoiceMessage
 
@@ -41,7 +42,7 @@ _GENERIC_REASONS = {
 
 def reason_of(error: ValidationError) -> str:
     """One line naming the first problem's field path (and how many more there are)."""
-    errors = error.errors(include_url=False, include_input=False)
+    errors = rule_errors(error.errors(include_url=False, include_input=False))
     if not errors:  # pragma: no cover - pydantic always reports at least one
         return "invalid message"
     first = errors[0]

@@ -2,7 +2,7 @@
 :class:`~gapless.message.despatch.DespatchMessage` (one of them, by ``document``).
 
 pydantic's own schema of the model shows every rule of :mod:`gapless.message.fields` as a bare
-string (the rules are ``BeforeValidator`` functions it cannot look into). :func:`message_schema`
+string (the rules are Python functions it cannot look into). :func:`message_schema`
 generates the model's schema with each rule replaced by what it accepts, in JSON Schema's terms:
 patterns for tax ids, codes and decimal strings (money and quantities are strings, never JSON
 numbers), enums for profiles, types and priorities, lengths, the top level's bounds on unknown
@@ -39,7 +39,9 @@ from gapless.message.despatch import (
 )
 from gapless.message.fields import (
     DOCUMENTS,
+    FAST,
     INVOICE_TYPES,
+    MAX_DECIMAL_TEXT,
     MAX_DESCRIPTION,
     MAX_EXTRA_FIELDS,
     MAX_EXTRA_KEY,
@@ -47,6 +49,7 @@ from gapless.message.fields import (
     MAX_NAME,
     PAYMENT_METHODS,
     PROFILES,
+    RULE,
     SEND_TYPES,
 )
 from gapless.message.model import InvoiceMessage
@@ -59,8 +62,6 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _NOT_XML = r"\x00-\x08\x0B\x0C\x0E-\x1F\uFFFE\uFFFF"
 #: Control characters (C0, DEL, C1): a name or an id has none.
 _CONTROL = r"\x00-\x1F\x7F-\x9F\uFFFE\uFFFF"
-#: The longest decimal string the rules look at.
-MAX_DECIMAL_TEXT = 64
 
 
 class UnknownRule(RuntimeError):
@@ -299,6 +300,15 @@ class _RefinedSchema(GenerateJsonSchema):
         self.model_checks = {decorator.func for model, _ in MESSAGES.values()
                              for decorator in
                              model.__pydantic_decorators__.model_validators.values()}
+
+    def union_schema(self, schema: core_schema.UnionSchema) -> JsonSchemaValue:
+        # A field rule's two ways (fields.Rule) accept what the rule accepts: show the rule.
+        choices = schema["choices"]
+        if [choice[1] for choice in choices if isinstance(choice, tuple)] == [FAST, RULE]:
+            rule = choices[1]
+            assert isinstance(rule, tuple)
+            return self.generate_inner(rule[0])
+        return super().union_schema(schema)
 
     def function_before_schema(self, schema: core_schema.BeforeValidatorFunctionSchema
                                ) -> JsonSchemaValue:
