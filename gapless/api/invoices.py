@@ -47,9 +47,11 @@ from gapless.ledger.refusals import get_refusal, refusal_tenants
 from gapless.logging import get_logger
 from gapless.message import (
     MAX_BODY_BYTES,
+    MAX_DEPTH,
     AnyMessage,
     InvalidMessage,
     check_content_type,
+    decode_body,
     decode_json,
     parse_message,
     validate_message,
@@ -245,18 +247,20 @@ class _Item:
         self.code, self.error = exc.status_code, str(exc.detail)
 
 
-def parse_item(data: Any) -> AnyMessage:
+def parse_item(data: Any, *, shaped: bool = False) -> AnyMessage:
     """One message of a batch, checked as the single POST checks its body: 400 when it is not a
-    JSON object, 422 when it breaks the contract (the parser's one-line reason)."""
+    JSON object, 422 when it breaks the contract (the parser's one-line reason). ``shaped``: the
+    batch's text showed every message JSON-shaped (:class:`~gapless.message.parse.Decoded`)."""
     if not isinstance(data, dict):
         raise HTTPException(400, f"message must be a JSON object, not {json_type(data)}")
     try:
-        return validate_message(data)
+        return validate_message(data, shaped=shaped)
     except InvalidMessage as exc:
         raise HTTPException(422, exc.reason) from None
 
 
-async def batch_items(who: Principal, decoded: list[Any]) -> list[_Item]:
+async def batch_items(who: Principal, decoded: list[Any], *,
+                      shaped: bool = False) -> list[_Item]:
     """Every message of a batch parsed and authorized (or refused, each on its own).
 
     The event loop gets a turn every :data:`BATCH_TURN` messages: validating a thousand takes
@@ -267,7 +271,7 @@ async def batch_items(who: Principal, decoded: list[Any]) -> list[_Item]:
         if item.index and not item.index % BATCH_TURN:
             await asyncio.sleep(0)
         try:
-            item.message = parse_item(data)
+            item.message = parse_item(data, shaped=shaped)
             authorize(who, item.message)
         except HTTPException as exc:
             item.refuse(exc)
@@ -334,7 +338,8 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
     body = await read_body(request, MAX_BATCH_BODY_BYTES)
     try:
         check_content_type(request.headers.get("content-type"))
-        decoded = decode_json(body)
+        # Each message one level down: the array's.
+        decoded, shaped = decode_body(body, levels=MAX_DEPTH + 1)
     except InvalidMessage as exc:
         raise HTTPException(400, exc.reason) from None
     if not isinstance(decoded, list):
@@ -343,7 +348,7 @@ async def issue_batch(request: Request, who: Principal = Security(principal),
     if len(decoded) > MAX_BATCH:
         raise HTTPException(413, f"batch has {len(decoded)} messages; at most {MAX_BATCH} are "
                                  "accepted")
-    items = await batch_items(who, decoded)
+    items = await batch_items(who, decoded, shaped=shaped)
     valid = [item for item in items if item.code == 202]
     known = await known_invoices(api.db, {(item.message.tenant, item.message.invoice_id)
                                       for item in valid if item.message is not None})

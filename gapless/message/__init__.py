@@ -68,7 +68,9 @@ from gapless.message.model import (
 )
 from gapless.message.parse import (
     AnyMessage,
+    Decoded,
     check_content_type,
+    decode_body,
     decode_json,
     parse_message,
     priority_of,
@@ -97,6 +99,7 @@ __all__ = [
     "BillingReference",
     "Carrier",
     "Customer",
+    "Decoded",
     "Despatch",
     "DespatchLine",
     "DespatchMessage",
@@ -113,6 +116,7 @@ __all__ = [
     "Person",
     "Printed",
     "check_content_type",
+    "decode_body",
     "decode_json",
     "parse_message",
     "priority_of",

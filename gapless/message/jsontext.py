@@ -63,8 +63,11 @@ def plain_length(value: Decimal) -> int:
 
 def loads(text: str | bytes, *, max_depth: int,
           object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
-          parse_constant: Callable[[str], Any] | None = None) -> Any:
-    """The JSON value of ``text``, numbers with a fraction or exponent as ``Decimal``; at most
+          parse_constant: Callable[[str], Any] | None = None,
+          parse_int: Callable[[str], Any] | None = None,
+          parse_float: Callable[[str], Any] = Decimal) -> Any:
+    """The JSON value of ``text``, numbers with a fraction or exponent as ``Decimal`` (or what
+    ``parse_float`` makes of their text; integers what ``parse_int`` makes); at most
     ``max_depth`` levels of objects and arrays. Raises NotJson (the hooks' own exceptions pass
     through)."""
     try:
@@ -72,7 +75,7 @@ def loads(text: str | bytes, *, max_depth: int,
             text = text.decode(json.detect_encoding(text), "surrogatepass")
         elif text.startswith("\ufeff"):
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-        value = _decoder(object_pairs_hook, parse_constant).decode(text)
+        value = _decoder(object_pairs_hook, parse_constant, parse_int, parse_float).decode(text)
     except RecursionError:
         raise TooDeep(f"nests more than {max_depth} levels deep") from None
     except json.JSONDecodeError as exc:
@@ -80,18 +83,26 @@ def loads(text: str | bytes, *, max_depth: int,
                       ) from None
     except UnicodeDecodeError:
         raise NotJson("not valid UTF-8") from None
-    if _openings(text) > max_depth and not nests_within(value, max_depth):
+    if not nests_at_most(text, value, max_depth):
         raise TooDeep(f"nests more than {max_depth} levels deep")
     return value
 
 
 @functools.lru_cache(maxsize=8)
 def _decoder(object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None,
-             parse_constant: Callable[[str], Any] | None) -> json.JSONDecoder:
+             parse_constant: Callable[[str], Any] | None,
+             parse_int: Callable[[str], Any] | None,
+             parse_float: Callable[[str], Any]) -> json.JSONDecoder:
     """A decoder with these hooks, made once: ``json.loads`` with any hook makes a new decoder
     and scanner at every call (a third of decoding a small message)."""
-    return json.JSONDecoder(parse_float=Decimal, object_pairs_hook=object_pairs_hook,
-                            parse_constant=parse_constant)
+    return json.JSONDecoder(parse_float=parse_float, parse_int=parse_int,
+                            object_pairs_hook=object_pairs_hook, parse_constant=parse_constant)
+
+
+def nests_at_most(text: str | bytes, value: Any, levels: int) -> bool:
+    """Whether ``value``, decoded from ``text``, has at most ``levels`` levels of objects and
+    arrays: counted in the text when it opens no more than that many, else measured."""
+    return _openings(text) <= levels or nests_within(value, levels)
 
 
 def _openings(text: str | bytes) -> int:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from gapless.constants import PRIORITIES, PRIORITY_BATCH
 from gapless.message.fields import (
@@ -59,6 +59,9 @@ from gapless.message.jsontext import MAX_NUMBER_TEXT, dumps, plain_length
 
 #: The payload leaves out a ``priority`` that is null.
 _NO_PRIORITY: set[str] = {"priority"}
+#: The validation context of data known to hold only what the JSON walk of
+#: ``Message._json_shaped`` accepts (:func:`gapless.message.parse.decode_body`).
+SHAPED: dict[str, bool] = {"shaped": True}
 
 
 class _Part(BaseModel):
@@ -211,7 +214,7 @@ class Message(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _json_shaped(cls, data: Any) -> Any:
+    def _json_shaped(cls, data: Any, info: ValidationInfo) -> Any:
         """Refuse non-objects, non-JSON values, deep nesting, text XML cannot carry and too many
         extra fields.
 
@@ -219,11 +222,12 @@ class Message(BaseModel):
         value whatever its field: the one check that no text of any document kind holds a
         character its XML document could not carry (a field added later is covered too). A
         Python producer's float becomes the exact Decimal of its JSON text, the number the same
-        message is when it comes as a body.
+        message is when it comes as a body. Data validated with the :data:`SHAPED` context is
+        known to pass the walk (the parser read it off the body's text) and is not walked.
         """
         if not isinstance(data, dict):
             raise rule_error(f"message must be a JSON object, not {json_type(data)}")
-        if _check_json_value(data, (), 0):
+        if info.context is not SHAPED and _check_json_value(data, (), 0):
             data = _exact(data)
         fields = cls.model_fields  # a class property of pydantic's: read once, not per key
         extras = [key for key in data if key not in fields]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -20,7 +23,8 @@ from gapless.message.fields import (
     one_line,
     rule_errors,
 )
-from gapless.message.model import InvoiceMessage
+from gapless.message.jsontext import MAX_NUMBER_TEXT, plain_length
+from gapless.message.model import SHAPED, InvoiceMessage
 
 #: A message of any document: the parser returns the model ``document`` names.
 AnyMessage = InvoiceMessage | DespatchMessage
@@ -71,10 +75,11 @@ def model_of(data: Any) -> type[InvoiceMessage] | type[DespatchMessage]:
     return model
 
 
-def validate_message(data: Any) -> AnyMessage:
+def validate_message(data: Any, *, shaped: bool = False) -> AnyMessage:
     """The message of the document ``data`` is — an :class:`InvoiceMessage` or a
     :class:`DespatchMessage`, by its ``document`` field — from already-decoded data (a dict, or
-    a model).
+    a model). ``shaped``: ``data`` is known to hold only what a message's JSON walk accepts
+    (:attr:`Decoded.shaped`), and is not walked again.
 
     Raises :class:`InvalidMessage` with a one-line reason.
     """
@@ -82,7 +87,7 @@ def validate_message(data: Any) -> AnyMessage:
         return data
     model = model_of(data)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=SHAPED if shaped else None)
     except ValidationError as exc:
         raise InvalidMessage(reason_of(exc)) from None
     except RecursionError:
@@ -129,21 +134,81 @@ def _refuse_constant(name: str) -> Any:
     raise _NotJsonConstant(name)
 
 
+class _LongNumber(Exception):
+    pass
+
+
+def _bounded_int(text: str) -> int:
+    # The walk's rule (model._check_number) on the text: JSON writes an integer in plain
+    # digits, without leading zeros.
+    if len(text) > MAX_NUMBER_TEXT:
+        raise _LongNumber
+    return int(text)
+
+
+def _bounded_decimal(text: str) -> Decimal:
+    value = Decimal(text)
+    if plain_length(value) > MAX_NUMBER_TEXT:
+        raise _LongNumber
+    return value
+
+
+#: The escapes of a JSON text that can make a string XML cannot carry: ``\b``, ``\f``, a ``\u``
+#: escape of a C0 control, a surrogate, U+FFFE or U+FFFF (an escaped backslash followed by such
+#: letters is found too). Written as they are, those two are looked for apart; a control
+#: character cannot stand raw in a JSON string, nor a surrogate in UTF-8.
+_NOT_XML_ESCAPE = re.compile(r"\\[bf]|\\u(?:00[01]|[dD][89a-fA-F]|[fF]{3}[eEfF])")
+
+
+def _carried_by_xml(text: str) -> bool:
+    """Whether no string of the JSON ``text`` can hold a character XML cannot carry (a
+    message's text seldom has a backslash, and ``in`` is cheaper than a search)."""
+    return ("\ufffe" not in text and "\uffff" not in text
+            and ("\\" not in text or _NOT_XML_ESCAPE.search(text) is None))
+
+
+class Decoded(NamedTuple):
+    """A decoded body, and whether it is known to hold only what a message's walk accepts
+    (texts XML can carry, numbers that stay short written out, nesting within the bound): read
+    off the text and checked while decoding, so that validation need not walk it again."""
+
+    value: Any
+    shaped: bool
+
+
 def decode_json(body: bytes) -> Any:
     """Strict JSON from UTF-8 bytes: no NaN/Infinity, no duplicate keys, nesting bounded by
     MAX_DEPTH (then the contract's own walk gives the path), numbers with a fraction as exact
     ``Decimal``s (:mod:`gapless.message.jsontext`); raise InvalidMessage."""
+    return decode_body(body).value
+
+
+def decode_body(body: bytes, *, levels: int = MAX_DEPTH) -> Decoded:
+    """:func:`decode_json`'s value, and whether it is shaped as a message's walk wants with at
+    most ``levels`` levels of nesting (a batch's messages are one level down)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidMessage("body is not valid UTF-8") from None
     text = text.removeprefix("\ufeff")
     try:
+        value = _decoded(text, parse_int=_bounded_int, parse_float=_bounded_decimal)
+    except _LongNumber:
+        # Rare: decoded again as it is, for the walk to name the number's field.
+        return Decoded(_decoded(text), shaped=False)
+    shaped = _carried_by_xml(text) and jsontext.nests_at_most(text, value, levels)
+    return Decoded(value, shaped)
+
+
+def _decoded(text: str, *, parse_int: Callable[[str], Any] | None = None,
+             parse_float: Callable[[str], Any] = Decimal) -> Any:
+    try:
         # Deeper than the contract allows, so that its walk names the field that nests too deep
         # (past this, the body is refused as a whole).
         return jsontext.loads(text, max_depth=4 * MAX_DEPTH,
                               object_pairs_hook=_object_without_duplicates,
-                              parse_constant=_refuse_constant)
+                              parse_constant=_refuse_constant, parse_int=parse_int,
+                              parse_float=parse_float)
     except _DuplicateKey:
         raise InvalidMessage("body has a duplicate field name in an object") from None
     except _NotJsonConstant:
@@ -166,10 +231,10 @@ def parse_message(body: bytes, content_type: str | None) -> AnyMessage:
     check_content_type(content_type)
     if len(body) > MAX_BODY_BYTES:
         raise InvalidMessage(f"body is {len(body)} bytes; at most {MAX_BODY_BYTES} are accepted")
-    data = decode_json(body)
+    data, shaped = decode_body(body)
     if not isinstance(data, dict):
         raise InvalidMessage(f"body must be a JSON object, not {json_type(data)}")
-    return validate_message(data)
+    return validate_message(data, shaped=shaped)
 
 
 def priority_of(message_priority_property: int | None, body_priority: str | None) -> int:

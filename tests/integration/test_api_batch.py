@@ -101,6 +101,36 @@ async def test_each_item_is_answered_as_the_single_post_would_and_only_valid_one
     assert 'gapless_api_invoices_accepted_total{published="true"} 2.0' in metrics
 
 
+def nested(levels: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+async def test_items_only_the_json_walk_refuses_are_answered_as_the_single_post(
+        api: BatchApi, http: httpx.AsyncClient, settings: Settings) -> None:
+    # A batch's text shows whether its messages need the walk of their JSON (a control
+    # character's escape, deep nesting, a long number): each item is answered as alone.
+    batch = [invoice_message("w-16", x=nested(15)),      # 16 levels with the message's own
+             invoice_message("w-17", x=nested(16)),
+             invoice_message("w-ctl", x={"a": "b\u0001"}),
+             invoice_message("w-num", x=10 ** 100),
+             invoice_message("w-ok", x=10 ** 99)]
+    results = await post_batch(http, api, api.admin, batch)
+    alone = []
+    for message in batch:
+        response = await http.post(f"{api.url}/v1/invoices", json=message,
+                                   headers=api.headers(api.admin))
+        alone.append((response.status_code, response.json().get("detail")))
+    assert [(r["status"], r["error"]) for r in results] == alone
+    assert [r["status"] for r in results] == [202, 422, 422, 422, 202]
+    assert results[1]["error"].startswith("x.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0: nested more than 16")
+    assert results[2]["error"] == "x.a: holds a character XML cannot carry (U+0001)"
+    assert results[3]["error"].startswith("x: a number written out may have at most 100")
+    assert queued(await take_queue(settings)) == Counter({"w-16": 2, "w-ok": 2})
+
+
 async def test_a_batch_again_after_the_worker_issued_it_is_accepted_without_publishing(
         api: BatchApi, http: httpx.AsyncClient, settings: Settings, engine: AsyncEngine,
         mock_integrator: MockIntegratorClient) -> None:

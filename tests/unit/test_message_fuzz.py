@@ -20,6 +20,7 @@ from gapless.message import (
     MAX_REASON,
     InvalidMessage,
     InvoiceMessage,
+    decode_json,
     parse_message,
     validate_message,
 )
@@ -188,3 +189,54 @@ def test_quantity_acceptance_matches_the_rule(number: Decimal) -> None:
                 and len(fraction) <= 6)
     result = outcome(json.dumps(data).encode())
     assert isinstance(result, InvoiceMessage) == expected, (text, result)
+
+
+_ODD_TEXT = st.text(alphabet=st.sampled_from(
+    "aı \t\n\x00\x01\x08\x0c\x1f\x7f\ufffe\uffff\ud800\udfff\\\"/\u2028\U0001f600"), max_size=8)
+_NUMBERS = (st.integers(min_value=-10 ** 101, max_value=10 ** 101)
+            | st.sampled_from([10 ** 99, 10 ** 100, -10 ** 99, -(10 ** 99) + 1])
+            | st.floats(allow_nan=False, allow_infinity=False))
+
+
+@st.composite
+def shaped_or_not(draw: st.DrawFn) -> Any:
+    """A valid message with a value put somewhere that the walk may refuse: odd text (as a
+    value or a field name), long numbers, deep nesting."""
+    data: Any = valid()
+    value = draw(st.recursive(_ODD_TEXT | _NUMBERS | json_scalars,
+                              lambda inner: st.lists(inner, max_size=3)
+                              | st.dictionaries(_ODD_TEXT, inner, max_size=3), max_leaves=8))
+    for _ in range(draw(st.integers(0, 18))):
+        value = [value]
+    paths = [path for path in _paths(data) if path]
+    path = draw(st.sampled_from(paths))
+    parent = data
+    for step in path[:-1]:
+        parent = parent[step]
+    if draw(st.booleans()):
+        parent[path[-1]] = value
+    elif isinstance(parent, dict):
+        parent[draw(_ODD_TEXT)] = value
+    else:
+        data[draw(_ODD_TEXT)] = value
+    return data
+
+
+@FUZZ
+@given(shaped_or_not(), st.booleans())
+def test_what_the_parser_reads_off_the_text_is_what_the_walk_finds(data: Any,
+                                                                   ascii_only: bool) -> None:
+    # parse_message skips the walk of a body whose text shows it needs none; the same decoded
+    # value walked gives the same message or the same reason.
+    body = json.dumps(data, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    try:
+        decoded = decode_json(body)
+    except InvalidMessage:
+        return
+    results: list[Any] = []
+    for parse in (lambda: parse_message(body, CT), lambda: validate_message(decoded)):
+        try:
+            results.append(parse())
+        except InvalidMessage as exc:
+            results.append(exc.reason)
+    assert results[0] == results[1]
