@@ -62,6 +62,9 @@ _NO_PRIORITY: set[str] = {"priority"}
 #: The validation context of data known to hold only what the JSON walk of
 #: ``Message._json_shaped`` accepts (:func:`gapless.message.parse.decode_body`).
 SHAPED: dict[str, bool] = {"shaped": True}
+#: :data:`SHAPED`, of a body within MAX_BODY_BYTES: the message is no longer as JSON
+#: (:class:`gapless.message.parse.Decoded`), so ``Message._fits`` need not write it to know.
+SHAPED_BODY: dict[str, bool] = {"shaped": True, "fits": True}
 
 
 class _Part(BaseModel):
@@ -227,7 +230,8 @@ class Message(BaseModel):
         """
         if not isinstance(data, dict):
             raise rule_error(f"message must be a JSON object, not {json_type(data)}")
-        if info.context is not SHAPED and _check_json_value(data, (), 0):
+        shaped = info.context is SHAPED or info.context is SHAPED_BODY
+        if not shaped and _check_json_value(data, (), 0):
             data = _exact(data)
         fields = cls.model_fields  # a class property of pydantic's: read once, not per key
         extras = [key for key in data if key not in fields]
@@ -240,11 +244,13 @@ class Message(BaseModel):
                              "printable characters")
         return data
 
-    #: The body, made once (the size check makes it; publishing sends it).
+    #: The body, made once (by the size check, or when first asked for).
     _body: bytes | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
-    def _fits(self) -> Self:
+    def _fits(self, info: ValidationInfo) -> Self:
+        if info.context is SHAPED_BODY:
+            return self
         size = len(self.body())
         if size > MAX_BODY_BYTES:
             raise rule_error(f"message is {size} bytes as JSON; at most {MAX_BODY_BYTES} are "

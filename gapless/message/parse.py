@@ -23,8 +23,8 @@ from gapless.message.fields import (
     one_line,
     rule_errors,
 )
-from gapless.message.jsontext import MAX_NUMBER_TEXT, plain_length
-from gapless.message.model import SHAPED, InvoiceMessage
+from gapless.message.jsontext import MAX_NUMBER_TEXT
+from gapless.message.model import SHAPED, SHAPED_BODY, InvoiceMessage
 
 #: A message of any document: the parser returns the model ``document`` names.
 AnyMessage = InvoiceMessage | DespatchMessage
@@ -85,9 +85,13 @@ def validate_message(data: Any, *, shaped: bool = False) -> AnyMessage:
     """
     if isinstance(data, InvoiceMessage | DespatchMessage):
         return data
+    return _validated(data, SHAPED if shaped else None)
+
+
+def _validated(data: Any, context: dict[str, bool] | None) -> AnyMessage:
     model = model_of(data)
     try:
-        return model.model_validate(data, context=SHAPED if shaped else None)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise InvalidMessage(reason_of(exc)) from None
     except RecursionError:
@@ -134,23 +138,24 @@ def _refuse_constant(name: str) -> Any:
     raise _NotJsonConstant(name)
 
 
-class _LongNumber(Exception):
-    pass
+class _NeedsWalk(Exception):
+    """A number the walk must judge: longer than the rule allows as written, or written with
+    an exponent (its plain text, which is what is stored and sent, may be longer)."""
 
 
 def _bounded_int(text: str) -> int:
     # The walk's rule (model._check_number) on the text: JSON writes an integer in plain
-    # digits, without leading zeros.
+    # digits, without leading zeros, so its text is its plain text.
     if len(text) > MAX_NUMBER_TEXT:
-        raise _LongNumber
+        raise _NeedsWalk
     return int(text)
 
 
 def _bounded_decimal(text: str) -> Decimal:
-    value = Decimal(text)
-    if plain_length(value) > MAX_NUMBER_TEXT:
-        raise _LongNumber
-    return value
+    # Without an exponent a JSON number's text is its plain text (jsontext.number_text).
+    if len(text) > MAX_NUMBER_TEXT or "e" in text or "E" in text:
+        raise _NeedsWalk
+    return Decimal(text)
 
 
 #: The escapes of a JSON text that can make a string XML cannot carry: ``\b``, ``\f``, a ``\u``
@@ -169,8 +174,13 @@ def _carried_by_xml(text: str) -> bool:
 
 class Decoded(NamedTuple):
     """A decoded body, and whether it is known to hold only what a message's walk accepts
-    (texts XML can carry, numbers that stay short written out, nesting within the bound): read
-    off the text and checked while decoding, so that validation need not walk it again."""
+    (texts XML can carry, numbers in plain notation and short, nesting within the bound): read
+    off the text and checked while decoding, so that validation need not walk it again.
+
+    A message of a shaped body is never longer as JSON (:meth:`Message.body`) than the body:
+    its texts need no more escaping than JSON gave them, its numbers are written as they came,
+    and nothing is added but what was there (fields the producer did not set are left out).
+    """
 
     value: Any
     shaped: bool
@@ -193,8 +203,8 @@ def decode_body(body: bytes, *, levels: int = MAX_DEPTH) -> Decoded:
     text = text.removeprefix("\ufeff")
     try:
         value = _decoded(text, parse_int=_bounded_int, parse_float=_bounded_decimal)
-    except _LongNumber:
-        # Rare: decoded again as it is, for the walk to name the number's field.
+    except _NeedsWalk:
+        # Rare: decoded again as it is, for the walk to judge its numbers.
         return Decoded(_decoded(text), shaped=False)
     shaped = _carried_by_xml(text) and jsontext.nests_at_most(text, value, levels)
     return Decoded(value, shaped)
@@ -234,7 +244,9 @@ def parse_message(body: bytes, content_type: str | None) -> AnyMessage:
     data, shaped = decode_body(body)
     if not isinstance(data, dict):
         raise InvalidMessage(f"body must be a JSON object, not {json_type(data)}")
-    return validate_message(data, shaped=shaped)
+    # A shaped body within MAX_BODY_BYTES makes a message no longer: its size is not measured
+    # by writing it (it is written when it is needed, once).
+    return _validated(data, SHAPED_BODY if shaped else None)
 
 
 def priority_of(message_priority_property: int | None, body_priority: str | None) -> int:

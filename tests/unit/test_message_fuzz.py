@@ -12,6 +12,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from gapless.message import (
     MAX_REASON,
     InvalidMessage,
     InvoiceMessage,
+    decode_body,
     decode_json,
     parse_message,
     validate_message,
@@ -57,6 +59,9 @@ def outcome(body: bytes, content_type: str | None = CT) -> InvoiceMessage | Inva
         return refusal
     again = message.body()
     assert len(again) <= MAX_BODY_BYTES
+    if decode_body(body).shaped:
+        # parse_message did not write it to measure it: a shaped body bounds it.
+        assert len(again) <= len(body)
     assert parse_message(again, CT) == message
     assert json.loads(again) == message.payload()
     return message
@@ -194,7 +199,8 @@ def test_quantity_acceptance_matches_the_rule(number: Decimal) -> None:
 _ODD_TEXT = st.text(alphabet=st.sampled_from(
     "aı \t\n\x00\x01\x08\x0c\x1f\x7f\ufffe\uffff\ud800\udfff\\\"/\u2028\U0001f600"), max_size=8)
 _NUMBERS = (st.integers(min_value=-10 ** 101, max_value=10 ** 101)
-            | st.sampled_from([10 ** 99, 10 ** 100, -10 ** 99, -(10 ** 99) + 1])
+            | st.sampled_from([10 ** 99, 10 ** 100, -10 ** 99, -(10 ** 99) + 1, 1e300, 1.5e-300,
+                               1e99, 2.5e16])
             | st.floats(allow_nan=False, allow_infinity=False))
 
 
@@ -224,6 +230,9 @@ def shaped_or_not(draw: st.DrawFn) -> Any:
 
 @FUZZ
 @given(shaped_or_not(), st.booleans())
+@example({**valid(), "x": 1e300}, True)
+@example({**valid(), "x": {"y": "a\x01"}}, False)
+@example({**valid(), "x": [[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]}, True)
 def test_what_the_parser_reads_off_the_text_is_what_the_walk_finds(data: Any,
                                                                    ascii_only: bool) -> None:
     # parse_message skips the walk of a body whose text shows it needs none; the same decoded
@@ -240,3 +249,18 @@ def test_what_the_parser_reads_off_the_text_is_what_the_walk_finds(data: Any,
         except InvalidMessage as exc:
             results.append(exc.reason)
     assert results[0] == results[1]
+    if isinstance(results[0], InvoiceMessage) and decode_body(body).shaped:
+        assert len(results[0].body()) <= len(body)
+
+
+def test_numbers_that_grow_written_out_are_measured_written_out() -> None:
+    # Within the body's limit as sent, past it as stored: an exponent makes a short text a long
+    # number, so such a body is measured by writing it, and refused.
+    body = json.dumps({**valid(), "readings": ["1e99"] * 50_000},
+                      separators=(",", ":")).replace('"1e99"', "1e99")
+    assert len(body) < MAX_BODY_BYTES
+    with pytest.raises(InvalidMessage, match="bytes as JSON; at most"):
+        parse_message(body.encode(), CT)
+    # The same numbers in plain notation stay as long as they came.
+    plain = json.dumps({**valid(), "readings": [7] * 50_000}, separators=(",", ":"))
+    assert len(parse_message(plain.encode(), CT).body()) <= len(plain)
