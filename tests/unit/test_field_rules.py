@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError, SchemaValidator
 
 from gapless.message import InvalidMessage, despatch, fields, parse_message, validate_message
 from gapless.message.fields import MAX_NAME, PLAIN_TEXT, Rule
+from tests.unit.test_message_schema import edited
 
 
 def _rules() -> dict[str, tuple[Any, Rule]]:
@@ -75,12 +76,7 @@ def values(draw: st.DrawFn) -> Any:
                          "SE-1234567", "bench", "Kadıköy", "0.5", "100.00", "1" * 65]),
         st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
     ]
-    value = draw(st.one_of(pools))
-    if isinstance(value, str) and value and draw(st.booleans()):
-        cut = draw(st.integers(0, len(value)))
-        value = value[:cut] + draw(st.sampled_from(["", "0", " ", "\n", "a", "ı", "日"])) + \
-            value[cut + 1:]
-    return value
+    return edited(draw, draw(st.one_of(pools)), ["", "0", " ", "\n", "a", "ı", "日"])
 
 
 @pytest.mark.parametrize("name", sorted(FAST_RULES))

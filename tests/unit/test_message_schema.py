@@ -262,11 +262,15 @@ def candidates(draw: st.DrawFn, fragment: dict[str, Any]) -> Any:
     if "enum" in fragment:
         pools.append(st.sampled_from(fragment["enum"]))
         pools.append(st.sampled_from([str(v).lower() for v in fragment["enum"]]))
-    value = draw(st.one_of(pools))
+    return edited(draw, draw(st.one_of(pools)), ["", "0", "9", ".", "-", "A", "a"])
+
+
+def edited(draw: st.DrawFn, value: Any, replacements: list[str]) -> Any:
+    """Half the time, a non-empty string with one character replaced by one of
+    ``replacements`` (an empty one cuts it); anything else as it is."""
     if isinstance(value, str) and value and draw(st.booleans()):
         cut = draw(st.integers(0, len(value)))
-        value = value[:cut] + draw(st.sampled_from(["", "0", "9", ".", "-", "A", "a"])) + \
-            value[cut + 1:]
+        return value[:cut] + draw(st.sampled_from(replacements)) + value[cut + 1:]
     return value
 
 
