@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
+from typing import NamedTuple
 
 from gapless.documents.codes import NOT_EXEMPT_CODE, TYPE_RULES, WITHHOLDING_CODES
 from gapless.message import InvoiceMessage, Line
@@ -48,8 +48,11 @@ def money(value: Decimal) -> Decimal:
     return value.quantize(CENT, rounding=ROUND_HALF_UP, context=EXACT)
 
 
-@dataclass(frozen=True)
-class Withheld:
+# The amounts are named tuples: immutable like frozen dataclasses, and made in a fifth of the
+# time (a UBL-TR invoice makes a handful per line, checked before its seal and rendered after).
+
+
+class Withheld(NamedTuple):
     """Withholding on a base (a VAT amount): ``amount`` = base × percent, rounded."""
 
     code: str
@@ -58,8 +61,7 @@ class Withheld:
     amount: Decimal
 
 
-@dataclass(frozen=True)
-class LineAmounts:
+class LineAmounts(NamedTuple):
     quantity: Decimal
     unit_price: Decimal
     rate: Decimal
@@ -72,8 +74,7 @@ class LineAmounts:
     withheld: Withheld | None
 
 
-@dataclass(frozen=True)
-class TaxGroup:
+class TaxGroup(NamedTuple):
     """One VAT TaxSubtotal of the document: a rate and, for a zero VAT, its exemption code."""
 
     rate: Decimal
@@ -82,8 +83,7 @@ class TaxGroup:
     tax: Decimal
 
 
-@dataclass(frozen=True)
-class Totals:
+class Totals(NamedTuple):
     lines: tuple[LineAmounts, ...]
     taxes: tuple[TaxGroup, ...]  # by rate, then exemption code
     withholdings: tuple[Withheld, ...]  # document-level, by code (empty: none on the document)
