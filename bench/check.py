@@ -11,8 +11,9 @@ pace moves both sides. Run it on an idle machine. The suites, each the named scr
 functions at a short length:
 
 * **issue**   — bench/issue.py at 2 workers × 32 in flight, mock integrator at 200 ms: gapless
-  JSON, UBL-TR plain sales, mixed kinds, routed and the bare loop, interleaved in one run
-  (``--repeat`` rounds; medians); issued/s ÷ ideal and worker CPU per invoice ÷ the bare loop's.
+  JSON, UBL-TR plain sales, mixed kinds, routed and dispatch notes in ``--repeat`` rounds, each
+  round between two runs of the bare loop (medians); issued/s ÷ ideal, and worker CPU per
+  invoice ÷ the bare loop's interpolated at the run's time between the runs around its round.
 * **reserve** — bench/reserve.py, ``--reserve-seconds`` a path and connection count.
 * **feed**    — bench/feed.py's claim, feed on ÷ off at 1 × 1, 1 × 8 and 16 × 8
   (``--claim-seconds`` a variant and cell).
@@ -40,6 +41,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -63,31 +65,54 @@ PROCESSES, CONCURRENCY, LATENCY_MS = 2, 32, 200.0
 
 
 def issue_suite(args: argparse.Namespace) -> Values:
+    """The designs in ``--repeat`` rounds, each round between two runs of the bare loop (one
+    more bare run than rounds). A design's worker CPU is compared with the bare loop's
+    interpolated at the middle of the design's run, between the bare runs before and after its
+    round: the machine's pace drifts within a round (a cloud core's sustained speed falls by a
+    quarter over minutes), and a bare loop always measured last, or first, would carry that
+    drift into every ratio. Medians over the rounds."""
     from bench.issue import Run, throughput_run
 
     latency_s = LATENCY_MS / 1000
     ideal = PROCESSES * CONCURRENCY / latency_s
-    runs: dict[str, list[Run]] = {d: [] for d in ISSUE_DESIGNS}
+
+    def timed(design: str, round_no: int) -> tuple[float, Run]:
+        began = time.monotonic()
+        run = throughput_run(design, mock_url, PROCESSES, CONCURRENCY, latency_s, args.warmup,
+                             args.window)
+        progress(f"issue round {round_no}: {design} {run.rate:.1f}/s, {run.cpu_ms:.2f} ms CPU "
+                 f"per invoice (workers), {run.roles['total']:.2f} ms (the machine)")
+        return (began + time.monotonic()) / 2, run
+
+    designs = [design for design in ISSUE_DESIGNS if design != "bare"]
+    bare: list[tuple[float, Run]] = []
+    rounds: list[dict[str, tuple[float, Run]]] = []
     with mock_integrator(LATENCY_MS) as mock_url:
-        for round_no in range(args.repeat):
-            # Interleaved round by round, so that a passing load hits every design alike.
-            for design, results in runs.items():
-                results.append(throughput_run(design, mock_url, PROCESSES, CONCURRENCY,
-                                              latency_s, args.warmup, args.window))
-                run = results[-1]
-                progress(f"issue round {round_no + 1}: {design} {run.rate:.1f}/s, "
-                         f"{run.cpu_ms:.2f} ms CPU per invoice (workers), "
-                         f"{run.roles['total']:.2f} ms (the machine)")
-    rate = {d: median([r[0] for r in results]) for d, results in runs.items()}
-    cpu = {d: median([r[3] for r in results]) for d, results in runs.items()}
+        bare.append(timed("bare", 0))
+        for round_no in range(1, args.repeat + 1):
+            rounds.append({design: timed(design, round_no) for design in designs})
+            bare.append(timed("bare", round_no))
     values: Values = {}
     for design, key in ISSUE_DESIGNS.items():
-        values[f"{key}_of_ideal"] = rate[design] / ideal
-        values[f"{key}_cpu_ms"] = cpu[design]
-        values[f"{key}_machine_cpu_ms"] = median([r.roles["total"] for r in runs[design]])
+        runs = [run for _, run in bare] if design == "bare" else \
+            [measured[design][1] for measured in rounds]
+        values[f"{key}_of_ideal"] = median([run.rate for run in runs]) / ideal
+        values[f"{key}_cpu_ms"] = median([run.cpu_ms for run in runs])
+        values[f"{key}_machine_cpu_ms"] = median([run.roles["total"] for run in runs])
         if design != "bare":
-            values[f"{key}_cpu_vs_bare"] = cpu[design] / cpu["bare"]
+            values[f"{key}_cpu_vs_bare"] = median([
+                measured[design][1].cpu_ms / bare_cpu_at(measured[design][0], bare[n],
+                                                         bare[n + 1])
+                for n, measured in enumerate(rounds)])
     return values
+
+
+def bare_cpu_at(at: float, before: tuple[float, Any], after: tuple[float, Any]) -> float:
+    """The bare loop's CPU per invoice at time ``at``, on the line between its runs ``before``
+    and ``after`` ((middle time, run) each)."""
+    (t0, run0), (t1, run1) = before, after
+    share = (at - t0) / (t1 - t0) if t1 > t0 else 0.5
+    return float(run0.cpu_ms + share * (run1.cpu_ms - run0.cpu_ms))
 
 
 def reserve_suite(args: argparse.Namespace) -> Values:
@@ -258,7 +283,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Print the table and exit 0 even when a goal is missed.")
     parser.add_argument("--goals", type=Path, default=GOALS)
     parser.add_argument("--repeat", type=int, default=2,
-                        help="issue: rounds of the five designs, interleaved (medians).")
+                        help="issue: rounds of the designs, each between two runs of the "
+                             "bare loop (medians).")
     parser.add_argument("--warmup", type=float, default=3.0, help="issue: seconds of warm-up.")
     parser.add_argument("--window", type=float, default=8.0,
                         help="issue: seconds measured per design and round.")
