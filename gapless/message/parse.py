@@ -125,12 +125,11 @@ class _NotJsonConstant(ValueError):
 
 
 def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # A repeated key is ambiguous (parsers disagree on which value wins): refuse it.
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKey(key)
-        result[key] = value
+    # A repeated key is ambiguous (parsers disagree on which value wins): refuse it. The dict
+    # is made in C; a repeated key makes it shorter than its pairs.
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _DuplicateKey
     return result
 
 

@@ -345,6 +345,7 @@ def test_a_model_that_would_not_fit_in_a_body_is_invalid_too() -> None:
     (b'{"a": NaN}', "NaN and Infinity are not allowed"),
     (b'{"a": -Infinity}', "NaN and Infinity are not allowed"),
     (b'{"a": 1, "a": 2}', "body has a duplicate field name"),
+    (b'{"a": 1, "b": 2, "a": 1}', "body has a duplicate field name"),  # the same value again
     (b"[" * 50_000 + b"]" * 50_000, "levels deep"),
     (b'{"a": ' + b"1" * 5000 + b"}", "a number literal is too long"),
     (b"{}", "invoice_id: required field is missing (and 5 more)"),
