@@ -10,11 +10,19 @@ answer is ``profile_ttl_s`` old.
 
 The tenant's default series per channel change with ``gapless series add --default``: they are
 reused for ``DEFAULTS_TTL_S`` and then read again.
+
+One read per key at a time: the tasks that miss the same key while it is being read (a worker's
+deliveries in flight when it starts, or when a tenant's defaults expire) wait for that read
+rather than each reading it (:class:`_Reads`). A read that fails fails its waiters, and the next
+miss reads again; a waiter cancelled does not cancel the read the others wait for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
 
 from gapless.constants import Channel
 from gapless.ledger.database import Database
@@ -27,6 +35,31 @@ from gapless.numbers import SeriesSpec
 #: How long a tenant's default series are reused by one process before they are read again.
 DEFAULTS_TTL_S = 10.0
 
+T = TypeVar("T")
+
+
+class _Reads:
+    """The reads in flight, by key: a second caller of a key being read awaits the first read
+    (its result or its error) instead of starting another."""
+
+    def __init__(self) -> None:
+        self._flying: dict[Hashable, asyncio.Future[Any]] = {}
+
+    async def __call__(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
+        flying: asyncio.Future[T] | None = self._flying.get(key)
+        if flying is None:
+            flying = asyncio.ensure_future(read())
+            self._flying[key] = flying
+            flying.add_done_callback(lambda done: self._landed(key, done))
+        # Shielded: a waiter cancelled leaves the read to the others.
+        return await asyncio.shield(flying)
+
+    def _landed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
+        if self._flying.get(key) is done:
+            del self._flying[key]
+        if not done.cancelled():
+            done.exception()  # retrieved: a read whose waiters were all cancelled is not logged
+
 
 class Catalog:
     """Cached series and issuer profiles of one process (safe for any number of tasks)."""
@@ -38,16 +71,21 @@ class Catalog:
         self._in_force: dict[str, tuple[float, Profile | None]] = {}
         self._versions: dict[tuple[str, int], Profile] = {}
         self._defaults: dict[str, tuple[float, dict[Channel, str]]] = {}
+        self._reads = _Reads()
 
     async def series(self, tenant: str, code: str) -> SeriesSpec | None:
         """The series definition, or None when it does not exist (yet)."""
-        key = (tenant, code)
-        spec = self._series.get(key)
+        spec = self._series.get((tenant, code))
         if spec is None:
-            row = await self._db.one(nq.GET_SERIES, {"tenant": tenant, "code": code})
-            if row is None:
-                return None
-            spec = self._series[key] = series_spec(row)
+            spec = await self._reads(("series", tenant, code),
+                                     lambda: self._read_series(tenant, code))
+        return spec
+
+    async def _read_series(self, tenant: str, code: str) -> SeriesSpec | None:
+        row = await self._db.one(nq.GET_SERIES, {"tenant": tenant, "code": code})
+        if row is None:
+            return None
+        spec = self._series[(tenant, code)] = series_spec(row)
         return spec
 
     async def profile_in_force(self, tenant: str) -> Profile | None:
@@ -56,10 +94,11 @@ class Catalog:
         if seen is not None and (self._profile_ttl_s is None
                                  or time.monotonic() - seen[0] < self._profile_ttl_s):
             return seen[1]
-        return await self.refresh(tenant)
+        return await self._reads(("in force", tenant), lambda: self.refresh(tenant))
 
     async def refresh(self, tenant: str) -> Profile | None:
-        """Reload which profile is in force (after a seal found another one)."""
+        """Reload which profile is in force (after a seal found another one): always a read of
+        its own, never one already in flight, which may have begun before the change."""
         profile = await profile_in_force(self._db, tenant)
         self._in_force[tenant] = (time.monotonic(), profile)
         if profile is not None:
@@ -68,21 +107,28 @@ class Catalog:
 
     async def profile(self, tenant: str, version: int) -> Profile:
         """One version of a tenant's profile (pinned on a sealed invoice)."""
-        key = (tenant, version)
-        found = self._versions.get(key)
+        found = self._versions.get((tenant, version))
         if found is None:
-            loaded = await profile_version(self._db, tenant, version)
-            if loaded is None:  # the table is append-only: a pinned version always exists
-                raise LookupError(f"tenant {tenant!r} has no profile version {version}")
-            found = self._versions[key] = loaded
+            found = await self._reads(("version", tenant, version),
+                                      lambda: self._read_profile(tenant, version))
         return found
+
+    async def _read_profile(self, tenant: str, version: int) -> Profile:
+        loaded = await profile_version(self._db, tenant, version)
+        if loaded is None:  # the table is append-only: a pinned version always exists
+            raise LookupError(f"tenant {tenant!r} has no profile version {version}")
+        self._versions[(tenant, version)] = loaded
+        return loaded
 
     async def defaults(self, tenant: str) -> dict[Channel, str]:
         """The tenant's default series per channel (re-read every DEFAULTS_TTL_S)."""
-        now = time.monotonic()
         cached = self._defaults.get(tenant)
-        if cached is not None and now - cached[0] < DEFAULTS_TTL_S:
+        if cached is not None and time.monotonic() - cached[0] < DEFAULTS_TTL_S:
             return cached[1]
+        return await self._reads(("defaults", tenant), lambda: self._read_defaults(tenant))
+
+    async def _read_defaults(self, tenant: str) -> dict[Channel, str]:
+        now = time.monotonic()
         rows = await self._db.all(rq.DEFAULT_SERIES, {"tenant": tenant})
         found = {Channel(row.channel): row.code for row in rows}
         self._defaults[tenant] = (now, found)

@@ -1,0 +1,184 @@
+"""The catalog's reads (series, issuer profiles, default series) against the real database: one
+read per key at a time — the tasks that miss a key while it is being read wait for that read —
+a failed read fails its waiters only, and a waiter cancelled leaves the read to the others."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+import psycopg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gapless.constants import Channel
+from gapless.documents import build_issuer
+from gapless.ledger import catalog as catalog_module
+from gapless.ledger.catalog import Catalog
+from gapless.ledger.database import Database
+from gapless.ledger.queries import numbering as nq
+from gapless.ledger.queries import routing as rq
+from gapless.ledger.queries import tenants as tq
+from gapless.ledger.series import add_series
+from gapless.ledger.tenants import set_profile
+from gapless.numbers import build_series_spec
+from tests.helpers import await_until, ledger
+from tests.worker_support import ROUTED_ISSUER
+
+T = TypeVar("T")
+CALLERS = 40
+
+
+class GatedDatabase:
+    """The real database handle, counting its reads by statement; while ``gate`` is clear a
+    read waits for it (so that every caller has arrived before the first read answers), and
+    ``fail_next`` makes the next read raise instead."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.reads: Counter[str] = Counter()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail_next = False
+
+    async def _pass(self, query: str) -> None:
+        self.reads[query] += 1
+        await self.gate.wait()
+        if self.fail_next:
+            self.fail_next = False
+            raise psycopg.OperationalError("the connection was lost")
+
+    async def one(self, query: str, params: Any = None) -> Any:
+        await self._pass(query)
+        return await self.db.one(query, params)
+
+    async def all(self, query: str, params: Any = None) -> list[Any]:
+        await self._pass(query)
+        return await self.db.all(query, params)
+
+
+@pytest.fixture
+def gated(engine: AsyncEngine) -> GatedDatabase:
+    return GatedDatabase(ledger(engine))
+
+
+@pytest.fixture
+def catalog(gated: GatedDatabase) -> Catalog:
+    return Catalog(cast(Database, gated))
+
+
+async def together(gated: GatedDatabase, call: Callable[[], Awaitable[T]],
+                   callers: int = CALLERS) -> list[asyncio.Task[T]]:
+    """``callers`` tasks making the same call while the reads are held; returns them once every
+    one has made its call (each has run up to its first wait), the reads still held."""
+    gated.gate.clear()
+    arrived = 0
+
+    async def caller() -> T:
+        nonlocal arrived
+        arrived += 1
+        return await call()
+
+    async def all_arrived() -> bool:
+        return arrived == callers
+
+    tasks = [asyncio.create_task(caller()) for _ in range(callers)]
+    await await_until(all_arrived, timeout=10, message="every caller arrived")
+    return tasks
+
+
+async def test_the_misses_of_one_series_share_one_read(engine: AsyncEngine, gated: GatedDatabase,
+                                                       catalog: Catalog) -> None:
+    await add_series(ledger(engine), build_series_spec("acme", "ABC"))
+    tasks = await together(gated, lambda: catalog.series("acme", "ABC"))
+    assert gated.reads[nq.GET_SERIES] == 1
+    gated.gate.set()
+    specs = await asyncio.gather(*tasks)
+    assert {spec.code if spec else None for spec in specs} == {"ABC"}
+    assert all(spec is specs[0] for spec in specs)
+    assert await catalog.series("acme", "ABC") is specs[0]  # cached
+    assert gated.reads[nq.GET_SERIES] == 1
+
+
+async def test_a_series_not_found_is_shared_then_read_again(engine: AsyncEngine,
+                                                            gated: GatedDatabase,
+                                                            catalog: Catalog) -> None:
+    tasks = await together(gated, lambda: catalog.series("acme", "NEW"))
+    gated.gate.set()
+    assert await asyncio.gather(*tasks) == [None] * CALLERS
+    assert gated.reads[nq.GET_SERIES] == 1
+    await add_series(ledger(engine), build_series_spec("acme", "NEW"))
+    spec = await catalog.series("acme", "NEW")  # not found is not cached
+    assert spec is not None
+    assert spec.code == "NEW"
+    assert gated.reads[nq.GET_SERIES] == 2
+
+
+async def test_a_failed_read_fails_its_waiters_and_the_next_miss_reads_again(
+        engine: AsyncEngine, gated: GatedDatabase, catalog: Catalog) -> None:
+    await add_series(ledger(engine), build_series_spec("acme", "ABC"))
+    gated.fail_next = True
+    tasks = await together(gated, lambda: catalog.series("acme", "ABC"))
+    gated.gate.set()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(outcome, psycopg.OperationalError) for outcome in outcomes)
+    assert gated.reads[nq.GET_SERIES] == 1
+    spec = await catalog.series("acme", "ABC")
+    assert spec is not None
+    assert spec.code == "ABC"
+    assert gated.reads[nq.GET_SERIES] == 2
+
+
+async def test_a_cancelled_waiter_leaves_the_read_to_the_others(
+        engine: AsyncEngine, gated: GatedDatabase, catalog: Catalog) -> None:
+    await add_series(ledger(engine), build_series_spec("acme", "ABC"))
+    tasks = await together(gated, lambda: catalog.series("acme", "ABC"))
+    tasks[0].cancel()  # the caller that started the read
+    tasks[1].cancel()
+    gated.gate.set()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes[:2])
+    assert {spec.code for spec in outcomes[2:]} == {"ABC"}  # type: ignore[union-attr]
+    assert gated.reads[nq.GET_SERIES] == 1
+    assert await catalog.series("acme", "ABC") is outcomes[2]
+
+
+async def test_expired_defaults_are_read_once_for_every_waiter(
+        engine: AsyncEngine, gated: GatedDatabase, catalog: Catalog,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async with ledger(engine).transaction() as tx:
+        await add_series(tx, build_series_spec("acme", "EFA", channel="efatura", default=True))
+        await add_series(tx, build_series_spec("acme", "EAR", channel="earsiv", default=True))
+    assert await catalog.defaults("acme") == {Channel.EFATURA: "EFA", Channel.EARSIV: "EAR"}
+    assert gated.reads[rq.DEFAULT_SERIES] == 1
+    monkeypatch.setattr(catalog_module, "DEFAULTS_TTL_S", 0.0)  # every answer has expired
+    tasks = await together(gated, lambda: catalog.defaults("acme"))
+    gated.gate.set()
+    answers = await asyncio.gather(*tasks)
+    assert all(answer == {Channel.EFATURA: "EFA", Channel.EARSIV: "EAR"} for answer in answers)
+    assert gated.reads[rq.DEFAULT_SERIES] == 2
+
+
+async def test_profiles_are_read_once_per_key_and_a_refresh_always_reads(
+        engine: AsyncEngine, gated: GatedDatabase, catalog: Catalog) -> None:
+    await set_profile(ledger(engine), "acme", build_issuer(**ROUTED_ISSUER))
+    in_force = await together(gated, lambda: catalog.profile_in_force("acme"))
+    gated.gate.set()
+    profiles = await asyncio.gather(*in_force)
+    assert {profile.version if profile else None for profile in profiles} == {1}
+    assert gated.reads[tq.PROFILE_IN_FORCE] == 1
+
+    fresh = Catalog(cast(Database, gated))
+    versions = await together(gated, lambda: fresh.profile("acme", 1))
+    gated.gate.set()
+    assert {profile.version for profile in await asyncio.gather(*versions)} == {1}
+    assert gated.reads[tq.PROFILE_VERSION] == 1
+
+    # A refresh (a seal found another profile in force) never joins a read that may have begun
+    # before the change: two refreshes, two reads.
+    refreshes = await together(gated, lambda: catalog.refresh("acme"), callers=2)
+    gated.gate.set()
+    await asyncio.gather(*refreshes)
+    assert gated.reads[tq.PROFILE_IN_FORCE] == 3
