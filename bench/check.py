@@ -13,7 +13,7 @@ functions at a short length:
 * **issue**   — bench/issue.py at 2 workers × 32 in flight, mock integrator at 200 ms: gapless
   JSON, UBL-TR plain sales, mixed kinds, routed and dispatch notes in ``--repeat`` rounds, each
   round between two runs of the bare loop (medians); issued/s ÷ ideal, and worker CPU per
-  invoice ÷ the bare loop's interpolated at the run's time between the runs around its round.
+  invoice ÷ the bare loop's at the run's time, on the least-squares line through the bare runs.
 * **reserve** — bench/reserve.py, ``--reserve-seconds`` a path and connection count.
 * **feed**    — bench/feed.py's claim, feed on ÷ off at 1 × 1, 1 × 8 and 16 × 8
   (``--claim-seconds`` a variant and cell).
@@ -66,11 +66,12 @@ PROCESSES, CONCURRENCY, LATENCY_MS = 2, 32, 200.0
 
 def issue_suite(args: argparse.Namespace) -> Values:
     """The designs in ``--repeat`` rounds, each round between two runs of the bare loop (one
-    more bare run than rounds). A design's worker CPU is compared with the bare loop's
-    interpolated at the middle of the design's run, between the bare runs before and after its
-    round: the machine's pace drifts within a round (a cloud core's sustained speed falls by a
-    quarter over minutes), and a bare loop always measured last, or first, would carry that
-    drift into every ratio. Medians over the rounds."""
+    more bare run than rounds). A design's worker CPU is compared with the bare loop's at the
+    middle of the design's run, read on the least-squares line through every bare run: the
+    machine's pace drifts within a run (a cloud core's sustained speed falls by a quarter over
+    minutes), and a bare loop always measured last, or first, would carry that drift into every
+    ratio; the line follows the drift without following any one bare run's noise. Medians over
+    the rounds."""
     from bench.issue import Run, throughput_run
 
     latency_s = LATENCY_MS / 1000
@@ -101,18 +102,22 @@ def issue_suite(args: argparse.Namespace) -> Values:
         values[f"{key}_machine_cpu_ms"] = median([run.roles["total"] for run in runs])
         if design != "bare":
             values[f"{key}_cpu_vs_bare"] = median([
-                measured[design][1].cpu_ms / bare_cpu_at(measured[design][0], bare[n],
-                                                         bare[n + 1])
-                for n, measured in enumerate(rounds)])
+                measured[design][1].cpu_ms / bare_cpu_at(measured[design][0], bare)
+                for measured in rounds])
     return values
 
 
-def bare_cpu_at(at: float, before: tuple[float, Any], after: tuple[float, Any]) -> float:
-    """The bare loop's CPU per invoice at time ``at``, on the line between its runs ``before``
-    and ``after`` ((middle time, run) each)."""
-    (t0, run0), (t1, run1) = before, after
-    share = (at - t0) / (t1 - t0) if t1 > t0 else 0.5
-    return float(run0.cpu_ms + share * (run1.cpu_ms - run0.cpu_ms))
+def bare_cpu_at(at: float, bare: list[tuple[float, Any]]) -> float:
+    """The bare loop's CPU per invoice at time ``at``: on the least-squares line through its
+    runs ((middle time, run) each); their mean when they were all at one time."""
+    times = [t for t, _ in bare]
+    cpus = [float(run.cpu_ms) for _, run in bare]
+    mean_t, mean_cpu = sum(times) / len(times), sum(cpus) / len(cpus)
+    spread = sum((t - mean_t) ** 2 for t in times)
+    if spread == 0:
+        return mean_cpu
+    slope = sum((t - mean_t) * (c - mean_cpu) for t, c in zip(times, cpus, strict=True)) / spread
+    return mean_cpu + slope * (at - mean_t)
 
 
 def reserve_suite(args: argparse.Namespace) -> Values:
