@@ -14,7 +14,8 @@ reused for ``DEFAULTS_TTL_S`` and then read again.
 One read per key at a time: the tasks that miss the same key while it is being read (a worker's
 deliveries in flight when it starts, or when a tenant's defaults expire) wait for that read
 rather than each reading it (:class:`_Reads`). A read that fails fails its waiters, and the next
-miss reads again; a waiter cancelled does not cancel the read the others wait for.
+miss reads again; a waiter cancelled leaves the read to the others, and a reader cancelled
+hands it to one of its waiters.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from gapless.constants import Channel
 from gapless.ledger.database import Database
@@ -39,26 +40,44 @@ T = TypeVar("T")
 
 
 class _Reads:
-    """The reads in flight, by key: a second caller of a key being read awaits the first read
-    (its result or its error) instead of starting another."""
+    """The reads in flight, by key: a caller that misses a key being read awaits that read (its
+    result or its error) instead of starting another. The first caller reads in its own task
+    (nothing outlives the callers); if it is cancelled, a waiter takes the read over."""
 
     def __init__(self) -> None:
         self._flying: dict[Hashable, asyncio.Future[Any]] = {}
 
     async def __call__(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
-        flying: asyncio.Future[T] | None = self._flying.get(key)
-        if flying is None:
-            flying = asyncio.ensure_future(read())
-            self._flying[key] = flying
-            flying.add_done_callback(lambda done: self._landed(key, done))
-        # Shielded: a waiter cancelled leaves the read to the others.
-        return await asyncio.shield(flying)
+        while True:
+            flying = self._flying.get(key)
+            if flying is None:
+                return await self._lead(key, read)
+            # Shielded: a waiter cancelled leaves the read (and the future) to the others.
+            result = await asyncio.shield(flying)
+            if result is not _TAKE_OVER:
+                return cast(T, result)
 
-    def _landed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
-        if self._flying.get(key) is done:
+    async def _lead(self, key: Hashable, read: Callable[[], Awaitable[T]]) -> T:
+        flying: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._flying[key] = flying
+        try:
+            result = await read()
+        except asyncio.CancelledError:
+            flying.set_result(_TAKE_OVER)  # the waiters, if any, read again
+            raise
+        except BaseException as exc:
+            flying.set_exception(exc)
+            flying.exception()  # retrieved: without waiters it is not logged
+            raise
+        else:
+            flying.set_result(result)
+            return result
+        finally:
             del self._flying[key]
-        if not done.cancelled():
-            done.exception()  # retrieved: a read whose waiters were all cancelled is not logged
+
+
+#: What a read's waiters get when its reader was cancelled: one of them reads again.
+_TAKE_OVER = object()
 
 
 class Catalog:

@@ -138,14 +138,29 @@ async def test_a_cancelled_waiter_leaves_the_read_to_the_others(
         engine: AsyncEngine, gated: GatedDatabase, catalog: Catalog) -> None:
     await add_series(ledger(engine), build_series_spec("acme", "ABC"))
     tasks = await together(gated, lambda: catalog.series("acme", "ABC"))
-    tasks[0].cancel()  # the caller that started the read
-    tasks[1].cancel()
+    tasks[1].cancel()  # waiters, not the caller that reads
+    tasks[2].cancel()
     gated.gate.set()
     outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-    assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes[:2])
-    assert {spec.code for spec in outcomes[2:]} == {"ABC"}  # type: ignore[union-attr]
+    assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes[1:3])
+    specs = [outcomes[0], *outcomes[3:]]
+    assert {spec.code for spec in specs} == {"ABC"}  # type: ignore[union-attr]
     assert gated.reads[nq.GET_SERIES] == 1
-    assert await catalog.series("acme", "ABC") is outcomes[2]
+    assert await catalog.series("acme", "ABC") is specs[0]
+
+
+async def test_a_cancelled_reader_hands_the_read_to_a_waiter(
+        engine: AsyncEngine, gated: GatedDatabase, catalog: Catalog) -> None:
+    await add_series(ledger(engine), build_series_spec("acme", "ABC"))
+    tasks = await together(gated, lambda: catalog.series("acme", "ABC"))
+    assert gated.reads[nq.GET_SERIES] == 1
+    tasks[0].cancel()  # the caller that reads: its read ends with it
+    gated.gate.set()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(outcomes[0], asyncio.CancelledError)
+    assert {spec.code for spec in outcomes[1:]} == {"ABC"}  # type: ignore[union-attr]
+    assert gated.reads[nq.GET_SERIES] == 2  # one waiter read again, for all the others
+    assert all(spec is outcomes[1] for spec in outcomes[2:])
 
 
 async def test_expired_defaults_are_read_once_for_every_waiter(
