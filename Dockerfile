@@ -10,13 +10,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # Install the project from a throw-away copy of the sources: only the installed distribution
 # stays in the image, so no source tree can shadow it. The distribution carries the migrations
 # (schema/ becomes gapless/_schema), so `gapless migrate` needs no GAPLESS_SCHEMA_DIR.
-# psycopg[binary] ships wheels, so the slim image needs no compiler.
-COPY pyproject.toml README.md /tmp/src/
+# psycopg[binary] ships wheels, so the slim image needs no compiler. The versions are those of
+# constraints.txt, which CI tests.
+COPY pyproject.toml README.md constraints.txt /tmp/src/
 COPY gapless /tmp/src/gapless
 COPY worker /tmp/src/worker
 COPY recovery /tmp/src/recovery
 COPY schema /tmp/src/schema
-RUN pip install /tmp/src && rm -rf /tmp/src
+RUN pip install -c /tmp/src/constraints.txt /tmp/src && rm -rf /tmp/src
 
 RUN useradd --system --uid 10001 --home-dir /home/gapless --create-home gapless
 USER gapless

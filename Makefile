@@ -6,12 +6,25 @@ WORKERS ?= 3
 SEED ?= 7
 FAULTS ?= default
 
-.PHONY: install test lint typecheck schema bench bench-check bench-tools chaos demo clean-test-dbs
+.PHONY: install lock test lint typecheck schema bench bench-check bench-tools chaos demo clean-test-dbs
 
+## The pinned versions of constraints.txt: what CI, the benchmarks and the image run.
 install:
 	python3 -m venv .venv
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e ".[dev]"
+	$(PY) -m pip install -c constraints.txt -e ".[dev]"
+
+## constraints.txt anew: the newest versions pyproject.toml allows, installed in a scratch venv
+## and pinned (its header kept). Then `make install`, the tests and `make bench-check`, and commit.
+LOCK_VENV ?= /tmp/gapless-lock-venv
+lock:
+	rm -rf $(LOCK_VENV) && python3 -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install --quiet -e ".[dev]"
+	{ grep '^#' constraints.txt; $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable --all \
+		| grep -v -E '^(pip|setuptools|wheel)=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(LOCK_VENV)
 
 ## The test command (README, CI): every tier, the chaos short profile included, on $(TEST_WORKERS)
 ## processes (pytest-xdist; every process has its own template database and queue prefixes).

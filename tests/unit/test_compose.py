@@ -638,7 +638,7 @@ def test_image_installs_the_distribution_with_its_migrations() -> None:
         if key.startswith("GAPLESS_"):
             assert key in fields | NON_SETTINGS_VARIABLES
 
-    installs = [re.search(r"pip install (\S+)", args) for keyword, args in instructions
+    installs = [re.search(r"pip install (?:-c \S+ )?(\S+)", args) for keyword, args in instructions
                 if keyword == "RUN"]
     source = next(match.group(1) for match in installs if match).rstrip("/")
     copied: set[str] = set()
