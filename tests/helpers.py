@@ -14,12 +14,14 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from zoneinfo import ZoneInfo
 
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -305,3 +307,56 @@ def schema_at(database_url: str, revision: str) -> None:
         conn.execute("DROP SCHEMA public CASCADE")
         conn.execute("CREATE SCHEMA public")
     command.upgrade(alembic_config(database_url), revision)
+
+
+T = TypeVar("T")
+#: How many tasks :func:`together` starts.
+CALLERS = 40
+
+
+class GatedDatabase:
+    """The real database handle, counting its reads by statement; while ``gate`` is clear a
+    read waits for it (so that every caller has arrived before the first read answers), and
+    ``fail_next`` makes the next read raise instead."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.reads: Counter[str] = Counter()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail_next = False
+
+    async def _pass(self, query: str) -> None:
+        self.reads[query] += 1
+        await self.gate.wait()
+        if self.fail_next:
+            self.fail_next = False
+            raise psycopg.OperationalError("the connection was lost")
+
+    async def one(self, query: str, params: Any = None) -> Any:
+        await self._pass(query)
+        return await self.db.one(query, params)
+
+    async def all(self, query: str, params: Any = None) -> list[Any]:
+        await self._pass(query)
+        return await self.db.all(query, params)
+
+
+async def together(gated: GatedDatabase, call: Callable[[], Awaitable[T]],
+                   callers: int = CALLERS) -> list[asyncio.Task[T]]:
+    """``callers`` tasks making the same call while the reads are held; returns them once every
+    one has made its call (each has run up to its first wait), the reads still held."""
+    gated.gate.clear()
+    arrived = 0
+
+    async def caller() -> T:
+        nonlocal arrived
+        arrived += 1
+        return await call()
+
+    async def all_arrived() -> bool:
+        return arrived == callers
+
+    tasks = [asyncio.create_task(caller()) for _ in range(callers)]
+    await await_until(all_arrived, timeout=10, message="every caller arrived")
+    return tasks

@@ -15,6 +15,7 @@ from starlette.requests import ClientDisconnect
 from gapless.amqp.publisher import Publisher
 from gapless.api import deps, events, health, invoices, openapi
 from gapless.api.auth import Authenticator
+from gapless.api.lookups import KnownLookups
 from gapless.api.observe import ApiMetrics, RequestObserver
 from gapless.ledger import feed
 from gapless.ledger.catalog import Catalog
@@ -54,8 +55,9 @@ def lifespan(settings: Settings, auth: Authenticator
                 app.state.db = db
                 app.state.publisher = publisher
                 app.state.catalog = Catalog(db, profile_ttl_s=PROFILE_TTL_S)
+                known = KnownLookups(db)
                 app.state.services = deps.Services(db, publisher, app.state.catalog, settings,
-                                                   app.state.metrics)
+                                                   app.state.metrics, known)
                 log.info("api_started", queue=settings.queue, auth=(
                     "none (insecure)" if auth.insecure_no_auth else "bearer"),
                     tokens=len(auth.tokens),
@@ -67,6 +69,7 @@ def lifespan(settings: Settings, auth: Authenticator
                     positioning.cancel()
                     with suppress(asyncio.CancelledError):
                         await positioning
+                    await known.aclose()
         finally:
             await db.close()
             log.info("api_stopped")

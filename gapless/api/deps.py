@@ -11,6 +11,7 @@ from urllib.parse import quote, urlencode
 from fastapi import Request
 
 from gapless.amqp.publisher import Publisher
+from gapless.api.lookups import KnownLookups
 from gapless.api.observe import ApiMetrics
 from gapless.ledger import feed
 from gapless.ledger.catalog import Catalog
@@ -64,6 +65,9 @@ class Services:
     catalog: Catalog
     settings: Settings
     metrics: ApiMetrics
+    #: What the database holds of the invoices single POSTs name, read together
+    #: (:mod:`gapless.api.lookups`).
+    known: KnownLookups
 
 
 async def services(request: Request) -> Services:

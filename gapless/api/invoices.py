@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from gapless.amqp.publisher import PublishRefused, PublishUnconfirmed
 from gapless.api import deps
 from gapless.api.auth import Principal, principal
+from gapless.api.lookups import KnownLookups
 from gapless.api.models import (
     Accepted,
     AnswerOut,
@@ -126,14 +127,11 @@ async def admit(catalog: Catalog, settings: Settings, message: AnyMessage,
         raise HTTPException(422, problem)
 
 
-async def known_status(db: Database, message: AnyMessage) -> Status | None:
+async def known_status(known: KnownLookups, message: AnyMessage) -> Status | None:
     """What the database knows of the message's invoice, the tenant's (None: nothing); 409 as
-    :func:`known_state`. Other tenants' invoices are not looked at."""
-    try:
-        row = await get_invoice(db, message.invoice_id, tenant=message.tenant)
-    except InvoiceNotFound:
-        return None
-    return known_state(message, KnownInvoice(row.series, Status(row.status)))
+    :func:`known_state`. Other tenants' invoices are not looked at. Concurrent POSTs ask in one
+    statement (:mod:`gapless.api.lookups`)."""
+    return known_state(message, await known.known(message.tenant, message.invoice_id))
 
 
 def accepted(request: Request, metrics: ApiMetrics, message: AnyMessage,
@@ -204,7 +202,7 @@ async def issue_invoice(request: Request, who: Principal = Security(principal),
     except InvalidMessage as exc:
         raise HTTPException(invalid_status(body, content_type), exc.reason) from None
     authorize(who, message)
-    status = await known_status(api.db, message)
+    status = await known_status(api.known, message)
     publish = must_publish(status)
     if publish:
         await admit(api.catalog, api.settings, message)

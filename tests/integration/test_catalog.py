@@ -5,9 +5,7 @@ a failed read fails its waiters only, and a waiter cancelled leaves the read to 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import cast
 
 import psycopg
 import pytest
@@ -24,39 +22,8 @@ from gapless.ledger.queries import tenants as tq
 from gapless.ledger.series import add_series
 from gapless.ledger.tenants import set_profile
 from gapless.numbers import build_series_spec
-from tests.helpers import await_until, ledger
+from tests.helpers import CALLERS, GatedDatabase, ledger, together
 from tests.worker_support import ROUTED_ISSUER
-
-T = TypeVar("T")
-CALLERS = 40
-
-
-class GatedDatabase:
-    """The real database handle, counting its reads by statement; while ``gate`` is clear a
-    read waits for it (so that every caller has arrived before the first read answers), and
-    ``fail_next`` makes the next read raise instead."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self.reads: Counter[str] = Counter()
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.fail_next = False
-
-    async def _pass(self, query: str) -> None:
-        self.reads[query] += 1
-        await self.gate.wait()
-        if self.fail_next:
-            self.fail_next = False
-            raise psycopg.OperationalError("the connection was lost")
-
-    async def one(self, query: str, params: Any = None) -> Any:
-        await self._pass(query)
-        return await self.db.one(query, params)
-
-    async def all(self, query: str, params: Any = None) -> list[Any]:
-        await self._pass(query)
-        return await self.db.all(query, params)
 
 
 @pytest.fixture
@@ -67,26 +34,6 @@ def gated(engine: AsyncEngine) -> GatedDatabase:
 @pytest.fixture
 def catalog(gated: GatedDatabase) -> Catalog:
     return Catalog(cast(Database, gated))
-
-
-async def together(gated: GatedDatabase, call: Callable[[], Awaitable[T]],
-                   callers: int = CALLERS) -> list[asyncio.Task[T]]:
-    """``callers`` tasks making the same call while the reads are held; returns them once every
-    one has made its call (each has run up to its first wait), the reads still held."""
-    gated.gate.clear()
-    arrived = 0
-
-    async def caller() -> T:
-        nonlocal arrived
-        arrived += 1
-        return await call()
-
-    async def all_arrived() -> bool:
-        return arrived == callers
-
-    tasks = [asyncio.create_task(caller()) for _ in range(callers)]
-    await await_until(all_arrived, timeout=10, message="every caller arrived")
-    return tasks
 
 
 async def read_again(gated: GatedDatabase, catalog: Catalog, code: str) -> None:
