@@ -548,12 +548,13 @@ async def run_demo(base: Settings, config: DemoConfig, *, err: Console, out: Con
     from gapless.ledger.database import Database, make_engine
 
     run_id = uuid.uuid4().hex[:8]
-    log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix=f"gapless-demo-{run_id}-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
     mock_port = free_port()
     err.print(f"gapless demo: {config.invoices} invoices, {config.workers} worker(s); "
               f"database {config.database}")
     database_url = await prepare_database(base, config)
+    # Made once the database is ready: a demo refused before it starts leaves no folder behind.
+    log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix=f"gapless-demo-{run_id}-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
     settings = base.with_overrides(database_url=database_url, queue=f"gapless_demo_{run_id}",
                                    integrator_url=f"http://127.0.0.1:{mock_port}")
     env = child_env(settings)

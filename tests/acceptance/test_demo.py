@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import uuid
 from collections import Counter
 
@@ -67,8 +68,10 @@ def test_demo_settles_survives_a_killed_worker_and_passes_the_audit(queue_type: 
             env[key] = os.environ[key]
     env["GAPLESS_QUEUE_TYPE"] = queue_type
     env["COLUMNS"] = "80"
-    result = run_gapless(["demo", "--invoices", "200", "--workers", "2",
-                          "--database", database], env, timeout=280)
+    # The logs in a folder of the test's own, short enough for the 80-column check below.
+    with tempfile.TemporaryDirectory(prefix="gdemo-") as logs:
+        result = run_gapless(["demo", "--invoices", "200", "--workers", "2",
+                              "--database", database, "--log-dir", logs], env, timeout=280)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert re.search(r"^audit: clean$", result.stdout, re.MULTILINE), output

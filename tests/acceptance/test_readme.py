@@ -304,8 +304,8 @@ def test_the_readme_works_in_a_fresh_clone(tmp_path: Path) -> None:
     demo = next(c for c in run_it if c.is_gapless and c.argv[1:2] == ["demo"])
     demo_db = f"gapless_demo_readme_{uuid.uuid4().hex[:8]}"
     program = str(clone / demo.argv[0]) if "/" in demo.argv[0] else str(gapless)
-    result = run([program, *demo.argv[1:], "--invoices", "100", "--database", demo_db],
-                 cwd=clone, env=db_env, timeout=280)
+    result = run([program, *demo.argv[1:], "--invoices", "100", "--database", demo_db,
+                  "--log-dir", str(tmp_path / "demo-logs")], cwd=clone, env=db_env, timeout=280)
     assert re.search(r"^audit: clean$", result.stdout, re.MULTILINE), result.stdout
     assert "demo: 100/100 invoices settled" in result.stdout
 
