@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gapless.ledger.conninfo import with_database
 from gapless.ledger.database import make_engine
 from gapless.settings import Settings, process_environment
-from tests.helpers import GaplessProcess, free_port
+from tests.helpers import GaplessProcess, GatedDatabase, free_port, ledger
 from tests.mock_client import MockIntegratorClient, running_mock
 
 RUN_ID = uuid.uuid4().hex[:10]
@@ -193,6 +193,12 @@ async def engines(db_url: str) -> AsyncIterator[Callable[..., AsyncEngine]]:
 @pytest.fixture
 def engine(engines: Callable[..., AsyncEngine]) -> AsyncEngine:
     return engines("test", pool_size=25)
+
+
+@pytest.fixture
+def gated(engine: AsyncEngine) -> GatedDatabase:
+    """The test database's handle, its reads counted and held at will (:class:`GatedDatabase`)."""
+    return GatedDatabase(ledger(engine))
 
 
 @pytest.fixture

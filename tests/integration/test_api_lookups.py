@@ -23,11 +23,6 @@ from tests.helpers import CALLERS, GatedDatabase, await_until, ledger, together
 
 
 @pytest.fixture
-def gated(engine: AsyncEngine) -> GatedDatabase:
-    return GatedDatabase(ledger(engine))
-
-
-@pytest.fixture
 def known(gated: GatedDatabase) -> KnownLookups:
     return KnownLookups(cast(Database, gated))
 
@@ -66,10 +61,12 @@ async def test_questions_asked_together_share_one_read_and_get_their_own_answers
         keys.append(key)
         return await known.known(*key)
 
+    async def first_read_started() -> bool:
+        return gated.reads[iq.KNOWN_INVOICES] == 1
+
     gated.gate.clear()
     first = asyncio.create_task(known.known("acme", "INV-1"))  # the read in flight, held
-    await await_until(lambda: _true(gated.reads[iq.KNOWN_INVOICES] == 1), timeout=10,
-                      message="the first read started")
+    await await_until(first_read_started, timeout=10, message="the first read started")
     tasks = await together(gated, ask)
     assert gated.reads[iq.KNOWN_INVOICES] == 1  # the others wait for the next read
     gated.gate.set()
@@ -126,7 +123,3 @@ async def test_a_stopped_reader_leaves_no_question_waiting(gated: GatedDatabase,
     await known.aclose()
     gated.gate.set()
     assert await known.known("acme", "INV-1") == drafts[("acme", "INV-1")]
-
-
-async def _true(value: bool) -> bool:
-    return value

@@ -27,11 +27,6 @@ from tests.worker_support import ROUTED_ISSUER
 
 
 @pytest.fixture
-def gated(engine: AsyncEngine) -> GatedDatabase:
-    return GatedDatabase(ledger(engine))
-
-
-@pytest.fixture
 def catalog(gated: GatedDatabase) -> Catalog:
     return Catalog(cast(Database, gated))
 
