@@ -103,6 +103,16 @@ def logged(proc: GaplessProcess, event: str, *, since: int = 0) -> list[dict[str
     return found
 
 
+def events_since(proc: GaplessProcess, since: int) -> list[str]:
+    """The events ``proc`` logged after byte ``since``, in order (what a failure shows)."""
+    events = []
+    for line in text_after(proc.log_path, since).splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                events.append(str(json.loads(line).get("event")))
+    return events
+
+
 class Scene:
     """One database on a pair, the gapless processes on its multi-host URL, and the load."""
 
@@ -292,9 +302,12 @@ async def test_a_synchronous_standby_promoted_under_load_loses_nothing(
         requeued = {w.name: len(logged(w, "database_unavailable", since=before[w.name]))
                     for w in scene.workers}
         assert max(requeued.values()) <= REQUEUES_PER_WORKER, requeued
+        # What a process logs from here on, it logs on the new primary: nothing is reachable
+        # until the promotion (read before it, a process quick to reconnect cannot slip its
+        # first record in between the promotion and the reading).
+        after = scene.offsets()
         promote_s = await asyncio.to_thread(pair.promote)
         down_s = time.monotonic() - went_down
-        after = scene.offsets()
         await publishing
         await scene.publish(everything[SYNC_BEFORE:])
 
@@ -315,9 +328,16 @@ async def test_a_synchronous_standby_promoted_under_load_loses_nothing(
                       else ("invoice_issued", "database_available"))
             return any(logged(proc, event, since=after[proc.name]) for event in events)
 
-        await asyncio.to_thread(
-            wait_until, lambda: all(at_work(proc) for proc in scene.processes), 30,
-            message="every process back at work after the promotion")
+        def idle() -> list[str]:
+            return [f"{proc.name} logged {events_since(proc, after[proc.name])}"
+                    for proc in scene.processes if not at_work(proc)]
+
+        try:
+            await asyncio.to_thread(
+                wait_until, lambda: not idle(), 30,
+                message="every process back at work after the promotion")
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}; not at work: {idle()}") from None
         back_s = time.monotonic() - promoted_at
         # The API reads from the new primary too, without a restart. Its first request after
         # the promotion may meet a pool still backing off from the outage: it answers 503
