@@ -115,7 +115,7 @@ async def test_a_stopped_reader_leaves_no_question_waiting(gated: GatedDatabase,
                                                            drafts: dict[tuple[str, str],
                                                                         KnownInvoice]) -> None:
     tasks = await together(gated, lambda: known.known("acme", "INV-1"))
-    reader = known._reader
+    reader = known._grouped._runner
     assert reader is not None
     reader.cancel()
     results = await asyncio.gather(*tasks, return_exceptions=True)
