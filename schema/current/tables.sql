@@ -199,7 +199,6 @@ CREATE UNIQUE INDEX invoices_tenant_number_key ON invoices (tenant, number)
 -- Recovery's two scans stay index-only-small however large the table grows.
 CREATE INDEX invoices_sending_idx ON invoices (sending_since) WHERE status = 'SENDING';
 CREATE INDEX invoices_error_due_idx ON invoices (next_attempt_at) WHERE status = 'ERROR';
-CREATE INDEX invoices_tenant_series_status_idx ON invoices (tenant, series, status);
 -- `gapless invoice list`: the newest documents first (a backward scan, stopped at the limit; a
 -- `--since` bound is a range of it), never a sort of the table.
 CREATE INDEX invoices_created_idx ON invoices (created_at, id);
