@@ -23,7 +23,8 @@ functions at a short length:
   its default ``--in-flight``, messages/s after start-up, beside ``raw-write`` (the broker's
   ceiling) in the same run (``--publish-repeat`` interleaved runs; medians).
 * **instructions** — bench/instructions.py: the worker under valgrind's callgrind, millions of
-  instructions per invoice for the bare loop, gapless JSON and UBL-TR, and their ratios. Counted,
+  instructions per invoice for the bare loop, gapless JSON, UBL-TR, mixed kinds and routed, and
+  their ratios. Counted,
   not timed, so it holds even on a busy machine (the one suite that does); without valgrind its
   rows are notes.
 
@@ -174,17 +175,19 @@ def instructions_suite(args: argparse.Namespace) -> Values:
     from bench.harness import ROOT
     from bench.instructions import measure
 
+    keys = {"gapless": "json_instructions_vs_bare", "ubl": "ubl_instructions_vs_bare",
+            "mixed": "mixed_instructions_vs_bare", "routed": "routed_instructions_vs_bare"}
     if shutil.which("valgrind") is None:
-        return dict.fromkeys(("bare_instructions_m", "json_instructions_vs_bare",
-                              "ubl_instructions_vs_bare"),
+        return dict.fromkeys(("bare_instructions_m", *keys.values()),
                              "valgrind absent (apt-get install valgrind)")
     per_invoice: dict[str, float] = {}
-    for design in ("bare", "gapless", "ubl"):
+    for design in ("bare", *keys):
         per_invoice[design] = measure(design, ROOT, args.instructions_invoices)[0]
         progress(f"instructions: {design} {per_invoice[design] / 1e6:.2f} M per invoice")
-    return {"bare_instructions_m": per_invoice["bare"] / 1e6,
-            "json_instructions_vs_bare": per_invoice["gapless"] / per_invoice["bare"],
-            "ubl_instructions_vs_bare": per_invoice["ubl"] / per_invoice["bare"]}
+    values: Values = {"bare_instructions_m": per_invoice["bare"] / 1e6}
+    values.update({key: per_invoice[design] / per_invoice["bare"]
+                   for design, key in keys.items()})
+    return values
 
 
 SUITES: dict[str, Callable[[argparse.Namespace], Values]] = {
