@@ -319,3 +319,36 @@ def test_migration_0010_keeps_every_row_and_makes_invoice_id_unique_per_tenant(
         assert claimed.fetchone() == ("sealed", "acme")
         assert conn.execute("SELECT * FROM claim_tenant_invoice('acme', 'g-1', 300)"
                             ).fetchall() == []
+
+
+def _invoice_indexes(url: str) -> set[str]:
+    with psycopg.connect(driver_conninfo(url), autocommit=True) as conn:
+        return {name for (name,) in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'invoices'").fetchall()}
+
+
+@pytest.mark.parametrize("dropped_first", [False, True],
+                         ids=["by-the-migration", "concurrently-first"])
+def test_migration_0023_drops_the_series_status_index_either_way(
+        fresh_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        dropped_first: bool) -> None:
+    """At 0022 invoices has invoices_tenant_series_status_idx; migrated to head it has not —
+    also when an operator dropped it CONCURRENTLY before (docs/operations.md), and nothing
+    else of the table's indexes changes."""
+    schema = tmp_path / "schema"
+    shutil.copytree(schema_dir(), schema, ignore=shutil.ignore_patterns("__pycache__"))
+    for revision in (schema / "versions").glob("*.py"):
+        if revision.name[:4].isdigit() and int(revision.name[:4]) > 22:
+            revision.unlink()
+    monkeypatch.setenv("GAPLESS_SCHEMA_DIR", str(schema))
+    assert migrate(fresh_url, 0).to_revision == "0022"
+    before = _invoice_indexes(fresh_url)
+    assert "invoices_tenant_series_status_idx" in before
+    if dropped_first:
+        with psycopg.connect(driver_conninfo(fresh_url), autocommit=True) as conn:
+            conn.execute("DROP INDEX CONCURRENTLY IF EXISTS invoices_tenant_series_status_idx")
+
+    monkeypatch.delenv("GAPLESS_SCHEMA_DIR")
+    result = migrate(fresh_url, 0)
+    assert (result.from_revision, result.to_revision) == ("0022", head_revision(fresh_url))
+    assert _invoice_indexes(fresh_url) == before - {"invoices_tenant_series_status_idx"}
