@@ -49,18 +49,23 @@ bench:
 
 ## The regression guard (docs/benchmarks.md): the benchmarks' short runs against bench/goals.toml;
 ## exits 1 naming each goal missed. ONLY=issue,reserve,feed,api,instructions runs some suites; ARGS are passed
-## on (e.g. ARGS=--report-only, ARGS="--repeat 5"). Run it on an idle machine (~6 minutes);
-## the api suite needs wrk (`make bench-tools`).
+## on (e.g. ARGS=--report-only, ARGS="--repeat 5"). Run it on an idle machine (~13 minutes, of
+## which the counted suite ~6); the api suite needs wrk, the counted one valgrind
+## (`make bench-tools`).
 ONLY ?=
 ARGS ?=
 bench-check:
 	$(PY) bench/check.py $(if $(ONLY),--only $(ONLY)) $(ARGS)
 
-## The benchmarks' external tools: wrk (bench/api.py's load generator), from Debian's package.
+## The benchmarks' external tools, from Debian's packages: wrk (bench/api.py's load generator)
+## and valgrind (bench/instructions.py and the guard's counted suite run the worker under it).
 bench-tools:
-	@command -v wrk >/dev/null 2>&1 || { \
-		echo "installing wrk (apt-get install -y wrk)"; \
-		if [ "$$(id -u)" = 0 ]; then apt-get install -y wrk; else sudo apt-get install -y wrk; fi; }
+	@for tool in wrk valgrind; do \
+		command -v $$tool >/dev/null 2>&1 || { \
+			echo "installing $$tool (apt-get install -y $$tool)"; \
+			if [ "$$(id -u)" = 0 ]; then apt-get install -y $$tool; \
+			else sudo apt-get install -y $$tool; fi; } || exit 1; \
+	done
 
 chaos:
 	GAPLESS_CHAOS_DURATION=$(DURATION) GAPLESS_CHAOS_INVOICES=$(INVOICES) \
