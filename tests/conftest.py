@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -287,6 +288,51 @@ def summary_line(request: pytest.FixtureRequest) -> Callable[[str], None]:
         request.node.user_properties.append((SUMMARY_KEY, line))
 
     return add
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _name_where_unclosed_connections_were_opened()
+
+
+def _name_where_unclosed_connections_were_opened() -> None:
+    """Diagnostics of the test run only: psycopg warns of an async connection garbage-collected
+    while open (a ResourceWarning) without saying whose it was, and the warning surfaces under
+    whichever test the collector happened to run in. Every ``AsyncConnection.connect`` of the
+    run keeps the stack that opened it, and the warning names it."""
+    import traceback
+    import warnings
+
+    connection = psycopg.AsyncConnection
+    if getattr(connection, "_gapless_traced", False):
+        return
+    connect = connection.connect.__func__  # type: ignore[attr-defined]
+    collected = connection.__del__
+
+    async def traced_connect(cls: type[psycopg.AsyncConnection[Any]], *args: Any,
+                             **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+        conn = await connect(cls, *args, **kwargs)
+        # The test that ran, and the project's own frames of the stack (SQLAlchemy's and
+        # psycopg's are most of it); under SQLAlchemy's greenlet only the engine's side shows.
+        frames = traceback.extract_stack(limit=80)[:-1]
+        ours = [frame for frame in frames if "site-packages" not in frame.filename
+                and "/lib/python3" not in frame.filename] or frames[-6:]
+        conn._gapless_opened_at = (  # type: ignore[attr-defined]
+            f"during {os.environ.get('PYTEST_CURRENT_TEST', 'no test')}\n"
+            + "".join(traceback.format_list(ours[-12:])))
+        return conn
+
+    def traced_del(self: psycopg.AsyncConnection[Any], *args: Any) -> None:
+        opened = getattr(self, "_gapless_opened_at", None)
+        if (opened is not None and hasattr(self, "pgconn") and not self.closed
+                and not hasattr(self, "_pool")):
+            warnings.warn(f"{object.__repr__(self)} was deleted while still open; it was "
+                          f"opened at:\n{opened}", ResourceWarning, stacklevel=1)
+            return
+        collected(self, *args)
+
+    connection.connect = classmethod(traced_connect)  # type: ignore[assignment,method-assign]
+    connection.__del__ = traced_del  # type: ignore[method-assign]
+    connection._gapless_traced = True  # type: ignore[attr-defined]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
