@@ -103,14 +103,14 @@ def logged(proc: GaplessProcess, event: str, *, since: int = 0) -> list[dict[str
     return found
 
 
-def events_since(proc: GaplessProcess, since: int) -> list[str]:
-    """The events ``proc`` logged after byte ``since``, in order (what a failure shows)."""
-    events = []
+def events_since(proc: GaplessProcess, since: int) -> dict[str, int]:
+    """How many times ``proc`` logged each event after byte ``since`` (what a failure shows)."""
+    events: Counter[str] = Counter()
     for line in text_after(proc.log_path, since).splitlines():
         if line.startswith("{"):
             with contextlib.suppress(ValueError):
-                events.append(str(json.loads(line).get("event")))
-    return events
+                events[str(json.loads(line).get("event"))] += 1
+    return dict(events)
 
 
 class Scene:
