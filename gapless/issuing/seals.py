@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar
 
 from gapless.errors import UnknownSeriesError
 from gapless.ledger.database import Database, outlast
+from gapless.ledger.grouped import fail
 from gapless.ledger.invoices import Claim, Draft, intake, intake_many
 from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.logging import get_logger
@@ -145,7 +146,7 @@ class SealQueue:
         except BaseException as exc:
             # Cancelled (the loop is closing): no caller is left waiting forever.
             for waiting in (*batch, *tenant.waiting):
-                _fail(waiting.future, exc)
+                fail(waiting.future, exc)
             tenant.waiting.clear()
             raise
         finally:
@@ -167,7 +168,7 @@ class SealQueue:
             try:
                 answer = waiting.ready()
             except Exception as exc:
-                _fail(waiting.future, exc)
+                fail(waiting.future, exc)
                 continue
             if answer is not None:
                 waiting.future.set_result(answer)
@@ -189,7 +190,7 @@ class SealQueue:
             if (len(batch) == 1 or isinstance(exc, UnknownSeriesError)
                     or is_database_unavailable(exc)):
                 for waiting in batch:
-                    _fail(waiting.future, exc)
+                    fail(waiting.future, exc)
                 return
             log.warning("seal_batch_failed", size=len(batch), error=type(exc).__name__)
             await self._one_by_one(batch)
@@ -209,18 +210,9 @@ class SealQueue:
                                      profile_version=waiting.profile_version, at=waiting.at,
                                      before_commit=self._before_commit)
             except Exception as exc:
-                _fail(waiting.future, exc)
+                fail(waiting.future, exc)
             else:
                 if self._on_statement is not None:
                     self._on_statement(1, time.perf_counter() - started)
                 if not waiting.future.done():
                     waiting.future.set_result(claim)
-
-
-def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(exc, asyncio.CancelledError):
-        future.cancel()
-    else:
-        future.set_exception(exc)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from gapless.logging import get_logger
 
@@ -73,9 +73,9 @@ class Grouped(Generic[T, R]):
                 group = self._waiting[:self._max_batch]
                 del self._waiting[:self._max_batch]
                 await self._answer(group)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             for _, future in (*group, *self._waiting):
-                future.cancel()
+                fail(future, exc)
             self._waiting.clear()
             raise
 
@@ -87,7 +87,7 @@ class Grouped(Generic[T, R]):
         except Exception as exc:
             if self._one is None or len(group) == 1:
                 for _, future in group:
-                    _fail(future, exc)
+                    fail(future, exc)
                 return
             log.warning(self._event, size=len(group), error=type(exc).__name__)
             await self._one_by_one(self._one, group)
@@ -103,12 +103,19 @@ class Grouped(Generic[T, R]):
             try:
                 answer = await one(item)
             except Exception as exc:
-                _fail(future, exc)
+                fail(future, exc)
             else:
                 if not future.done():
                     future.set_result(answer)
 
 
-def _fail(future: asyncio.Future[R], exc: Exception) -> None:
-    if not future.done():
+def fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    """Answer a waiting caller's ``future`` with ``exc`` (a cancellation cancels it); a future
+    already answered, or whose caller is gone, is left alone. Also the group seal's
+    (:mod:`gapless.issuing.seals`)."""
+    if future.done():
+        return
+    if isinstance(exc, asyncio.CancelledError):
+        future.cancel()
+    else:
         future.set_exception(exc)
