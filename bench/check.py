@@ -24,9 +24,8 @@ functions at a short length:
   ceiling) in the same run (``--publish-repeat`` interleaved runs; medians).
 * **instructions** — bench/instructions.py: the worker under valgrind's callgrind, millions of
   instructions per invoice for the bare loop, gapless JSON, UBL-TR, mixed kinds and routed, and
-  their ratios. Counted,
-  not timed, so it holds even on a busy machine (the one suite that does); without valgrind its
-  rows are notes.
+  their ratios. Counted, not timed, so it holds even on a busy machine (the one suite that
+  does); without valgrind its rows are notes.
 
 ``--report-only`` prints the same table and exits 0 whatever it shows.
 """

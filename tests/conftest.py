@@ -321,14 +321,17 @@ def _name_where_unclosed_connections_were_opened() -> None:
             + "".join(traceback.format_list(ours[-12:])))
         return conn
 
-    def traced_del(self: psycopg.AsyncConnection[Any], *args: Any) -> None:
+    def traced_del(self: psycopg.AsyncConnection[Any]) -> None:
         opened = getattr(self, "_gapless_opened_at", None)
-        if (opened is not None and hasattr(self, "pgconn") and not self.closed
-                and not hasattr(self, "_pool")):
-            warnings.warn(f"{object.__repr__(self)} was deleted while still open; it was "
-                          f"opened at:\n{opened}", ResourceWarning, stacklevel=1)
+        if opened is None:
+            collected(self)
             return
-        collected(self, *args)
+
+        def warn_naming_it(message: str, category: type[Warning]) -> None:
+            warnings.warn(f"{message}; it was opened {opened}", category, stacklevel=2)
+
+        # psycopg decides whether to warn (open, not a pool's); its warning gets the origin.
+        collected(self, warn_naming_it)  # type: ignore[call-arg]
 
     connection.connect = classmethod(traced_connect)  # type: ignore[assignment,method-assign]
     connection.__del__ = traced_del  # type: ignore[method-assign]
