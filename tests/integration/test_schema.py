@@ -268,16 +268,22 @@ def _intake(conn: psycopg.Connection, invoice_id: str, tenant: str, series: str)
     return tuple(row)
 
 
+def schema_up_to(last: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gapless migrate`` stops at revision ``last``: a copy of the schema without the
+    revisions after it, in force through GAPLESS_SCHEMA_DIR (until the test removes it)."""
+    schema = tmp_path / "schema"
+    shutil.copytree(schema_dir(), schema, ignore=shutil.ignore_patterns("__pycache__"))
+    for revision in (schema / "versions").glob("*.py"):
+        if revision.name[:4].isdigit() and int(revision.name[:4]) > last:
+            revision.unlink()
+    monkeypatch.setenv("GAPLESS_SCHEMA_DIR", str(schema))
+
+
 def test_migration_0010_keeps_every_row_and_makes_invoice_id_unique_per_tenant(
         fresh_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A database at 0009 with invoices of two tenants (numbered, drafts, events, chains) is
     migrated to head: every row is kept, and the producer's key is (tenant, invoice_id)."""
-    schema = tmp_path / "schema"
-    shutil.copytree(schema_dir(), schema, ignore=shutil.ignore_patterns("__pycache__"))
-    for revision in (schema / "versions").glob("*.py"):
-        if revision.name[:4].isdigit() and int(revision.name[:4]) > 9:
-            revision.unlink()
-    monkeypatch.setenv("GAPLESS_SCHEMA_DIR", str(schema))
+    schema_up_to(9, tmp_path, monkeypatch)
     assert migrate(fresh_url, 0).to_revision == "0009"
     with psycopg.connect(driver_conninfo(fresh_url), autocommit=True) as conn:
         conn.execute("INSERT INTO series (tenant, code, prefix) "
@@ -335,12 +341,7 @@ def test_migration_0023_drops_the_series_status_index_either_way(
     """At 0022 invoices has invoices_tenant_series_status_idx; migrated to head it has not —
     also when an operator dropped it CONCURRENTLY before (docs/operations.md), and nothing
     else of the table's indexes changes."""
-    schema = tmp_path / "schema"
-    shutil.copytree(schema_dir(), schema, ignore=shutil.ignore_patterns("__pycache__"))
-    for revision in (schema / "versions").glob("*.py"):
-        if revision.name[:4].isdigit() and int(revision.name[:4]) > 22:
-            revision.unlink()
-    monkeypatch.setenv("GAPLESS_SCHEMA_DIR", str(schema))
+    schema_up_to(22, tmp_path, monkeypatch)
     assert migrate(fresh_url, 0).to_revision == "0022"
     before = _invoice_indexes(fresh_url)
     assert "invoices_tenant_series_status_idx" in before
