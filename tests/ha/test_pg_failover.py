@@ -328,16 +328,15 @@ async def test_a_synchronous_standby_promoted_under_load_loses_nothing(
                       else ("invoice_issued", "database_available"))
             return any(logged(proc, event, since=after[proc.name]) for event in events)
 
-        def idle() -> list[str]:
-            return [f"{proc.name} logged {events_since(proc, after[proc.name])}"
-                    for proc in scene.processes if not at_work(proc)]
-
         try:
             await asyncio.to_thread(
-                wait_until, lambda: not idle(), 30,
+                wait_until, lambda: all(at_work(proc) for proc in scene.processes), 30,
                 message="every process back at work after the promotion")
         except AssertionError as timed_out:
-            raise AssertionError(f"{timed_out}; not at work: {idle()}") from None
+            # Only now every event each idle process logged is read (not at every poll).
+            idle = [f"{proc.name} logged {events_since(proc, after[proc.name])}"
+                    for proc in scene.processes if not at_work(proc)]
+            raise AssertionError(f"{timed_out}; not at work: {idle}") from None
         back_s = time.monotonic() - promoted_at
         # The API reads from the new primary too, without a restart. Its first request after
         # the promotion may meet a pool still backing off from the outage: it answers 503
