@@ -99,6 +99,10 @@ OUTCOME_WRITE_BUDGET_S = 60.0
 REFUSAL_RECORD_BUDGET_S = 5.0
 #: A seal that finds another issuer profile in force re-checks the message this many times.
 STALE_RETRIES = 3
+#: A group seal or ISSUED commit with fewer invoices than this waiting lingers for more, up to
+#: ``GAPLESS_GROUP_LINGER_MS`` (docs/benchmarks.md, "Statements that wait a millisecond for
+#: company").
+GROUP_ENOUGH = 4
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")
@@ -168,7 +172,8 @@ class IssuingFlow:
         self.corrector = ChannelCorrector(db, self.catalog, self.router, settings)
         #: ISSUED outcomes of concurrent deliveries share commits (each delivery is acked only
         #: after the commit that holds its own outcome).
-        self.issued = IssuedWriter(db)
+        self.issued = IssuedWriter(db, linger_s=settings.group_linger_ms / 1000,
+                                   enough=GROUP_ENOUGH)
         self.outcomes = Outcomes(db, guard, events=WORKER_EVENTS,
                                  breaker_reset_s=settings.breaker_reset_timeout_s,
                                  record_issued=self.issued.issued)
@@ -181,7 +186,8 @@ class IssuingFlow:
             db, lease_s=settings.lease_s, lock_timeout_ms=settings.lock_timeout_ms,
             before_commit=(self._before_reserve_commit
                            if hooks.wants("before_reserve_commit") else None),
-            on_statement=_observe_seal)
+            on_statement=_observe_seal, linger_s=settings.group_linger_ms / 1000,
+            enough=GROUP_ENOUGH)
         #: The integrator refused our credentials: no number is sealed until a probe passes
         #: (the consumer clears it when it resumes).
         self.credentials_refused = False

@@ -7,9 +7,10 @@ intakes of a tenant run at once (one holding its counter rows, one queued behind
 PostgreSQL so the rows never idle between them); the drafts that arrive meanwhile wait here,
 holding nothing, and go together in the next statement (``intake_drafts``, up to
 ``max_batch``), whatever their series — a routed tenant's e-Fatura and e-Arşiv drafts share it:
-one commit for all, each series' fresh numbers in arrival order. No timer: a draft that finds
-fewer than ``per_tenant`` intakes of its tenant running goes at once (a batch of one), so a
-quiet system adds no latency.
+one commit for all, each series' fresh numbers in arrival order. A draft that finds fewer than
+``per_tenant`` intakes of its tenant running goes at once (a batch of one) — unless the queue
+lingers (``linger_s``, the worker's ``GAPLESS_GROUP_LINGER_MS``): then a statement about to start
+with fewer than ``enough`` drafts waits that long at most for company.
 
 A waiting draft's ``ready`` check runs when its batch is formed, not when it arrived: a stop
 requested or a breaker opened meanwhile holds it back with nothing sealed, and its caller gets
@@ -37,7 +38,7 @@ from typing import Any, Generic, TypeVar
 
 from gapless.errors import UnknownSeriesError
 from gapless.ledger.database import Database, outlast
-from gapless.ledger.grouped import fail
+from gapless.ledger.grouped import Gathering, fail
 from gapless.ledger.invoices import Claim, Draft, intake, intake_many
 from gapless.ledger.sqlstates import is_database_unavailable
 from gapless.logging import get_logger
@@ -69,11 +70,12 @@ class _Waiting(Generic[H]):
 class _Tenant:
     """One tenant's drafts waiting, and how many of its statements are running."""
 
-    __slots__ = ("running", "waiting")
+    __slots__ = ("gathering", "running", "waiting")
 
-    def __init__(self) -> None:
+    def __init__(self, gathering: Gathering) -> None:
         self.waiting: deque[_Waiting[Any]] = deque()
         self.running = 0
+        self.gathering = gathering
 
 
 class SealQueue:
@@ -82,14 +84,20 @@ class SealQueue:
     ``before_commit`` (tests, fault injection) runs each statement in an explicit transaction
     and is awaited with its locks held, just before the commit, when it sealed or leased any.
     ``on_statement(drafts, seconds)`` is told of every statement that committed (metrics).
+    ``linger_s`` and ``enough``: a tenant's statement about to start with fewer than ``enough``
+    drafts waits up to ``linger_s`` for more (:class:`~gapless.ledger.grouped.Gathering`).
     """
 
     def __init__(self, db: Database, *, lease_s: float, lock_timeout_ms: int,
                  per_tenant: int = PER_TENANT, max_batch: int = MAX_BATCH,
                  before_commit: Callable[[], Awaitable[None]] | None = None,
-                 on_statement: Callable[[int, float], None] | None = None) -> None:
+                 on_statement: Callable[[int, float], None] | None = None,
+                 linger_s: float = 0.0, enough: int = 1) -> None:
         if per_tenant < 1 or max_batch < 1:
             raise ValueError("per_tenant and max_batch must be at least 1")
+        Gathering(linger_s, enough)  # the same checks as each tenant's own
+        self._linger_s = linger_s
+        self._enough = enough
         self._db = db
         self._lease_s = lease_s
         self._lock_timeout_ms = lock_timeout_ms
@@ -110,10 +118,11 @@ class SealQueue:
         key = draft.tenant
         tenant = self._tenants.get(key)
         if tenant is None:
-            tenant = self._tenants[key] = _Tenant()
+            tenant = self._tenants[key] = _Tenant(Gathering(self._linger_s, self._enough))
         future: asyncio.Future[Claim | H] = asyncio.get_running_loop().create_future()
         waiting = _Waiting(draft, profile_version, at, ready, future)
         tenant.waiting.append(waiting)
+        tenant.gathering.arrived(len(tenant.waiting))
         if tenant.running < self._per_tenant:
             tenant.running += 1
             task = asyncio.create_task(self._run(key, tenant))
@@ -140,6 +149,7 @@ class SealQueue:
         batch: list[_Waiting[Any]] = []
         try:
             while tenant.waiting:
+                await tenant.gathering.wait(len(tenant.waiting))
                 batch = self._take(tenant)
                 if batch:
                     await self._seal(batch)

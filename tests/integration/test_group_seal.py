@@ -267,6 +267,40 @@ async def test_concurrent_intakes_of_two_series_share_statements(
 
 
 @pytest.mark.usefixtures("series")
+async def test_a_lingering_queue_waits_for_enough_drafts_then_seals_them_in_one_statement(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    statements: list[int] = []
+    # A linger far longer than the test: only the third draft's arrival can start the statement.
+    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000, linger_s=60, enough=3,
+                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    first = asyncio.create_task(queue.intake(draft("g-1"), profile_version=None))
+    second = asyncio.create_task(queue.intake(draft("g-2"), profile_version=None))
+    for _ in range(20):  # loop turns, not time: the queue is waiting for company
+        await asyncio.sleep(0)
+    assert not first.done()
+    assert statements == []
+    third = await asyncio.wait_for(queue.intake(draft("g-3"), profile_version=None), 10)
+    claims = [await first, await second, third]
+    assert [c.sending.reserved_no for c in claims if isinstance(c, Claim) and c.sending] == [
+        1, 2, 3]
+    assert statements == [3]
+
+
+@pytest.mark.usefixtures("series")
+async def test_a_lone_draft_lingers_no_longer_than_the_linger(
+        engine: AsyncEngine, pools: list[Database]) -> None:
+    statements: list[int] = []
+    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000, linger_s=0.05, enough=4,
+                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    claim = await asyncio.wait_for(queue.intake(draft("l-1"), profile_version=None), 10)
+    assert isinstance(claim, Claim)
+    assert claim.kind is ClaimKind.SEND
+    assert statements == [1]
+    with pytest.raises(ValueError, match="seconds must be at least 0"):
+        SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000, linger_s=-1)
+
+
+@pytest.mark.usefixtures("series")
 async def test_an_unknown_series_among_others_fails_only_its_own_draft(
         engine: AsyncEngine, pools: list[Database]) -> None:
     queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000, per_tenant=1)

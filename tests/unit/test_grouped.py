@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from gapless.ledger.grouped import Grouped
+from gapless.ledger.grouped import Gathering, Grouped
 from tests.helpers import at_once, await_until
 
 
@@ -65,6 +65,64 @@ async def test_the_calls_made_while_a_statement_runs_share_the_next_each_with_it
     assert await first == 10
     assert await asyncio.gather(*rest) == [item * 10 for item in range(2, 42)]
     assert statements.many_calls == [[1], list(range(2, 42))]
+
+
+async def loop_turns(count: int = 20) -> None:
+    """Let the event loop run ``count`` turns (what is ready runs; no time passes)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+async def test_a_lingering_group_waits_for_enough_calls_and_starts_when_they_are_there(
+        ) -> None:
+    statements = Statements()
+    # A linger far longer than the test: only the third call can start the statement.
+    grouped: Grouped[int, int] = Grouped(statements.many, max_batch=10, linger_s=60, enough=3)
+    first, second = asyncio.create_task(grouped(1)), asyncio.create_task(grouped(2))
+    await loop_turns()
+    assert statements.many_calls == []
+    assert not first.done()
+    assert await asyncio.wait_for(grouped(3), 5) == 30
+    assert (await first, await second) == (10, 20)
+    assert statements.many_calls == [[1, 2, 3]]
+
+
+async def test_a_lone_call_lingers_no_longer_than_the_linger() -> None:
+    statements = Statements()
+    grouped: Grouped[int, int] = Grouped(statements.many, max_batch=10, linger_s=0.05,
+                                         enough=4)
+    assert await asyncio.wait_for(grouped(7), 5) == 70
+    assert statements.many_calls == [[7]]
+
+
+async def test_a_group_already_big_enough_does_not_linger() -> None:
+    statements = Statements(gated=True)
+    assert statements.gate is not None
+    grouped: Grouped[int, int] = Grouped(statements.many, max_batch=10, linger_s=60, enough=2)
+    calls = [asyncio.create_task(grouped(item)) for item in range(5)]
+    await first_statement(statements)  # five waiting: no wait for company
+    statements.gate.set()
+    assert await asyncio.wait_for(asyncio.gather(*calls), 5) == [0, 10, 20, 30, 40]
+    assert statements.many_calls == [[0, 1, 2, 3, 4]]
+
+
+async def test_the_runner_cancelled_while_it_lingers_cancels_its_callers() -> None:
+    statements = Statements()
+    grouped: Grouped[int, int] = Grouped(statements.many, max_batch=10, linger_s=60, enough=3)
+    call = asyncio.create_task(grouped(1))
+    await loop_turns()
+    grouped._runner.cancel()  # type: ignore[union-attr]
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(call, 5)
+    assert statements.many_calls == []
+
+
+def test_a_gathering_refuses_a_negative_linger_or_nothing_to_wait_for() -> None:
+    with pytest.raises(ValueError, match="seconds must be at least 0"):
+        Gathering(-0.001, 2)
+    with pytest.raises(ValueError, match="enough at least 1"):
+        Gathering(0.001, 0)
+    assert Gathering().seconds == 0
 
 
 async def test_a_group_holds_at_most_max_batch_items_in_arrival_order() -> None:
