@@ -74,6 +74,13 @@ def at_once(check: Callable[[], object]) -> Callable[[], Awaitable[object]]:
     return predicate
 
 
+async def loop_turns(count: int = 20) -> None:
+    """Let the event loop run ``count`` turns: what is ready runs, no time passes (to see that
+    something waits, where waiting on a condition cannot show it)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
 async def await_until(predicate: Callable[[], Awaitable[Any]], timeout: float, *,
                       interval: float = 0.05, message: str = "condition") -> Any:
     """Async twin of :func:`wait_until`."""

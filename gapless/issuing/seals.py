@@ -95,9 +95,8 @@ class SealQueue:
                  linger_s: float = 0.0, enough: int = 1) -> None:
         if per_tenant < 1 or max_batch < 1:
             raise ValueError("per_tenant and max_batch must be at least 1")
-        Gathering(linger_s, enough)  # the same checks as each tenant's own
-        self._linger_s = linger_s
-        self._enough = enough
+        #: Each tenant's queue gets a twin of it (a tenant's arrivals end its own waits only).
+        self._gathering = Gathering(linger_s, enough)
         self._db = db
         self._lease_s = lease_s
         self._lock_timeout_ms = lock_timeout_ms
@@ -118,7 +117,7 @@ class SealQueue:
         key = draft.tenant
         tenant = self._tenants.get(key)
         if tenant is None:
-            tenant = self._tenants[key] = _Tenant(Gathering(self._linger_s, self._enough))
+            tenant = self._tenants[key] = _Tenant(self._gathering.twin())
         future: asyncio.Future[Claim | H] = asyncio.get_running_loop().create_future()
         waiting = _Waiting(draft, profile_version, at, ready, future)
         tenant.waiting.append(waiting)

@@ -4,9 +4,9 @@ Many concurrent tasks each want a small statement of their own: a read of one ke
 one outcome. Each alone costs a pooled connection's checkout, a round trip and, for a write, a
 commit that waits for its WAL flush. :class:`Grouped` runs one statement at a time: the calls
 that arrive while it runs wait and go together into the next (up to ``max_batch`` items, in
-arrival order), one statement for all of them. No timer: a call that arrives while no statement
-runs goes at once (a statement of one), so a quiet process adds no latency. Each caller gets its
-own item's answer, only after the statement that holds it has ended.
+arrival order), one statement for all of them. Without a linger (below), a call that arrives
+while no statement runs goes at once (a statement of one), so a quiet process adds no latency.
+Each caller gets its own item's answer, only after the statement that holds it has ended.
 
 With ``linger_s`` (:class:`Gathering`), a statement about to start with fewer than ``enough``
 calls waiting waits up to ``linger_s`` for more (and starts as soon as that many are
@@ -52,6 +52,10 @@ class Gathering:
         self.seconds = seconds
         self.enough = enough
         self._waits: set[asyncio.Future[None]] = set()
+
+    def twin(self) -> Gathering:
+        """A gathering with the same wait, for another queue of calls (its waits its own)."""
+        return Gathering(self.seconds, self.enough)
 
     def arrived(self, waiting: int) -> None:
         """Told the number of calls waiting after each arrival: enough of them end the waits."""

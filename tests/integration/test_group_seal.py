@@ -24,7 +24,7 @@ from gapless.ledger.database import Database
 from gapless.ledger.invoices import Claim, ClaimKind, Draft, intake_many, mark_issued_many
 from gapless.ledger.series import add_series
 from gapless.numbers import build_series_spec
-from tests.helpers import await_until, ledger
+from tests.helpers import await_until, ledger, loop_turns
 
 
 def draft(invoice_id: str, *, series: str = "ABC", payload: dict[str, Any] | None = None,
@@ -80,6 +80,15 @@ async def held(engine: AsyncEngine) -> AsyncIterator[None]:
             yield
         finally:
             await trans.rollback()
+
+
+def counted(db: Database, **options: Any) -> tuple[SealQueue, list[int]]:
+    """A queue (lease 300 s, lock timeout 5 s, ``options`` on top) and the number of drafts of
+    each statement it commits, in order."""
+    statements: list[int] = []
+    queue = SealQueue(db, lease_s=300, lock_timeout_ms=5000,
+                      on_statement=lambda drafts, _seconds: statements.append(drafts), **options)
+    return queue, statements
 
 
 def sealed(claims: list[Claim]) -> list[int]:
@@ -232,9 +241,7 @@ async def test_batches_of_two_series_in_crossed_orders_never_deadlock(
 @pytest.mark.usefixtures("series")
 async def test_concurrent_intakes_share_statements_and_number_in_arrival_order(
         engine: AsyncEngine, pools: list[Database]) -> None:
-    statements: list[int] = []
-    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000,
-                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    queue, statements = counted(pools[0])
     claims = await asyncio.gather(*(queue.intake(draft(f"q-{i}"), profile_version=None)
                                     for i in range(40)))
     assert all(isinstance(c, Claim) and c.kind is ClaimKind.SEND for c in claims)
@@ -248,9 +255,7 @@ async def test_concurrent_intakes_share_statements_and_number_in_arrival_order(
 @pytest.mark.usefixtures("series")
 async def test_concurrent_intakes_of_two_series_share_statements(
         engine: AsyncEngine, pools: list[Database]) -> None:
-    statements: list[int] = []
-    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000,
-                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    queue, statements = counted(pools[0])
     codes = [("ABC", "XYZ")[i % 3 == 0] for i in range(40)]
     claims = await asyncio.gather(*(queue.intake(draft(f"v-{i}", series=code),
                                                  profile_version=None)
@@ -269,14 +274,11 @@ async def test_concurrent_intakes_of_two_series_share_statements(
 @pytest.mark.usefixtures("series")
 async def test_a_lingering_queue_waits_for_enough_drafts_then_seals_them_in_one_statement(
         engine: AsyncEngine, pools: list[Database]) -> None:
-    statements: list[int] = []
     # A linger far longer than the test: only the third draft's arrival can start the statement.
-    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000, linger_s=60, enough=3,
-                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    queue, statements = counted(pools[0], linger_s=60, enough=3)
     first = asyncio.create_task(queue.intake(draft("g-1"), profile_version=None))
     second = asyncio.create_task(queue.intake(draft("g-2"), profile_version=None))
-    for _ in range(20):  # loop turns, not time: the queue is waiting for company
-        await asyncio.sleep(0)
+    await loop_turns()  # turns, not time: the queue is waiting for company
     assert not first.done()
     assert statements == []
     third = await asyncio.wait_for(queue.intake(draft("g-3"), profile_version=None), 10)
@@ -289,9 +291,7 @@ async def test_a_lingering_queue_waits_for_enough_drafts_then_seals_them_in_one_
 @pytest.mark.usefixtures("series")
 async def test_a_lone_draft_lingers_no_longer_than_the_linger(
         engine: AsyncEngine, pools: list[Database]) -> None:
-    statements: list[int] = []
-    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000, linger_s=0.05, enough=4,
-                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    queue, statements = counted(pools[0], linger_s=0.05, enough=4)
     claim = await asyncio.wait_for(queue.intake(draft("l-1"), profile_version=None), 10)
     assert isinstance(claim, Claim)
     assert claim.kind is ClaimKind.SEND
@@ -334,9 +334,7 @@ async def test_a_draft_not_ready_when_its_turn_comes_is_answered_and_not_stored(
 @pytest.mark.usefixtures("series")
 async def test_a_bad_draft_in_a_batch_does_not_fail_its_neighbours(
         engine: AsyncEngine, pools: list[Database]) -> None:
-    statements: list[int] = []
-    queue = SealQueue(pools[0], lease_s=300, lock_timeout_ms=5000, per_tenant=1,
-                      on_statement=lambda drafts, _seconds: statements.append(drafts))
+    queue, statements = counted(pools[0], per_tenant=1)
     # Payload text that PostgreSQL refuses as jsonb fails the statement it is in.
     results = await asyncio.gather(
         *(queue.intake(draft(f"b-{i}", text_="{not json" if i == 3 else None),

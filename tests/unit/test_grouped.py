@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gapless.ledger.grouped import Gathering, Grouped
-from tests.helpers import at_once, await_until
+from tests.helpers import at_once, await_until, loop_turns
 
 
 class Statements:
@@ -65,12 +65,6 @@ async def test_the_calls_made_while_a_statement_runs_share_the_next_each_with_it
     assert await first == 10
     assert await asyncio.gather(*rest) == [item * 10 for item in range(2, 42)]
     assert statements.many_calls == [[1], list(range(2, 42))]
-
-
-async def loop_turns(count: int = 20) -> None:
-    """Let the event loop run ``count`` turns (what is ready runs; no time passes)."""
-    for _ in range(count):
-        await asyncio.sleep(0)
 
 
 async def test_a_lingering_group_waits_for_enough_calls_and_starts_when_they_are_there(
